@@ -1,0 +1,50 @@
+"""pgqueue: a background-job queue on one PostgreSQL table.
+
+Enqueue in the same transaction as your data, claim with ``FOR UPDATE SKIP LOCKED``, hold jobs by
+lease, and finish them with updates guarded by the claimed attempt number.
+"""
+
+from __future__ import annotations
+
+from pgqueue.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidPayloadError,
+    PgQueueError,
+)
+from pgqueue.models import Job, JobStatus, metadata
+from pgqueue.repository import (
+    claim,
+    complete,
+    enqueue,
+    enqueue_many,
+    extend_lease,
+    fail,
+    purge_done,
+    reap_expired,
+)
+from pgqueue.results import ClaimedJob, FailResult, ReapedJob
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ClaimedJob",
+    "FailResult",
+    "InvalidArgumentError",
+    "InvalidArgumentTypeError",
+    "InvalidPayloadError",
+    "Job",
+    "JobStatus",
+    "PgQueueError",
+    "ReapedJob",
+    "__version__",
+    "claim",
+    "complete",
+    "enqueue",
+    "enqueue_many",
+    "extend_lease",
+    "fail",
+    "metadata",
+    "purge_done",
+    "reap_expired",
+]

@@ -1,0 +1,98 @@
+"""Input checks that run before any SQL, so bad input writes nothing."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidPayloadError
+
+#: NOTIFY payloads must stay under 8000 bytes (R16); the queue name is the payload.
+MAX_QUEUE_NAME_BYTES = 7999
+
+# A JSON text escape of U+0000 that is not itself an escaped backslash: jsonb rejects it.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def encode_payload(payload: Any, *, index: int | None = None) -> str:
+    """Serialise a payload to JSON text that PostgreSQL's jsonb accepts unchanged."""
+    try:
+        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidPayloadError(f"not storable as jsonb ({exc})", index=index) from exc
+    if "\\u0000" in text and _NUL_ESCAPE.search(text):
+        raise InvalidPayloadError("contains the character U+0000, which jsonb rejects", index=index)
+    return text
+
+
+def encode_payloads(payloads: Iterable[Any]) -> list[str]:
+    """Serialise a whole batch first: one bad payload rejects the batch."""
+    if isinstance(payloads, (str, bytes, dict)):
+        raise InvalidArgumentTypeError("payloads", "an iterable of payloads", payloads)
+    return [encode_payload(p, index=i) for i, p in enumerate(payloads)]
+
+
+def check_queue(queue: object) -> str:
+    """A queue name travels as the NOTIFY payload and in comma-separated CLI lists."""
+    if not isinstance(queue, str):
+        raise InvalidArgumentTypeError("queue", "str", queue)
+    if not queue:
+        raise InvalidArgumentError("queue", "must not be empty")
+    if "," in queue:
+        raise InvalidArgumentError("queue", f"must not contain a comma: {queue!r}")
+    if "\x00" in queue:
+        raise InvalidArgumentError("queue", "must not contain the character U+0000")
+    if len(queue.encode()) > MAX_QUEUE_NAME_BYTES:
+        raise InvalidArgumentError(
+            "queue", f"longer than {MAX_QUEUE_NAME_BYTES} bytes, too long for a NOTIFY payload"
+        )
+    return queue
+
+
+def check_positive_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentTypeError(name, "int", value)
+    if value < 1:
+        raise InvalidArgumentError(name, f"must be at least 1, got {value}")
+    return value
+
+
+def check_int(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidArgumentTypeError(name, "int", value)
+    return value
+
+
+def check_duration(name: str, value: object, *, allow_zero: bool) -> timedelta:
+    if not isinstance(value, timedelta):
+        raise InvalidArgumentTypeError(name, "datetime.timedelta", value)
+    if value < timedelta(0) or (not allow_zero and value == timedelta(0)):
+        bound = "negative" if allow_zero else "zero or negative"
+        raise InvalidArgumentError(name, f"must not be {bound}, got {value}")
+    return value
+
+
+def check_run_at(run_at: object) -> datetime:
+    if not isinstance(run_at, datetime):
+        raise InvalidArgumentTypeError("run_at", "datetime.datetime", run_at)
+    if run_at.tzinfo is None or run_at.tzinfo.utcoffset(run_at) is None:
+        raise InvalidArgumentError(
+            "run_at", "must be timezone-aware (naive datetimes are ambiguous)"
+        )
+    return run_at
+
+
+def check_schedule(
+    run_at: datetime | None, delay: timedelta | None
+) -> tuple[datetime | None, timedelta]:
+    """Return ``(run_at, delay)`` for ``coalesce(:run_at, now() + :delay)``."""
+    if run_at is not None and delay is not None:
+        raise InvalidArgumentError("run_at", "give run_at or delay, not both")
+    if run_at is not None:
+        return check_run_at(run_at), timedelta(0)
+    if delay is not None:
+        return None, check_duration("delay", delay, allow_zero=True)
+    return None, timedelta(0)

@@ -1,0 +1,41 @@
+"""The one error hierarchy users catch: everything pgqueue raises on purpose is a PgQueueError."""
+
+from __future__ import annotations
+
+
+class PgQueueError(Exception):
+    """Base of every error pgqueue raises on purpose."""
+
+
+class InvalidArgumentError(PgQueueError, ValueError):
+    """An argument was rejected before any SQL ran; nothing was written.
+
+    Attributes:
+        argument: The name of the offending argument (``"payload"``, ``"queue"``, ...).
+    """
+
+    def __init__(self, argument: str, problem: str) -> None:
+        super().__init__(f"{argument}: {problem}")
+        self.argument = argument
+        self.problem = problem
+
+
+class InvalidPayloadError(InvalidArgumentError):
+    """A payload cannot be stored as PostgreSQL ``jsonb``.
+
+    Attributes:
+        index: Position of the bad payload in an ``enqueue_many`` batch, else ``None``.
+    """
+
+    def __init__(self, problem: str, *, index: int | None = None) -> None:
+        where = "payload" if index is None else f"payloads[{index}]"
+        super().__init__(where, problem)
+        self.index = index
+
+
+class InvalidArgumentTypeError(PgQueueError, TypeError):
+    """An argument had the wrong type; nothing was written."""
+
+    def __init__(self, argument: str, expected: str, got: object) -> None:
+        super().__init__(f"{argument}: expected {expected}, got {type(got).__name__}")
+        self.argument = argument

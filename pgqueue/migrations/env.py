@@ -1,0 +1,5 @@
+"""Alembic entry point for the packaged revisions (used by ``pgqueue migrate``)."""
+
+from pgqueue.migrations._env import run
+
+run()

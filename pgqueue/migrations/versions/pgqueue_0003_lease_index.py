@@ -1,0 +1,53 @@
+"""Partial index on the leases of running jobs, so the reaper never scans finished history.
+
+Revision ID: pgqueue_0003
+Revises: pgqueue_0002
+Create Date: 2026-11-30
+
+Built CONCURRENTLY outside a transaction: online-safe on a big live table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "pgqueue_0003"
+down_revision: str | Sequence[str] | None = "pgqueue_0002"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    with op.get_context().autocommit_block():
+        # A CONCURRENTLY build that was interrupted leaves an INVALID index behind: drop it first.
+        op.execute(
+            """
+            DO $$
+            BEGIN
+              IF EXISTS (
+                SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+                WHERE c.relname = 'jobs_lease_idx'
+                  AND c.relnamespace = current_schema()::regnamespace
+                  AND NOT i.indisvalid
+              ) THEN
+                DROP INDEX jobs_lease_idx;
+              END IF;
+            END
+            $$
+            """
+        )
+        op.create_index(
+            "jobs_lease_idx",
+            "jobs",
+            ["locked_until"],
+            postgresql_where=sa.text("status = 'running'"),
+            postgresql_concurrently=True,
+        )
+
+
+def downgrade() -> None:
+    with op.get_context().autocommit_block():
+        op.drop_index("jobs_lease_idx", table_name="jobs", postgresql_concurrently=True)

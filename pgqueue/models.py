@@ -1,0 +1,93 @@
+"""The declarative ``Job`` model: the same table the Alembic revisions create.
+
+The model is for reading jobs, for autogenerate comparisons and for users' foreign keys. The queue's
+hot paths use the Core statements of :mod:`pgqueue.statements`, built on ``Job.__table__``.
+"""
+
+from __future__ import annotations
+
+import enum
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+#: Names the revisions use, so autogenerate and the catalog agree (PostgreSQL's own defaults).
+NAMING_CONVENTION: dict[str, str] = {
+    "pk": "%(table_name)s_pkey",
+    "ck": "%(table_name)s_%(constraint_name)s_check",
+    "ix": "%(table_name)s_%(column_0_N_name)s_idx",
+    "uq": "%(table_name)s_%(column_0_N_name)s_key",
+    "fk": "%(table_name)s_%(column_0_N_name)s_fkey",
+}
+
+#: pgqueue's own metadata: pass it next to yours as Alembic's ``target_metadata``.
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class JobStatus(str, enum.Enum):
+    """A job's state; the values are the text stored in ``jobs.status``."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Base(DeclarativeBase):
+    metadata = metadata
+
+
+class Job(Base):
+    """One row per job (R1). ``attempts`` is the fencing token of every guarded update."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(always=True), primary_key=True)
+    queue: Mapped[str] = mapped_column(Text, server_default=text("'default'"))
+    payload: Mapped[Any] = mapped_column(JSONB)
+    status: Mapped[str] = mapped_column(Text, server_default=text("'queued'"))
+    run_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    max_attempts: Mapped[int] = mapped_column(Integer, server_default=text("5"))
+    locked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        CheckConstraint(
+            "status IN ('queued', 'running', 'done', 'failed')",
+            name="status",
+        ),
+        # R2: only ready-able rows, so it stays small however much history the table holds.
+        Index("jobs_ready_idx", "queue", "run_at", postgresql_where=text("status = 'queued'")),
+        # Leases of running jobs only: the reaper never scans finished history.
+        Index("jobs_lease_idx", "locked_until", postgresql_where=text("status = 'running'")),
+    )
+
+    def __repr__(self) -> str:
+        return (
+            f"Job(id={self.id!r}, queue={self.queue!r}, status={self.status!r}, "
+            f"attempts={self.attempts!r})"
+        )
+
+
+#: The Core table behind :class:`Job`.
+jobs_table: Table = Job.__table__  # type: ignore[assignment]

@@ -1,0 +1,220 @@
+"""Repository functions: run the Core statements in the caller's transaction.
+
+None of them commits. The caller owns the transaction, which is what lets a service enqueue a job
+in the same transaction as the data change it is about, and lets a handler complete its job
+together with its own writes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any, TypeAlias, Union
+
+from sqlalchemy import Connection
+from sqlalchemy.orm import Session
+
+from pgqueue import statements
+from pgqueue._validation import (
+    check_duration,
+    check_int,
+    check_positive_int,
+    check_queue,
+    check_schedule,
+    encode_payload,
+    encode_payloads,
+)
+from pgqueue.models import JobStatus
+from pgqueue.results import ClaimedJob, FailResult, ReapedJob
+
+#: What every repository function accepts: a Core connection or an ORM session.
+Executor: TypeAlias = Union[Connection, Session]  # noqa: UP007 (runtime alias on 3.10)
+
+DEFAULT_QUEUE = "default"
+DEFAULT_LEASE = timedelta(minutes=5)
+DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_RETRY_BASE = timedelta(seconds=10)
+DEFAULT_RETRY_CAP = timedelta(hours=1)
+DEFAULT_PURGE_AGE = timedelta(days=7)
+DEFAULT_PURGE_BATCH = 10_000
+
+
+def enqueue(
+    conn: Executor,
+    payload: Any,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    run_at: datetime | None = None,
+    delay: timedelta | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> int:
+    """Insert one job in the caller's transaction and return its id.
+
+    Args:
+        payload: Any JSON value (object, array, string, number, bool or ``None``).
+        queue: The job's queue, which is also its kind: workers map queues to handlers.
+        run_at: Timezone-aware time before which the job is not ready. Default: now.
+        delay: Alternatively, a delay from the transaction's ``now()``; not with ``run_at``.
+        max_attempts: Attempts before the job fails for good (default 5).
+
+    Raises:
+        InvalidArgumentError: before any SQL, for a bad payload, queue or schedule.
+    """
+    params = _insert_params(queue, run_at, delay, max_attempts)
+    params["payload_json"] = encode_payload(payload)
+    return int(conn.execute(statements.ENQUEUE, params).scalar_one())
+
+
+def enqueue_many(
+    conn: Executor,
+    payloads: Iterable[Any],
+    *,
+    queue: str = DEFAULT_QUEUE,
+    run_at: datetime | None = None,
+    delay: timedelta | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> list[int]:
+    """Insert a batch of jobs in one round trip; return their ids in input order.
+
+    Every payload is checked before the statement runs: one bad payload rejects the whole batch.
+    """
+    params = _insert_params(queue, run_at, delay, max_attempts)
+    params["payloads"] = encode_payloads(payloads)
+    if not params["payloads"]:
+        return []
+    # Identity values are drawn in the SELECT's ORDER BY ord, so sorting them restores input order.
+    return sorted(conn.execute(statements.ENQUEUE_MANY, params).scalars())
+
+
+def _insert_params(
+    queue: str, run_at: datetime | None, delay: timedelta | None, max_attempts: int
+) -> dict[str, Any]:
+    at, after = check_schedule(run_at, delay)
+    return {
+        "queue_name": check_queue(queue),
+        "due_at": at,
+        "delay": after,
+        "attempt_budget": check_positive_int("max_attempts", max_attempts),
+    }
+
+
+def claim(
+    conn: Executor,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    limit: int = 10,
+    lease: timedelta = DEFAULT_LEASE,
+) -> list[ClaimedJob]:
+    """Claim up to ``limit`` ready jobs of one queue with ``FOR UPDATE SKIP LOCKED`` (R6, R7).
+
+    Each job becomes ``running`` with ``attempts + 1`` and ``locked_until = now() + lease``.
+    Commit right away and work outside the transaction (lease mode, R9), or work inside it for
+    jobs of a few milliseconds (R8). Jobs come back oldest ``run_at`` first.
+    """
+    stmt = statements.claim_statement(check_positive_int("limit", limit))
+    rows = conn.execute(
+        stmt,
+        {
+            "queue_name": check_queue(queue),
+            "lease": check_duration("lease", lease, allow_zero=False),
+        },
+    )
+    # UPDATE ... RETURNING promises no order: restore the claim's run_at order.
+    ordered = sorted(rows, key=lambda r: (r.run_at, r.id))
+    return [
+        ClaimedJob(id=r.id, queue=r.queue, payload=r.payload, attempts=r.attempts) for r in ordered
+    ]
+
+
+def complete(conn: Executor, job_id: int, attempts: int) -> bool:
+    """Mark a job ``done`` (R10). False when the job is no longer ours (R13): change nothing."""
+    return _guarded(conn, statements.COMPLETE, job_id, attempts) is not None
+
+
+def extend_lease(
+    conn: Executor, job_id: int, attempts: int, lease: timedelta = DEFAULT_LEASE
+) -> bool:
+    """Push a running job's lease to ``now() + lease`` (R14). False: the job is lost, stop work."""
+    extra = {"lease": check_duration("lease", lease, allow_zero=False)}
+    return _guarded(conn, statements.EXTEND_LEASE, job_id, attempts, extra) is not None
+
+
+def fail(
+    conn: Executor,
+    job_id: int,
+    attempts: int,
+    error: str,
+    *,
+    retry: bool = True,
+    base: timedelta = DEFAULT_RETRY_BASE,
+    cap: timedelta = DEFAULT_RETRY_CAP,
+) -> FailResult | None:
+    """Record a failed attempt (R11) and schedule the retry, or fail the job for good.
+
+    The retry waits ``least(cap, base * 2^attempts)``: 20 s after the first failure, then 40 s,
+    80 s, 160 s with the defaults. Once ``attempts >= max_attempts``, or with ``retry=False``
+    (a non-retryable error), the job becomes ``failed``. Returns ``None`` when the guard
+    matched no row (the job is no longer ours).
+    """
+    if not isinstance(error, str):
+        error = str(error)
+    extra = {
+        "error": error,
+        "retry": bool(retry),
+        "base_seconds": check_duration("base", base, allow_zero=True).total_seconds(),
+        "cap_seconds": check_duration("cap", cap, allow_zero=True).total_seconds(),
+    }
+    row = _guarded(conn, statements.FAIL, job_id, attempts, extra)
+    if row is None:
+        return None
+    failed = row.status == JobStatus.FAILED.value
+    return FailResult(
+        id=row.id,
+        status=row.status,
+        attempts=row.attempts,
+        retry_in=None if failed else row.retry_in,
+    )
+
+
+def reap_expired(conn: Executor) -> list[ReapedJob]:
+    """Requeue running jobs whose lease expired, or fail them once attempts are spent (R12).
+
+    Safe to run from any worker or from cron, concurrently: each row is updated once.
+    """
+    rows = conn.execute(statements.REAP_EXPIRED)
+    return [ReapedJob(id=r.id, status=r.status, attempts=r.attempts) for r in rows]
+
+
+def purge_done(
+    conn: Executor,
+    *,
+    older_than: timedelta = DEFAULT_PURGE_AGE,
+    batch_size: int = DEFAULT_PURGE_BATCH,
+) -> int:
+    """Delete at most one batch of ``done`` jobs created before ``now() - older_than`` (R20).
+
+    Returns how many were deleted; loop while it returns ``batch_size``, one short transaction
+    per batch, so vacuum keeps up and no long transaction holds it back.
+    """
+    params = {
+        "older_than": check_duration("older_than", older_than, allow_zero=True),
+        "batch_size": check_positive_int("batch_size", batch_size),
+    }
+    result = conn.execute(statements.purge_statement(JobStatus.DONE), params)
+    return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _guarded(
+    conn: Executor,
+    stmt: Any,
+    job_id: int,
+    attempts: int,
+    extra: dict[str, Any] | None = None,
+) -> Any:
+    params = {
+        "job_id": check_int("job_id", job_id),
+        "claimed_attempts": check_int("attempts", attempts),
+    }
+    if extra:
+        params.update(extra)
+    return conn.execute(stmt, params).first()

@@ -1,0 +1,42 @@
+"""Small frozen results of the repository functions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job this caller now holds. ``attempts`` is the token every later update must present."""
+
+    id: int
+    queue: str
+    payload: Any
+    attempts: int
+
+
+@dataclass(frozen=True)
+class FailResult:
+    """Where a failed job went: back to ``queued`` (``retry_in`` set) or ``failed`` for good.
+
+    Attributes:
+        status: ``"queued"`` or ``"failed"``.
+        attempts: Attempts spent so far.
+        retry_in: Delay before the next attempt; ``None`` when the job failed for good.
+    """
+
+    id: int
+    status: str
+    attempts: int
+    retry_in: timedelta | None
+
+
+@dataclass(frozen=True)
+class ReapedJob:
+    """A job whose lease had expired: requeued, or failed once its attempts were spent."""
+
+    id: int
+    status: str
+    attempts: int

@@ -1,0 +1,254 @@
+"""Core statements of the queue: pure builders, no I/O.
+
+Each shape is built once (module constants, or cached per batch size) so SQLAlchemy's compiled
+cache and the driver's prepared statements are reused. Status comparisons are rendered as SQL
+literals, not bound parameters: under a generic plan the planner can only use a partial index
+(``WHERE status = 'queued'``) when it sees the same literal in the query.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Boolean,
+    ColumnElement,
+    Delete,
+    Float,
+    Insert,
+    Integer,
+    Interval,
+    Text,
+    Update,
+    bindparam,
+    case,
+    cast,
+    delete,
+    func,
+    insert,
+    literal,
+    literal_column,
+    null,
+    select,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql.elements import ColumnClause
+
+from pgqueue.models import JobStatus, jobs_table
+
+jobs = jobs_table
+
+#: Largest exponent of the backoff: keeps ``base * 2^attempts`` finite for any attempt count.
+_MAX_BACKOFF_EXPONENT = 60
+
+
+def status_literal(status: JobStatus) -> ColumnClause[Any]:
+    """``'queued'`` inline, so generic plans can still prove a partial index's predicate."""
+    return literal_column(f"'{status.value}'", Text)
+
+
+def _guard() -> ColumnElement[bool]:
+    """The guard of every lifecycle update: the job is still ours (R10-R14)."""
+    return (
+        (jobs.c.id == bindparam("job_id", type_=BigInteger))
+        & (jobs.c.status == status_literal(JobStatus.RUNNING))
+        & (jobs.c.attempts == bindparam("claimed_attempts", type_=Integer))
+    )
+
+
+def _schedule() -> ColumnElement[Any]:
+    """``coalesce(:run_at, now() + :delay)``: one statement shape for "now", a delay or a time."""
+    return func.coalesce(
+        bindparam("due_at", type_=jobs.c.run_at.type),
+        func.now() + bindparam("delay", type_=Interval),
+    )
+
+
+def _lease_end() -> ColumnElement[Any]:
+    return func.now() + bindparam("lease", type_=Interval)
+
+
+# -- enqueue -------------------------------------------------------------------------------------
+
+ENQUEUE: Insert = (
+    insert(jobs)
+    .values(
+        queue=bindparam("queue_name", type_=Text),
+        payload=cast(bindparam("payload_json", type_=Text), JSONB),
+        run_at=_schedule(),
+        max_attempts=bindparam("attempt_budget", type_=Integer),
+    )
+    .returning(jobs.c.id)
+)
+
+_batch = (
+    func.unnest(bindparam("payloads", type_=ARRAY(Text)))
+    .table_valued("payload", with_ordinality="ord")
+    .render_derived()
+)
+
+#: One round trip for a whole batch; ``ORDER BY ord`` assigns ids in input order.
+ENQUEUE_MANY: Insert = (
+    insert(jobs)
+    .from_select(
+        ["queue", "payload", "run_at", "max_attempts"],
+        select(
+            bindparam("queue_name", type_=Text),
+            cast(_batch.c.payload, JSONB),
+            _schedule(),
+            bindparam("attempt_budget", type_=Integer),
+        ).order_by(_batch.c.ord),
+    )
+    .returning(jobs.c.id)
+)
+
+
+# -- claim -----------------------------------------------------------------------------------------
+
+
+def _ready_ids(limit: int, *, skip_locked: bool) -> Any:
+    return (
+        select(jobs.c.id)
+        .where(
+            jobs.c.queue == bindparam("queue_name", type_=Text),
+            jobs.c.status == status_literal(JobStatus.QUEUED),
+            jobs.c.run_at <= func.now(),
+        )
+        .order_by(jobs.c.run_at)
+        # Inline LIMIT: with a bound one the generic plan hash-joins over a seq scan of jobs.
+        .limit(literal(limit, Integer, literal_execute=True))
+        .with_for_update(skip_locked=skip_locked)
+    )
+
+
+@lru_cache(maxsize=64)
+def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
+    """The article's claim (R7): lock up to ``limit`` ready jobs of one queue, lease them.
+
+    Parameters: ``queue_name``, ``lease``. Returns ``id, queue, payload, attempts, run_at``. The CTE is
+    ``MATERIALIZED`` so the planner keeps LockRows inside it (Limit over LockRows over an index
+    scan of ``jobs_ready_idx``). ``skip_locked=False`` is the serialising variant of R5, kept
+    for the demo and the tests.
+    """
+    nxt = _ready_ids(limit, skip_locked=skip_locked).cte("next").prefix_with("MATERIALIZED")
+    return (
+        jobs.update()
+        .where(jobs.c.id == nxt.c.id)
+        .values(
+            status=status_literal(JobStatus.RUNNING),
+            attempts=jobs.c.attempts + 1,
+            locked_until=_lease_end(),
+        )
+        .returning(jobs.c.id, jobs.c.queue, jobs.c.payload, jobs.c.attempts, jobs.c.run_at)
+    )
+
+
+#: THE BROKEN CLAIM of R4, kept only to reproduce the double-claim bug. Never use it.
+#: ``UPDATE ... WHERE id = (SELECT id ... LIMIT 1)`` without a lock: under READ COMMITTED two
+#: sessions both take the oldest job. Like the article's ``naive.sql``, it also marks the job done.
+NAIVE_DOUBLE_CLAIMING_CLAIM: Update = (
+    jobs.update()
+    .where(
+        jobs.c.id
+        == select(jobs.c.id)
+        .where(jobs.c.status == status_literal(JobStatus.QUEUED))
+        .order_by(jobs.c.run_at)
+        .limit(1)
+        .scalar_subquery()
+    )
+    .values(status=bindparam("new_status", type_=Text), attempts=jobs.c.attempts + 1)
+    .returning(jobs.c.id, jobs.c.attempts)
+)
+
+
+# -- lifecycle (each guarded by id, status = 'running' and the claimed attempts) ---------------
+
+COMPLETE: Update = (
+    jobs.update()
+    .where(_guard())
+    .values(status=status_literal(JobStatus.DONE), locked_until=null())
+    .returning(jobs.c.id)
+)
+
+#: R11: ``least(cap, base * 2^attempts)`` seconds; 20 s, 40 s, 80 s, 160 s with the defaults.
+_backoff_seconds = func.least(
+    bindparam("cap_seconds", type_=Float),
+    bindparam("base_seconds", type_=Float)
+    * func.power(literal(2.0, Float), func.least(jobs.c.attempts, _MAX_BACKOFF_EXPONENT)),
+)
+
+FAIL: Update = (
+    jobs.update()
+    .where(_guard())
+    .values(
+        status=case(
+            (
+                bindparam("retry", type_=Boolean) & (jobs.c.attempts < jobs.c.max_attempts),
+                status_literal(JobStatus.QUEUED),
+            ),
+            else_=status_literal(JobStatus.FAILED),
+        ),
+        run_at=func.now() + _backoff_seconds * literal_column("interval '1 second'", Interval),
+        locked_until=null(),
+        last_error=bindparam("error", type_=Text),
+    )
+    .returning(
+        jobs.c.id,
+        jobs.c.status,
+        jobs.c.attempts,
+        (jobs.c.run_at - func.now()).label("retry_in"),
+    )
+)
+
+EXTEND_LEASE: Update = (
+    jobs.update().where(_guard()).values(locked_until=_lease_end()).returning(jobs.c.id)
+)
+
+#: R12: expired leases go back to the queue, or fail once their attempts are spent.
+REAP_EXPIRED: Update = (
+    jobs.update()
+    .where(
+        jobs.c.status == status_literal(JobStatus.RUNNING),
+        jobs.c.locked_until < func.now(),
+    )
+    .values(
+        status=case(
+            (jobs.c.attempts >= jobs.c.max_attempts, status_literal(JobStatus.FAILED)),
+            else_=status_literal(JobStatus.QUEUED),
+        ),
+        locked_until=null(),
+        last_error=func.coalesce(jobs.c.last_error, literal("lease expired", Text)),
+    )
+    .returning(jobs.c.id, jobs.c.status, jobs.c.attempts)
+)
+
+
+@lru_cache(maxsize=8)
+def purge_statement(status: JobStatus = JobStatus.DONE) -> Delete:
+    """R20: delete one batch of finished jobs older than ``:older_than``; callers loop."""
+    batch = (
+        select(jobs.c.id)
+        .where(
+            jobs.c.status == status_literal(status),
+            jobs.c.created_at < func.now() - bindparam("older_than", type_=Interval),
+        )
+        .limit(bindparam("batch_size", type_=Integer))
+    )
+    return delete(jobs).where(jobs.c.id.in_(batch.scalar_subquery()))
+
+
+__all__ = [
+    "COMPLETE",
+    "ENQUEUE",
+    "ENQUEUE_MANY",
+    "EXTEND_LEASE",
+    "FAIL",
+    "NAIVE_DOUBLE_CLAIMING_CLAIM",
+    "REAP_EXPIRED",
+    "claim_statement",
+    "purge_statement",
+    "status_literal",
+]

