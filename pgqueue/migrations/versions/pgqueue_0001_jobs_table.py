@@ -41,9 +41,9 @@ def upgrade() -> None:
             server_default=sa.text("now()"),
             nullable=False,
         ),
-        sa.PrimaryKeyConstraint("id", name="jobs_pkey"),
+        sa.PrimaryKeyConstraint("id", name=op.f("jobs_pkey")),
         sa.CheckConstraint(
-            "status IN ('queued', 'running', 'done', 'failed')", name="jobs_status_check"
+            "status IN ('queued', 'running', 'done', 'failed')", name=op.f("jobs_status_check")
         ),
     )
     op.create_index(

@@ -1,0 +1,184 @@
+"""The Alembic revisions own the schema: model and catalog agree, and every step downgrades."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import URL
+
+import pgqueue
+import pgqueue.migrations
+
+
+@pytest.fixture
+def empty_engine(empty_db_url: URL) -> Iterator[Engine]:
+    eng = create_engine(empty_db_url)
+    yield eng
+    eng.dispose()
+
+
+def _tables(engine: Engine) -> set[str]:
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'"))
+        return {r[0] for r in rows}
+
+
+def test_revision_chain_is_a_labelled_branch() -> None:
+    script = ScriptDirectory.from_config(pgqueue.migrations.alembic_config("postgresql://x/y"))
+    revisions = list(script.walk_revisions())
+    ids = [r.revision for r in reversed(revisions)]
+    assert ids == ["pgqueue_0001", "pgqueue_0002", "pgqueue_0003"]
+    root = script.get_revision("pgqueue_0001")
+    assert root is not None
+    assert root.down_revision is None
+    assert root.branch_labels == {"pgqueue"}
+    assert script.get_current_head() == "pgqueue_0003"
+
+
+def test_model_matches_the_migrated_database(engine: Engine) -> None:
+    with engine.connect() as conn:
+        ctx = MigrationContext.configure(conn, opts={"compare_server_default": True})
+        diff = compare_metadata(ctx, pgqueue.metadata)
+    assert diff == []
+
+
+def test_catalog_has_what_autogenerate_cannot_see(engine: Engine) -> None:
+    with engine.connect() as conn:
+        indexes = dict(
+            conn.execute(
+                text("SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'jobs'")
+            ).all()
+        )
+        trigger = conn.execute(
+            text("SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'jobs_notify'")
+        ).scalar_one()
+        function = conn.execute(
+            text("SELECT prosrc FROM pg_proc WHERE proname = 'jobs_notify'")
+        ).scalar_one()
+        check = conn.execute(
+            text("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = :n"),
+            {"n": "jobs_status_check"},
+        ).scalar_one()
+        valid = conn.execute(
+            text("SELECT bool_and(indisvalid) FROM pg_index WHERE indrelid = 'jobs'::regclass")
+        ).scalar_one()
+    assert indexes["jobs_ready_idx"] == (
+        "CREATE INDEX jobs_ready_idx ON public.jobs USING btree (queue, run_at) "
+        "WHERE (status = 'queued'::text)"
+    )
+    assert indexes["jobs_lease_idx"] == (
+        "CREATE INDEX jobs_lease_idx ON public.jobs USING btree (locked_until) "
+        "WHERE (status = 'running'::text)"
+    )
+    assert indexes["jobs_pkey"].startswith("CREATE UNIQUE INDEX jobs_pkey ON public.jobs")
+    assert valid is True
+    assert trigger == (
+        "CREATE TRIGGER jobs_notify AFTER INSERT ON public.jobs "
+        "FOR EACH ROW EXECUTE FUNCTION jobs_notify()"
+    )
+    assert "pg_notify('jobs', NEW.queue)" in function
+    for status in ("queued", "running", "done", "failed"):
+        assert f"'{status}'" in check
+
+
+def test_columns_are_exactly_r1(engine: Engine) -> None:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT column_name, data_type, is_nullable, column_default, is_identity, "
+                "identity_generation FROM information_schema.columns "
+                "WHERE table_name = 'jobs' ORDER BY ordinal_position"
+            )
+        ).all()
+    assert [tuple(r) for r in rows] == [
+        ("id", "bigint", "NO", None, "YES", "ALWAYS"),
+        ("queue", "text", "NO", "'default'::text", "NO", None),
+        ("payload", "jsonb", "NO", None, "NO", None),
+        ("status", "text", "NO", "'queued'::text", "NO", None),
+        ("run_at", "timestamp with time zone", "NO", "now()", "NO", None),
+        ("attempts", "integer", "NO", "0", "NO", None),
+        ("max_attempts", "integer", "NO", "5", "NO", None),
+        ("locked_until", "timestamp with time zone", "YES", None, "NO", None),
+        ("last_error", "text", "YES", None, "NO", None),
+        ("created_at", "timestamp with time zone", "NO", "now()", "NO", None),
+    ]
+
+
+def test_downgrade_to_base_and_upgrade_again(empty_db_url: URL, empty_engine: Engine) -> None:
+    pgqueue.migrations.upgrade(empty_db_url)
+    assert "jobs" in _tables(empty_engine)
+    for step, expect_lease_idx in (("pgqueue_0002", False), ("pgqueue_0001", False)):
+        pgqueue.migrations.downgrade(empty_db_url, step)
+        with empty_engine.connect() as conn:
+            has = conn.execute(
+                text("SELECT count(*) FROM pg_indexes WHERE indexname = 'jobs_lease_idx'")
+            ).scalar_one()
+        assert bool(has) is expect_lease_idx
+    with empty_engine.connect() as conn:
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM pg_trigger WHERE tgname = 'jobs_notify'")
+            ).scalar_one()
+            == 0
+        )
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue@base")
+    assert "jobs" not in _tables(empty_engine)
+    with empty_engine.connect() as conn:
+        assert (
+            conn.execute(
+                text("SELECT count(*) FROM pg_proc WHERE proname = 'jobs_notify'")
+            ).scalar_one()
+            == 0
+        )
+    pgqueue.migrations.upgrade(empty_db_url)
+    with empty_engine.connect() as conn:
+        version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
+    assert version == "pgqueue_0003"
+
+
+def test_interrupted_concurrent_build_is_repaired(empty_db_url: URL, empty_engine: Engine) -> None:
+    """An INVALID leftover of a failed CREATE INDEX CONCURRENTLY does not block the upgrade."""
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0002")
+    with empty_engine.connect() as conn:
+        conn.execute(text("INSERT INTO jobs (payload, status) VALUES ('1', 'running')"))
+        conn.execute(text("INSERT INTO jobs (payload, status) VALUES ('1', 'running')"))
+        conn.commit()
+    # A unique index over duplicate values fails its concurrent build and stays INVALID.
+    raw = empty_engine.raw_connection()
+    try:
+        dbapi = raw.driver_connection
+        assert dbapi is not None
+        dbapi.autocommit = True
+        with pytest.raises(Exception, match="could not create unique index"):
+            dbapi.execute(
+                "CREATE UNIQUE INDEX CONCURRENTLY jobs_lease_idx ON jobs (status) "
+                "WHERE status = 'running'"
+            )
+    finally:
+        raw.close()
+    pgqueue.migrations.upgrade(empty_db_url)
+    with empty_engine.connect() as conn:
+        row = conn.execute(
+            text(
+                "SELECT i.indisvalid, pg_get_indexdef(i.indexrelid) FROM pg_index i "
+                "JOIN pg_class c ON c.oid = i.indexrelid WHERE c.relname = 'jobs_lease_idx'"
+            )
+        ).one()
+    assert row[0] is True
+    assert "(locked_until)" in row[1]
+
+
+def test_offline_sql_builds_the_lease_index_concurrently(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pgqueue.migrations.upgrade("postgresql://nobody@localhost/none", sql=True)
+    out = capsys.readouterr().out
+    assert "CREATE TABLE jobs" in out
+    assert "CREATE INDEX jobs_ready_idx ON jobs (queue, run_at) WHERE status = 'queued'" in out
+    assert "CREATE INDEX CONCURRENTLY jobs_lease_idx" in out
+    assert "CREATE TRIGGER jobs_notify" in out
