@@ -24,6 +24,8 @@ from pgqueue.repository import (
     reap_expired,
 )
 from pgqueue.results import ClaimedJob, FailResult, ReapedJob
+from pgqueue.retry import RetryPolicy
+from pgqueue.worker import JobContext, Registry, Worker, WorkerStats
 
 __version__ = "0.1.0"
 
@@ -34,9 +36,14 @@ __all__ = [
     "InvalidArgumentTypeError",
     "InvalidPayloadError",
     "Job",
+    "JobContext",
     "JobStatus",
     "PgQueueError",
     "ReapedJob",
+    "Registry",
+    "RetryPolicy",
+    "Worker",
+    "WorkerStats",
     "__version__",
     "claim",
     "complete",

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Insert,
     Integer,
     Interval,
+    Select,
     Text,
     Update,
     bindparam,
@@ -180,27 +181,35 @@ _backoff_seconds = func.least(
     * func.power(literal(2.0, Float), func.least(jobs.c.attempts, _MAX_BACKOFF_EXPONENT)),
 )
 
-FAIL: Update = (
-    jobs.update()
-    .where(_guard())
-    .values(
-        status=case(
+
+def _failure_values(retry: ColumnElement[Any], error: ColumnElement[Any]) -> dict[str, Any]:
+    """SET clause of a failed attempt (R11), shared by the single and the batched fail."""
+    return {
+        "status": case(
             (
-                bindparam("retry", type_=Boolean) & (jobs.c.attempts < jobs.c.max_attempts),
+                retry & (jobs.c.attempts < jobs.c.max_attempts),
                 status_literal(JobStatus.QUEUED),
             ),
             else_=status_literal(JobStatus.FAILED),
         ),
-        run_at=func.now() + _backoff_seconds * literal_column("interval '1 second'", Interval),
-        locked_until=null(),
-        last_error=bindparam("error", type_=Text),
-    )
-    .returning(
-        jobs.c.id,
-        jobs.c.status,
-        jobs.c.attempts,
-        (jobs.c.run_at - func.now()).label("retry_in"),
-    )
+        "run_at": func.now() + _backoff_seconds * literal_column("interval '1 second'", Interval),
+        "locked_until": null(),
+        "last_error": error,
+    }
+
+
+_FAIL_RETURNING = (
+    jobs.c.id,
+    jobs.c.status,
+    jobs.c.attempts,
+    (jobs.c.run_at - func.now()).label("retry_in"),
+)
+
+FAIL: Update = (
+    jobs.update()
+    .where(_guard())
+    .values(_failure_values(bindparam("retry", type_=Boolean), bindparam("error", type_=Text)))
+    .returning(*_FAIL_RETURNING)
 )
 
 EXTEND_LEASE: Update = (
@@ -240,14 +249,126 @@ def purge_statement(status: JobStatus = JobStatus.DONE) -> Delete:
     return delete(jobs).where(jobs.c.id.in_(batch.scalar_subquery()))
 
 
+# -- batched lifecycle (the worker's completer, heartbeat and shutdown) -------------------------
+#
+# Parameters: ``batch_ids`` and ``batch_attempts`` (parallel arrays: each job with the attempts it
+# was claimed with), plus the per-statement extras. Each statement first locks the still-ours rows
+# in id order in a MATERIALIZED CTE, so two workers flushing overlapping batches (or a flush and a
+# reaper) queue behind each other instead of deadlocking, then updates them with the same guard as
+# the single-job statements and returns the ids that matched.
+
+
+def _batch_ids() -> ColumnElement[Any]:
+    return bindparam("batch_ids", type_=ARRAY(BigInteger))
+
+
+def _batch_attempts() -> ColumnElement[Any]:
+    return bindparam("batch_attempts", type_=ARRAY(Integer))
+
+
+def _locked_batch(*extra: tuple[str, ColumnElement[Any]]) -> Any:
+    """``WITH mine AS MATERIALIZED (SELECT ... FOR UPDATE OF jobs ORDER BY id)`` over the arrays."""
+    names = ["id", "attempts", *(name for name, _ in extra)]
+    batch = (
+        func.unnest(_batch_ids(), _batch_attempts(), *(arr for _, arr in extra))
+        .table_valued(*names)
+        .render_derived(name="batch")
+    )
+    return (
+        select(jobs.c.id, jobs.c.attempts, *(batch.c[name] for name, _ in extra))
+        .select_from(
+            jobs.join(batch, (jobs.c.id == batch.c.id) & (jobs.c.attempts == batch.c.attempts))
+        )
+        .where(jobs.c.status == status_literal(JobStatus.RUNNING))
+        .order_by(jobs.c.id)
+        .with_for_update(of=jobs)
+        .cte("mine")
+        .prefix_with("MATERIALIZED")
+    )
+
+
+def _batched_update(mine: Any, values: dict[str, Any]) -> Update:
+    return (
+        jobs.update()
+        .where(
+            jobs.c.id == mine.c.id,
+            jobs.c.status == status_literal(JobStatus.RUNNING),
+            jobs.c.attempts == mine.c.attempts,
+        )
+        .values(values)
+    )
+
+
+#: R10 for a batch: ``done`` for every job still ours. Returns the ids that matched.
+COMPLETE_MANY: Update = _batched_update(
+    _locked_batch(), {"status": status_literal(JobStatus.DONE), "locked_until": null()}
+).returning(jobs.c.id)
+
+_failed_batch = _locked_batch(
+    ("error", bindparam("batch_errors", type_=ARRAY(Text))),
+    ("retry", bindparam("batch_retry", type_=ARRAY(Boolean))),
+)
+
+#: R11 for a batch sharing one retry policy (``base_seconds``, ``cap_seconds``); each job brings
+#: its own error text and retry flag (``batch_errors``, ``batch_retry``). Returns like ``FAIL``.
+FAIL_MANY: Update = _batched_update(
+    _failed_batch, _failure_values(_failed_batch.c.retry, _failed_batch.c.error)
+).returning(*_FAIL_RETURNING)
+
+#: R14 for a batch (``lease``): the heartbeat. A job missing from the result is no longer ours.
+EXTEND_LEASE_MANY: Update = _batched_update(
+    _locked_batch(), {"locked_until": _lease_end()}
+).returning(jobs.c.id)
+
+#: Give claimed jobs that never started back to the queue without charging the attempt.
+RELEASE_MANY: Update = _batched_update(
+    _locked_batch(),
+    {
+        "status": status_literal(JobStatus.QUEUED),
+        "attempts": jobs.c.attempts - 1,
+        "locked_until": null(),
+    },
+).returning(jobs.c.id)
+
+_done_batch = (
+    func.unnest(_batch_ids(), _batch_attempts())
+    .table_valued("id", "attempts")
+    .render_derived(name="batch")
+)
+
+#: Which of a batch are ``done`` with the same attempts: completed by their handler's own
+#: transaction (``pgqueue.complete`` beside its writes), so not lost.
+DONE_AMONG: Select[Any] = (
+    select(jobs.c.id)
+    .select_from(
+        jobs.join(
+            _done_batch,
+            (jobs.c.id == _done_batch.c.id) & (jobs.c.attempts == _done_batch.c.attempts),
+        )
+    )
+    .where(jobs.c.status == status_literal(JobStatus.DONE))
+)
+
+#: ``SET LOCAL lock_timeout`` as a function call (``lock_timeout`` in ms, text): a bound value,
+#: and no session state left behind for a transaction-mode pooler.
+SET_LOCAL_LOCK_TIMEOUT: Select[Any] = select(
+    func.set_config(literal("lock_timeout", Text), bindparam("lock_timeout", type_=Text), True)
+)
+
 __all__ = [
     "COMPLETE",
+    "COMPLETE_MANY",
+    "DONE_AMONG",
     "ENQUEUE",
     "ENQUEUE_MANY",
     "EXTEND_LEASE",
+    "EXTEND_LEASE_MANY",
     "FAIL",
+    "FAIL_MANY",
     "NAIVE_DOUBLE_CLAIMING_CLAIM",
     "REAP_EXPIRED",
+    "RELEASE_MANY",
+    "SET_LOCAL_LOCK_TIMEOUT",
     "claim_statement",
     "purge_statement",
     "status_literal",

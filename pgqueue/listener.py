@@ -1,0 +1,109 @@
+"""The LISTEN connection: a direct server connection that turns notifications into wake-ups.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import psycopg
+from sqlalchemy.engine import URL
+
+from pgqueue._urls import mask_text, mask_url, to_libpq_url
+
+log = logging.getLogger("pgqueue.listener")
+
+#: The channel the ``jobs_notify()`` trigger notifies, with the queue name as payload (R16).
+CHANNEL = "jobs"
+
+
+class Listener:
+    """``LISTEN jobs`` on one autocommit psycopg connection, in its own thread (R15-R17).
+
+    A notification is a hint, never the job: ``on_notify(queue)`` is called for each one, and
+    ``on_connected()`` after every (re)connection, because anything sent while the connection was
+    down is gone and the caller must poll once. On connection loss it reconnects with a capped
+    exponential backoff. It needs a direct server connection (not a transaction-mode pooler).
+
+    Args:
+        url: Where to connect: any ``postgresql[+driver]://`` string or SQLAlchemy URL.
+        on_notify: Called from the listener thread with the queue name of each notification.
+        on_connected: Called from the listener thread after each successful ``LISTEN``.
+        min_backoff: First wait before a reconnect, in seconds (default 0.1).
+        max_backoff: Longest wait between reconnect attempts, in seconds (default 10).
+        min_reconnect_interval: A callable giving the least time between two connection attempts,
+            evaluated at each attempt (an idle scale-to-zero worker stretches it; default 0).
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(
+        self,
+        url: str | URL,
+        on_notify: Callable[[str], None],
+        on_connected: Callable[[], None],
+        *,
+        min_backoff: float = 0.1,
+        max_backoff: float = 10.0,
+        min_reconnect_interval: Callable[[], float] = lambda: 0.0,
+    ) -> None:
+        self._conninfo = to_libpq_url(url)
+        self._masked = mask_url(url)
+        self._on_notify = on_notify
+        self._on_connected = on_connected
+        self._min_backoff = min_backoff
+        self._max_backoff = max_backoff
+        self._min_reconnect_interval = min_reconnect_interval
+        self._stop = threading.Event()
+        self._conn: psycopg.Connection[tuple[object, ...]] | None = None
+        self._thread = threading.Thread(target=self._run, name="pgqueue-listener", daemon=True)
+        self.connected = threading.Event()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop listening and close the connection (waits up to ``timeout`` seconds)."""
+        self._stop.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        backoff = self._min_backoff
+        last_attempt = float("-inf")
+        while not self._stop.is_set():
+            wait = max(0.0, last_attempt + self._min_reconnect_interval() - time.monotonic())
+            if wait and self._stop.wait(wait):
+                break
+            last_attempt = time.monotonic()
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")
+                    log.info("listening on %s (channel %r)", self._masked, CHANNEL)
+                    self.connected.set()
+                    backoff = self._min_backoff
+                    self._on_connected()
+                    self._listen(conn)
+            except psycopg.Error as exc:
+                if self._stop.is_set():
+                    break
+                log.warning(
+                    "LISTEN connection to %s lost (%s); reconnecting in %.1fs",
+                    self._masked,
+                    mask_text(str(exc).strip().splitlines()[0] if str(exc).strip() else "error"),
+                    backoff,
+                )
+            finally:
+                self.connected.clear()
+            if self._stop.wait(backoff):
+                break
+            backoff = min(backoff * 2, self._max_backoff)
+
+    def _listen(self, conn: psycopg.Connection[tuple[object, ...]]) -> None:
+        while not self._stop.is_set():
+            # The timeout only bounds how long a stop() waits; an idle wait sends no query.
+            for note in conn.notifies(timeout=0.5):
+                self._on_notify(note.payload)

@@ -1,0 +1,62 @@
+"""Retry policy: how long a failed job waits before its next attempt, and which errors are final.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from pgqueue._validation import check_duration
+from pgqueue.errors import InvalidArgumentTypeError
+from pgqueue.repository import DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP
+
+#: ``last_error`` is cut to this many characters: a huge message bloats every row version.
+MAX_ERROR_LENGTH = 2000
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The backoff of R11 and the exceptions that must not be retried.
+
+    A failed attempt waits ``least(cap, base * 2^attempts)`` before the job is ready again; the
+    computation runs in SQL (the same expression as :func:`pgqueue.fail`), so every worker agrees.
+    A job fails for good once its ``max_attempts`` are spent, or at once when the handler raised
+    one of ``non_retryable`` (a bad payload will not get better by waiting).
+
+    Attributes:
+        base: First unit of the backoff. Default 10 seconds (20 s after the first failure, then
+            40 s, 80 s, 160 s).
+        cap: Longest wait between two attempts. Default one hour.
+        non_retryable: Exception types (and their subclasses) that fail the job at once.
+            Default: none.
+
+    .. versionadded:: 0.1.0
+    """
+
+    base: timedelta = DEFAULT_RETRY_BASE
+    cap: timedelta = DEFAULT_RETRY_CAP
+    non_retryable: tuple[type[BaseException], ...] = ()
+
+    def __post_init__(self) -> None:
+        check_duration("base", self.base, allow_zero=True)
+        check_duration("cap", self.cap, allow_zero=True)
+        if not isinstance(self.non_retryable, tuple) or not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in self.non_retryable
+        ):
+            raise InvalidArgumentTypeError(
+                "non_retryable", "a tuple of exception types", self.non_retryable
+            )
+
+    def should_retry(self, exc: BaseException) -> bool:
+        """False when ``exc`` is one of the non-retryable types."""
+        return not isinstance(exc, self.non_retryable)
+
+
+def describe_error(exc: BaseException) -> str:
+    """``"TypeName: message"`` cut to :data:`MAX_ERROR_LENGTH` characters, for ``last_error``."""
+    text = f"{type(exc).__name__}: {exc}"
+    if len(text) > MAX_ERROR_LENGTH:
+        text = text[: MAX_ERROR_LENGTH - 3] + "..."
+    return text

@@ -1,0 +1,66 @@
+"""A worker process for the fault tests: ``python worker_app.py`` with settings in the environment.
+
+PGQUEUE_APP_URL (database URL), PGQUEUE_APP_CONCURRENCY, PGQUEUE_APP_LEASE (seconds),
+PGQUEUE_APP_POLL (seconds), PGQUEUE_APP_PREFETCH, PGQUEUE_APP_SHUTDOWN (seconds),
+PGQUEUE_APP_UNTIL_EMPTY (1 to drain and exit).
+
+Queues: ``effects`` inserts ``(job_id, attempts, pid)`` into ``effects`` and sleeps
+``payload["sleep"]`` seconds first; ``crash`` kills its worker every time.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+from sqlalchemy import create_engine, text
+
+import pgqueue
+
+EFFECTS_DDL = "CREATE TABLE IF NOT EXISTS effects (job_id bigint, attempts int, pid int)"
+
+
+def record(engine: object, job: pgqueue.JobContext) -> None:
+    with engine.begin() as conn:  # type: ignore[attr-defined]
+        conn.execute(
+            text("INSERT INTO effects VALUES (:j, :a, :p)"),
+            {"j": job.id, "a": job.attempts, "p": os.getpid()},
+        )
+
+
+def main() -> int:
+    logging.basicConfig(level=os.environ.get("PGQUEUE_APP_LOG", "WARNING"), stream=sys.stderr)
+    env = os.environ
+    concurrency = int(env.get("PGQUEUE_APP_CONCURRENCY", "4"))
+    engine = create_engine(env["PGQUEUE_APP_URL"], pool_size=concurrency + 4, max_overflow=4)
+
+    def effects(job: pgqueue.JobContext) -> None:
+        sleep = float((job.payload or {}).get("sleep", 0))
+        if sleep:
+            job.stopping.wait(0)  # a handler may look; this one finishes its work regardless
+            time.sleep(sleep)
+        record(engine, job)
+
+    def crash(job: pgqueue.JobContext) -> None:
+        os._exit(3)
+
+    worker = pgqueue.Worker(
+        engine,
+        {"effects": effects, "crash": crash},
+        concurrency=concurrency,
+        lease=float(env.get("PGQUEUE_APP_LEASE", "30")),
+        poll_interval=float(env.get("PGQUEUE_APP_POLL", "1")),
+        prefetch=int(env.get("PGQUEUE_APP_PREFETCH", "1")),
+        shutdown_timeout=float(env.get("PGQUEUE_APP_SHUTDOWN", "30")),
+        reap_interval=float(env.get("PGQUEUE_APP_REAP", env.get("PGQUEUE_APP_LEASE", "30"))),
+    )
+    print("ready", flush=True)
+    worker.run(until_empty=env.get("PGQUEUE_APP_UNTIL_EMPTY") == "1")
+    engine.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
