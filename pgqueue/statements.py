@@ -373,3 +373,53 @@ __all__ = [
     "purge_statement",
     "status_literal",
 ]
+
+
+# -- operator commands (``pgqueue retry`` / ``cancel``) ------------------------------------------
+
+#: Back to ``queued``, due now, with ``attempts + :extra_attempts`` as the new budget. ``attempts``
+#: is never reset: it is the fencing token of every guarded update (R13). Running jobs are left
+#: alone (their owner still holds them); done jobs stay done.
+_RETRY_VALUES: dict[str, Any] = {
+    "status": status_literal(JobStatus.QUEUED),
+    "run_at": func.now(),
+    "locked_until": null(),
+    "max_attempts": jobs.c.attempts + bindparam("extra_attempts", type_=Integer),
+}
+
+
+@lru_cache(maxsize=2)
+def retry_statement(*, all_failed: bool = False) -> Update:
+    """Requeue jobs with a fresh budget of attempts, by raising ``max_attempts``.
+
+    With ``all_failed=False`` (parameters ``job_ids``, ``extra_attempts``) the listed jobs that are
+    ``failed`` or ``queued`` are retried now; with ``all_failed=True`` (parameters ``queue_name``,
+    which may be ``NULL`` for every queue, and ``extra_attempts``) every ``failed`` job is.
+    Returns ``id`` of each requeued job.
+    """
+    if all_failed:
+        where = (jobs.c.status == status_literal(JobStatus.FAILED)) & (
+            jobs.c.queue == func.coalesce(bindparam("queue_name", type_=Text), jobs.c.queue)
+        )
+    else:
+        where = jobs.c.id.in_(bindparam("job_ids", type_=BigInteger, expanding=True)) & (
+            jobs.c.status.in_([status_literal(JobStatus.FAILED), status_literal(JobStatus.QUEUED)])
+        )
+    return jobs.update().where(where).values(**_RETRY_VALUES).returning(jobs.c.id)
+
+
+#: ``queued`` jobs become ``failed`` with ``last_error = 'cancelled'``; a running job is refused
+#: (its worker holds a lease and would not notice). Parameter ``job_ids``; returns ``id``.
+CANCEL: Update = (
+    jobs.update()
+    .where(
+        jobs.c.id.in_(bindparam("job_ids", type_=BigInteger, expanding=True)),
+        jobs.c.status == status_literal(JobStatus.QUEUED),
+    )
+    .values(
+        status=status_literal(JobStatus.FAILED),
+        locked_until=null(),
+        last_error=literal("cancelled", Text),
+    )
+    .returning(jobs.c.id)
+)

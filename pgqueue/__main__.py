@@ -1,0 +1,5 @@
+"""``python -m pgqueue``: the ``pgqueue`` command."""
+
+from pgqueue.cli import run
+
+run()

@@ -1,0 +1,109 @@
+"""Read-side queries for operators: list and show jobs, queue statistics (R21).
+
+What ``pgqueue list``, ``show`` and ``stats`` print; usable from Python too. Every function runs
+in the caller's connection and returns plain dicts ready for JSON (times as aware datetimes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, Float, Select, and_, func, select, text
+
+from pgqueue.models import JobStatus, jobs_table
+from pgqueue.statements import status_literal
+
+jobs = jobs_table
+
+#: The columns ``pgqueue list`` and ``show`` print, in order.
+JOB_COLUMNS = (
+    "id",
+    "queue",
+    "status",
+    "attempts",
+    "max_attempts",
+    "run_at",
+    "locked_until",
+    "last_error",
+    "created_at",
+)
+
+
+def list_jobs(
+    conn: Connection,
+    *,
+    queue: str | None = None,
+    status: JobStatus | None = None,
+    limit: int = 50,
+) -> list[dict[str, Any]]:
+    """The most recent jobs (highest id first), optionally of one queue and one status."""
+    stmt: Select[Any] = select(*(jobs.c[name] for name in JOB_COLUMNS), jobs.c.payload)
+    if queue is not None:
+        stmt = stmt.where(jobs.c.queue == queue)
+    if status is not None:
+        stmt = stmt.where(jobs.c.status == status_literal(status))
+    stmt = stmt.order_by(jobs.c.id.desc()).limit(limit)
+    return [dict(row._mapping) for row in conn.execute(stmt)]
+
+
+def get_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
+    """One job with its payload, or ``None`` when there is no such id."""
+    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+    return None if row is None else dict(row._mapping)
+
+
+def job_statuses(conn: Connection, job_ids: list[int]) -> dict[int, str]:
+    """The current status of each existing id, to explain why a command left a job alone."""
+    rows = conn.execute(select(jobs.c.id, jobs.c.status).where(jobs.c.id.in_(job_ids)))
+    return {row.id: row.status for row in rows}
+
+
+def _count(*conditions: Any) -> Any:
+    return func.count().filter(and_(*conditions))
+
+
+def queue_stats(conn: Connection) -> list[dict[str, Any]]:
+    """Per queue: ready, scheduled, running, expired leases, done, failed, oldest ready age (s).
+
+    One pass over ``jobs``: on a table with a long history run it sparingly, or purge first.
+    """
+    queued = jobs.c.status == status_literal(JobStatus.QUEUED)
+    running = jobs.c.status == status_literal(JobStatus.RUNNING)
+    ready = and_(queued, jobs.c.run_at <= func.now())
+    oldest_ready = func.min(jobs.c.run_at).filter(ready)
+    stmt = (
+        select(
+            jobs.c.queue,
+            _count(ready).label("ready"),
+            _count(queued, jobs.c.run_at > func.now()).label("scheduled"),
+            _count(running).label("running"),
+            _count(running, jobs.c.locked_until < func.now()).label("expired_leases"),
+            _count(jobs.c.status == status_literal(JobStatus.DONE)).label("done"),
+            _count(jobs.c.status == status_literal(JobStatus.FAILED)).label("failed"),
+            func.extract("epoch", func.now() - oldest_ready)
+            .cast(Float)
+            .label("oldest_ready_age_s"),
+        )
+        .group_by(jobs.c.queue)
+        .order_by(jobs.c.queue)
+    )
+    return [dict(row._mapping) for row in conn.execute(stmt)]
+
+
+_TABLE_STATS = text(
+    """
+    SELECT n_live_tup, n_dead_tup, last_autovacuum, last_vacuum, last_autoanalyze
+    FROM pg_stat_user_tables WHERE relid = to_regclass('jobs')
+    """
+)
+
+
+def table_stats(conn: Connection) -> dict[str, Any]:
+    """``pg_stat_user_tables`` for ``jobs``: live and dead tuples, last (auto)vacuum (R21)."""
+    row = conn.execute(_TABLE_STATS).first()
+    return {} if row is None else dict(row._mapping)
+
+
+def schema_present(conn: Connection) -> bool:
+    """Whether the ``jobs`` table is visible on this connection's search path."""
+    return conn.execute(text("SELECT to_regclass('jobs') IS NOT NULL")).scalar_one() is True

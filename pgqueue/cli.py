@@ -1,0 +1,627 @@
+"""The ``pgqueue`` command: demo, migrate, worker, and the operator's commands.
+
+Built on the standard library's :mod:`argparse`, so the core needs no extra dependency. Every
+command takes ``--url`` (before or after the subcommand) or reads ``PGQUEUE_DATABASE_URL``.
+Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cancel``), 2 errors
+(bad arguments, no connection, no schema). Passwords are masked in every line printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any, NoReturn
+
+import psycopg
+from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy import exc as sa_exc
+
+import pgqueue
+from pgqueue import admin, repository
+from pgqueue._text import psql_table
+from pgqueue._urls import mask_text, mask_url, to_sqlalchemy_url
+from pgqueue.errors import PgQueueError
+from pgqueue.models import JobStatus
+
+ENV_URL = "PGQUEUE_DATABASE_URL"
+APPLICATION_NAME = "pgqueue-cli"
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+class UserError(PgQueueError):
+    """A problem the user can fix; printed as one line on stderr, exit code 2 by default."""
+
+    def __init__(self, message: str, *, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def parse_duration(value: str) -> timedelta:
+    """``7d``, ``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds (``1.5``) as a timedelta."""
+    match = _DURATION.match(value)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"invalid duration {value!r}: use seconds or a number with s, m, h, d or ms (e.g. 7d)"
+        )
+    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"])
+
+
+def format_duration(value: timedelta) -> str:
+    """The inverse of :func:`parse_duration` for whole units: ``7d``, ``90m``, ``30s``."""
+    seconds = value.total_seconds()
+    for unit in ("d", "h", "m"):
+        size = _UNIT_SECONDS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def _positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+# -- output ----------------------------------------------------------------------------------------
+
+
+def _json_default(value: object) -> object:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    return str(value)
+
+
+def emit(text: str = "") -> None:
+    """Print one line of output on stdout, passwords masked."""
+    sys.stdout.write(mask_text(text) + "\n")
+
+
+def emit_json(data: object) -> None:
+    """Print ``data`` as indented JSON on stdout, passwords masked."""
+    emit(json.dumps(data, indent=2, default=_json_default))
+
+
+def note(text: str) -> None:
+    """A progress or diagnostic line on stderr, passwords masked."""
+    sys.stderr.write(mask_text(text) + "\n")
+    sys.stderr.flush()
+
+
+def _cell(value: object, width: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    text = str(value).replace("\n", " ")
+    return text if not width or len(text) <= width else text[: width - 1] + "…"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Print rows as a psql-style table."""
+    emit(psql_table(headers, [[_cell(v, 48) for v in row] for row in rows]))
+
+
+# -- connection ----------------------------------------------------------------------------------
+
+
+def database_url(args: argparse.Namespace, *, required: bool = True) -> str | None:
+    """``--url``, else ``PGQUEUE_DATABASE_URL``; a user error when neither is set."""
+    url: str | None = getattr(args, "url", None) or os.environ.get(ENV_URL) or None
+    if url is None and required:
+        raise UserError(
+            f"no database URL: pass --url postgresql://user@host/dbname or set {ENV_URL}"
+        )
+    return url
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for the URL (``postgresql://`` mapped to psycopg), named in pg_stat_activity."""
+    try:
+        parsed = to_sqlalchemy_url(url)
+    except sa_exc.ArgumentError as exc:
+        raise UserError(
+            f"invalid database URL {mask_url(url)!r}: expected postgresql://user:password@host:5432/dbname"
+        ) from exc
+    connect_args: dict[str, Any] = {"connect_timeout": 10}
+    if "application_name" not in parsed.query:
+        connect_args["application_name"] = APPLICATION_NAME
+    try:
+        return create_engine(parsed, connect_args=connect_args, **kwargs)
+    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
+        raise UserError(f"invalid database URL {mask_url(url)!r}: {exc}") from exc
+
+
+@contextmanager
+def transaction(args: argparse.Namespace) -> Iterator[Connection]:
+    """One short transaction on the command's database, committed on success."""
+    engine = make_engine(database_url(args) or "")
+    try:
+        with engine.begin() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+def translate_error(exc: BaseException, url: str | None) -> str | None:
+    """One line naming the problem and its fix for the database errors users cause."""
+    where = f" ({mask_url(url)})" if url else ""
+    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) else exc
+    first_line = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    if isinstance(orig, psycopg.errors.UndefinedTable):
+        return (
+            f"the database{where} has no pgqueue schema ({first_line}): run `pgqueue migrate` first"
+        )
+    if isinstance(orig, psycopg.errors.InsufficientPrivilege):
+        return f"permission denied{where}: {first_line}; grant this role access to jobs"
+    if isinstance(orig, psycopg.OperationalError):
+        return (
+            f"cannot connect to the database{where}: {first_line}; check --url or {ENV_URL} "
+            "and that the server is running"
+        )
+    if isinstance(orig, psycopg.Error):
+        return f"database error{where}: {first_line}"
+    return None
+
+
+# -- commands ------------------------------------------------------------------------------------
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the article's demo."""
+    from pgqueue.demo import run_demo
+
+    return run_demo(database_url(args, required=False), jobs=args.jobs)
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    """Apply (or print) pgqueue's revisions."""
+    import pgqueue.migrations
+
+    if args.sql:
+        url = database_url(args, required=False) or "postgresql+psycopg://"
+        pgqueue.migrations.upgrade(to_sqlalchemy_url(url), sql=True)
+        return 0
+    url = database_url(args) or ""
+    make_engine(url).dispose()  # validates the URL with a clear message
+    pgqueue.migrations.upgrade(to_sqlalchemy_url(url))
+    emit(f"migrated {mask_url(url)} to {pgqueue.migrations.HEAD}")
+    return 0
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    """Insert one job and print its id."""
+    try:
+        payload = json.loads(args.payload)
+    except ValueError as exc:
+        raise UserError(f"the payload is not valid JSON ({exc}): e.g. '{{\"to\": 42}}'") from exc
+    with transaction(args) as conn:
+        job_id = repository.enqueue(
+            conn, payload, queue=args.queue, delay=args.delay, max_attempts=args.max_attempts
+        )
+    if args.json:
+        emit_json({"id": job_id})
+    else:
+        emit(str(job_id))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """List jobs, newest first."""
+    status = JobStatus(args.status) if args.status else None
+    with transaction(args) as conn:
+        rows = admin.list_jobs(conn, queue=args.queue, status=status, limit=args.limit)
+    if args.json:
+        emit_json(rows)
+        return 0
+    table(
+        ["id", "queue", "status", "attempts", "run_at", "locked_until", "last_error"],
+        [
+            (
+                r["id"],
+                r["queue"],
+                r["status"],
+                f"{r['attempts']}/{r['max_attempts']}",
+                r["run_at"],
+                r["locked_until"],
+                r["last_error"],
+            )
+            for r in rows
+        ],
+    )
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Show one job with its payload."""
+    with transaction(args) as conn:
+        job = admin.get_job(conn, args.id)
+    if job is None:
+        raise UserError(f"no job with id {args.id}", code=1)
+    if args.json:
+        emit_json(job)
+        return 0
+    for key, value in job.items():
+        if key == "payload":
+            value = json.dumps(value, indent=2, default=_json_default)
+            value = value.replace("\n", "\n" + " " * 15)
+        emit(f"{key + ':':<14} {_cell(value) if key != 'payload' else value}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Per-queue counts and the jobs table's vacuum statistics."""
+    with transaction(args) as conn:
+        queues = admin.queue_stats(conn)
+        tables = admin.table_stats(conn)
+    if args.json:
+        emit_json({"queues": queues, "table": tables})
+        return 0
+    columns = ["ready", "scheduled", "running", "expired_leases", "done", "failed"]
+    table(
+        ["queue", *columns, "oldest_ready_age_s"],
+        [[q["queue"], *(q[c] for c in columns), q["oldest_ready_age_s"]] for q in queues],
+    )
+    if not queues:
+        emit("(no jobs)")
+    emit()
+    emit(
+        "jobs table: "
+        + ", ".join(f"{key} {_cell(value)}" for key, value in tables.items())
+        + " (pg_stat_user_tables)"
+    )
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check the database and print findings; the exit code is the worst severity."""
+    from pgqueue import doctor
+
+    with transaction(args) as conn:
+        findings = doctor.run_checks(conn, idle_threshold=args.idle_threshold)
+    code = doctor.exit_code(findings)
+    if args.json:
+        emit_json(
+            {
+                "status": ("healthy", "warning", "error")[code],
+                "findings": [f.as_dict() for f in findings],
+            }
+        )
+        return code
+    for finding in findings:
+        emit(f"[{finding.severity.upper():<7}] {finding.check}: {finding.message}")
+        if finding.fix:
+            emit(f"          fix: {finding.fix}")
+    emit(("healthy", "warnings found", "errors found")[code])
+    return code
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    """Requeue (or fail) running jobs whose lease expired."""
+    with transaction(args) as conn:
+        reaped = repository.reap_expired(conn)
+    failed = sum(1 for job in reaped if job.status == JobStatus.FAILED.value)
+    emit(
+        f"reaped {len(reaped)} job(s) with an expired lease: "
+        f"{len(reaped) - failed} requeued, {failed} failed"
+    )
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    """Delete finished jobs in batches, one short transaction per batch."""
+    status = JobStatus(args.status)
+    engine = make_engine(database_url(args) or "")
+    total = 0
+    try:
+        while True:
+            with engine.begin() as conn:
+                deleted = repository.purge(
+                    conn, status=status, older_than=args.older_than, batch_size=args.batch_size
+                )
+            total += deleted
+            if deleted:
+                note(f"  purged {total} {status} job(s) so far")
+            if deleted < args.batch_size:
+                break
+    finally:
+        engine.dispose()
+    emit(f"purged {total} {status} job(s) created more than {format_duration(args.older_than)} ago")
+    return 0
+
+
+def _report_untouched(
+    conn: Connection, asked: list[int], changed: list[int], verb: str, why: Mapping[str, str]
+) -> int:
+    untouched = [i for i in dict.fromkeys(asked) if i not in set(changed)]
+    statuses = admin.job_statuses(conn, untouched) if untouched else {}
+    for job_id in untouched:
+        status = statuses.get(job_id)
+        reason = why.get(status or "", f"it is {status}") if status else "no such job"
+        note(f"job {job_id} not {verb}: {reason}")
+    return 1 if untouched else 0
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    """Requeue jobs with a fresh budget of attempts."""
+    if bool(args.ids) == bool(args.failed):
+        raise UserError("give job ids or --failed (not both)")
+    if args.queue and not args.failed:
+        raise UserError("--queue goes with --failed")
+    with transaction(args) as conn:
+        if args.failed:
+            done = repository.retry_failed(conn, queue=args.queue, attempts=args.attempts)
+            code = 0
+        else:
+            done = repository.retry(conn, args.ids, attempts=args.attempts)
+            code = _report_untouched(
+                conn,
+                args.ids,
+                done,
+                "retried",
+                {"running": "it is running (its worker holds it)", "done": "it is done"},
+            )
+    emit(f"requeued {len(done)} job(s) with {args.attempts} more attempt(s): {_ids(done)}")
+    return code
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Fail queued jobs with ``last_error = 'cancelled'``; running ones are refused."""
+    with transaction(args) as conn:
+        done = repository.cancel(conn, args.ids)
+        code = _report_untouched(
+            conn,
+            args.ids,
+            done,
+            "cancelled",
+            {
+                "running": "it is running and cannot be cancelled: its worker holds a lease and "
+                "will finish or fail it",
+                "done": "it is already done",
+                "failed": "it has already failed",
+            },
+        )
+    emit(f"cancelled {len(done)} job(s): {_ids(done)}")
+    return code
+
+
+def _ids(ids: Sequence[int]) -> str:
+    shown = ", ".join(str(i) for i in ids[:20])
+    return (shown + (f", ... ({len(ids)} in all)" if len(ids) > 20 else "")) or "none"
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run a worker from ``module:attr``."""
+    from pgqueue import worker as worker_module
+
+    target = load_target(args.target)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    options = {
+        "--queues": args.queues,
+        "--concurrency": args.concurrency,
+        "--lease": args.lease,
+        "--poll-interval": args.poll_interval,
+        "--listen-url": args.listen_url,
+        "--url": getattr(args, "url", None),
+    }
+    if isinstance(target, worker_module.Worker):
+        given = [name for name, value in options.items() if value is not None]
+        if given:
+            raise UserError(
+                f"{args.target} is a ready Worker: {', '.join(given)} would be ignored; "
+                "configure the Worker in code, or point at a handler mapping or Registry instead"
+            )
+        worker = target
+    elif isinstance(target, Mapping):
+        handlers: dict[str, Any] = dict(target)
+        if args.queues:
+            wanted = [q.strip() for q in args.queues.split(",") if q.strip()]
+            unknown = [q for q in wanted if q not in handlers]
+            if unknown:
+                raise UserError(
+                    f"no handler for queue(s) {', '.join(unknown)} in {args.target} "
+                    f"(it has: {', '.join(handlers)})"
+                )
+            handlers = {q: handlers[q] for q in wanted}
+        kwargs: dict[str, Any] = {}
+        for key, value in (
+            ("concurrency", args.concurrency),
+            ("lease", args.lease),
+            ("poll_interval", args.poll_interval),
+            ("listen_url", args.listen_url),
+        ):
+            if value is not None:
+                kwargs[key] = value
+        url = database_url(args) or ""
+        concurrency = kwargs.get("concurrency", 4)
+        engine = make_engine(url, pool_size=concurrency + 3, max_overflow=concurrency)
+        worker = worker_module.Worker(engine, handlers, **kwargs)
+    else:
+        raise UserError(
+            f"{args.target} is a {type(target).__name__}: expected a pgqueue.Worker, "
+            "a {queue: handler} mapping or a pgqueue Registry"
+        )
+    stats = worker.run(until_empty=args.burst)
+    note(f"worker stopped: {stats}")
+    return 0
+
+
+def load_target(spec: str) -> object:
+    """Import ``module:attr`` (the current directory first on ``sys.path``, like ``python -m``)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"expected module:attr (e.g. myapp.jobs:registry), got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"cannot import {module_name!r}: {exc}") from exc
+    target: object = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as exc:
+            raise UserError(f"{module_name!r} has no attribute {attr!r}") from exc
+    return target
+
+
+# -- parser ----------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of every command."""
+    url_help = f"database URL (default: ${ENV_URL}); postgresql:// uses psycopg 3"
+    parser = argparse.ArgumentParser(
+        prog="pgqueue",
+        description="A PostgreSQL job queue: one table, SKIP LOCKED claims, leases.",
+        epilog="Exit codes: 0 success, 1 partly done or warnings, 2 errors. "
+        "Start with `pgqueue demo`.",
+    )
+    parser.add_argument("--version", action="version", version=f"pgqueue {pgqueue.__version__}")
+    parser.add_argument("--url", help=url_help)
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--url", default=argparse.SUPPRESS, help=url_help)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def add(name: str, func: Callable[[argparse.Namespace], int], text: str) -> Any:
+        doc = (func.__doc__ or "").strip()
+        p = sub.add_parser(name, parents=[common], help=text, description=doc or text)
+        p.set_defaults(func=func)
+        return p
+
+    p = add("demo", cmd_demo, "reproduce the article on an embedded or given server")
+    p.add_argument(
+        "--jobs", type=_positive_int, default=10_000, help="jobs for steps 1-2 (default 10000)"
+    )
+
+    p = add("migrate", cmd_migrate, "apply pgqueue's revisions (alembic upgrade pgqueue@head)")
+    p.add_argument("--sql", action="store_true", help="print the SQL instead (offline mode)")
+
+    p = add("worker", cmd_worker, "run a worker for module:attr (Worker, mapping or Registry)")
+    p.add_argument("target", metavar="module:attr", help="e.g. myapp.jobs:registry")
+    p.add_argument("--queues", help="comma-separated subset of the handlers' queues")
+    p.add_argument("--concurrency", type=_positive_int, help="handler threads (default 4)")
+    p.add_argument("--burst", action="store_true", help="drain the ready jobs and exit")
+    p.add_argument("--lease", type=parse_duration, help="lease per claim (default 5m)")
+    p.add_argument(
+        "--poll-interval", type=parse_duration, help="fallback poll interval (default 5s)"
+    )
+    p.add_argument("--listen-url", help="direct URL for LISTEN when --url is a pooler")
+
+    p = add("enqueue", cmd_enqueue, "insert one job and print its id")
+    p.add_argument("queue", help="queue name (the job kind)")
+    p.add_argument("payload", help="JSON payload, e.g. '{\"to\": 42}'")
+    p.add_argument("--delay", type=parse_duration, help="not ready before this delay (e.g. 5m)")
+    p.add_argument("--max-attempts", type=_positive_int, default=repository.DEFAULT_MAX_ATTEMPTS)
+    p.add_argument("--json", action="store_true", help='print {"id": N}')
+
+    statuses = [s.value for s in JobStatus]
+    p = add("list", cmd_list, "list jobs, newest first")
+    p.add_argument("--queue")
+    p.add_argument("--status", choices=statuses)
+    p.add_argument("--limit", type=_positive_int, default=50, help="default 50")
+    p.add_argument("--json", action="store_true")
+
+    p = add("show", cmd_show, "show one job with its payload")
+    p.add_argument("id", type=int)
+    p.add_argument("--json", action="store_true")
+
+    p = add("stats", cmd_stats, "per-queue counts and the jobs table's vacuum statistics")
+    p.add_argument("--json", action="store_true")
+
+    p = add("doctor", cmd_doctor, "check the database; exit 0 healthy, 1 warnings, 2 errors")
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--idle-threshold",
+        type=parse_duration,
+        default=timedelta(seconds=5),
+        help="report transactions open longer than this (default 5s)",
+    )
+
+    add("reap", cmd_reap, "requeue running jobs whose lease expired")
+
+    p = add("purge", cmd_purge, "delete finished jobs in batches")
+    p.add_argument("--status", choices=["done", "failed"], default="done", help="default done")
+    p.add_argument(
+        "--older-than", type=parse_duration, default=repository.DEFAULT_PURGE_AGE, help="default 7d"
+    )
+    p.add_argument(
+        "--batch-size",
+        type=_positive_int,
+        default=repository.DEFAULT_PURGE_BATCH,
+        help="default 10000",
+    )
+
+    p = add("retry", cmd_retry, "requeue failed jobs with a fresh budget of attempts")
+    p.add_argument("ids", type=int, nargs="*", metavar="ID")
+    p.add_argument("--failed", action="store_true", help="every failed job")
+    p.add_argument("--queue", help="with --failed: only this queue")
+    p.add_argument(
+        "--attempts",
+        type=_positive_int,
+        default=repository.DEFAULT_MAX_ATTEMPTS,
+        help="attempts added to the budget (default 5)",
+    )
+
+    p = add("cancel", cmd_cancel, "fail queued jobs with last_error 'cancelled'")
+    p.add_argument("ids", type=int, nargs="+", metavar="ID")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``pgqueue`` console script; returns the exit code."""
+    args = build_parser().parse_args(argv)
+    url = getattr(args, "url", None) or os.environ.get(ENV_URL)
+    try:
+        return int(args.func(args))
+    except UserError as exc:
+        note(f"pgqueue: error: {exc}")
+        return exc.code
+    except PgQueueError as exc:
+        note(f"pgqueue: error: {exc}")
+        return 2
+    except (sa_exc.DBAPIError, psycopg.Error) as exc:
+        message = translate_error(exc, url)
+        if message is None:
+            raise
+        note(f"pgqueue: error: {message}")
+        return 2
+    except KeyboardInterrupt:
+        note("pgqueue: interrupted")
+        return 130
+    except BrokenPipeError:
+        # The reader went away (``pgqueue list | head``): silence the flush at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+def run() -> NoReturn:
+    """``python -m pgqueue.cli``: exit with :func:`main`'s code."""
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

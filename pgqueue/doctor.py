@@ -1,0 +1,322 @@
+"""``pgqueue doctor``: check a live database for what the article warns about.
+
+Each check yields :class:`Finding` objects with a severity and a one-line fix. Severities:
+``ok`` and ``info`` (healthy), ``warning`` (exit 1), ``error`` (exit 2). The checks read the
+catalogs and ``pg_stat_activity``; a role without ``pg_monitor`` (or ``pg_read_all_stats``)
+cannot see other roles' sessions, and the report says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, text
+
+import pgqueue.migrations
+from pgqueue import admin
+from pgqueue.repository import DEFAULT_PURGE_AGE
+
+SEVERITIES = ("ok", "info", "warning", "error")
+#: Dead tuples above this share of ``jobs`` (and above :data:`DEAD_TUPLES_MIN`) are a warning.
+DEAD_RATIO_WARNING = 0.2
+DEAD_TUPLES_MIN = 1_000
+#: With many dead tuples, no autovacuum for this long is a warning.
+AUTOVACUUM_STALE = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One result of a check.
+
+    Attributes:
+        check: Short name of the check (``indexes``, ``sessions``, ...).
+        severity: ``ok``, ``info``, ``warning`` or ``error``.
+        message: What was seen.
+        fix: One line saying what to do; empty when there is nothing to do.
+        details: Rows behind the finding (sessions, counts), for ``--json``.
+    """
+
+    check: str
+    severity: str
+    message: str
+    fix: str = ""
+    details: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The finding as JSON-ready data."""
+        return asdict(self)
+
+
+def exit_code(findings: list[Finding]) -> int:
+    """0 when healthy, 1 with warnings, 2 with errors."""
+    worst = max((SEVERITIES.index(f.severity) for f in findings), default=0)
+    return {3: 2, 2: 1}.get(worst, 0)
+
+
+def run_checks(conn: Connection, *, idle_threshold: timedelta) -> list[Finding]:
+    """Every check, in order; without the ``jobs`` table only the schema finding."""
+    if not admin.schema_present(conn):
+        return [
+            Finding(
+                "schema",
+                "error",
+                "no jobs table in this database (or not on the search_path)",
+                "run `pgqueue migrate`",
+            )
+        ]
+    findings: list[Finding] = []
+    for check in (
+        _revision,
+        _indexes,
+        _trigger,
+        lambda c: _sessions(c, idle_threshold),
+        _vacuum,
+        _jobs,
+    ):
+        findings.extend(check(conn))
+    return findings
+
+
+def _package_revisions() -> tuple[str, set[str]]:
+    script = ScriptDirectory.from_config(pgqueue.migrations.alembic_config("postgresql://"))
+    head = script.get_revision(pgqueue.migrations.HEAD)
+    assert head is not None
+    return head.revision, {rev.revision for rev in script.walk_revisions()}
+
+
+def _revision(conn: Connection) -> Iterator[Finding]:
+    head, ours = _package_revisions()
+    if not conn.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL")).scalar_one():
+        yield Finding(
+            "revision",
+            "warning",
+            "jobs exists but no alembic_version table records pgqueue's revision",
+            f"if the schema matches, `alembic stamp {head}`; else run `pgqueue migrate`",
+        )
+        return
+    stamped = set(conn.execute(text("SELECT version_num FROM alembic_version")).scalars())
+    current = stamped & ours
+    if head in current:
+        yield Finding("revision", "ok", f"schema at the package's head revision {head}")
+    elif current:
+        yield Finding(
+            "revision",
+            "warning",
+            f"schema at {', '.join(sorted(current))}, behind the package's head {head}",
+            "run `pgqueue migrate` (or `alembic upgrade pgqueue@head`)",
+        )
+    else:
+        yield Finding(
+            "revision",
+            "warning",
+            "alembic_version records none of pgqueue's revisions",
+            f"if the schema matches, `alembic stamp {head}`; else run `pgqueue migrate`",
+        )
+
+
+_INDEXES = text(
+    """
+    SELECT c.relname AS name, i.indisvalid AS valid, i.indisready AS ready
+    FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+    WHERE i.indrelid = to_regclass('jobs')
+    """
+)
+
+#: Index name -> (severity when missing, why it matters).
+_EXPECTED_INDEXES = {
+    "jobs_ready_idx": ("error", "every claim scans the whole table"),
+    "jobs_lease_idx": ("warning", "the reaper scans the whole table"),
+}
+
+
+def _indexes(conn: Connection) -> Iterator[Finding]:
+    found = {row.name: row for row in conn.execute(_INDEXES)}
+    for name, (severity, why) in _EXPECTED_INDEXES.items():
+        row = found.get(name)
+        if row is None:
+            yield Finding(
+                "indexes", severity, f"index {name} is missing: {why}", "run `pgqueue migrate`"
+            )
+        elif not (row.valid and row.ready):
+            yield Finding(
+                "indexes",
+                severity,
+                f"index {name} is INVALID (an interrupted CONCURRENTLY build): {why}",
+                f"REINDEX INDEX CONCURRENTLY {name};",
+            )
+        else:
+            yield Finding("indexes", "ok", f"index {name} present and valid")
+
+
+_TRIGGER = text(
+    """
+    SELECT tgenabled FROM pg_trigger
+    WHERE tgrelid = to_regclass('jobs') AND tgname = 'jobs_notify' AND NOT tgisinternal
+    """
+)
+
+
+def _trigger(conn: Connection) -> Iterator[Finding]:
+    enabled = conn.execute(_TRIGGER).scalar()
+    if enabled is None:
+        yield Finding(
+            "trigger",
+            "warning",
+            "trigger jobs_notify is missing: listening workers wake only on their fallback poll",
+            "run `pgqueue migrate`",
+        )
+    elif enabled == "D":
+        yield Finding(
+            "trigger",
+            "warning",
+            "trigger jobs_notify is disabled: listening workers wake only on their fallback poll",
+            "ALTER TABLE jobs ENABLE TRIGGER jobs_notify;",
+        )
+    else:
+        yield Finding("trigger", "ok", "trigger jobs_notify present")
+
+
+_CAN_SEE_ALL = text(
+    """
+    SELECT rolsuper OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')
+    FROM pg_roles WHERE rolname = current_user
+    """
+)
+
+_LONG_TRANSACTIONS = text(
+    """
+    SELECT pid, usename AS user, application_name, state,
+           extract(epoch FROM now() - xact_start)::float AS xact_age_s,
+           extract(epoch FROM now() - state_change)::float AS state_age_s,
+           age(backend_xmin) AS xmin_age_xids
+    FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid()
+      AND xact_start IS NOT NULL AND now() - xact_start > :threshold
+    ORDER BY xact_start
+    """
+)
+
+_OLDEST_SNAPSHOT = text(
+    """
+    SELECT pid, application_name, state, age(backend_xmin) AS xmin_age_xids,
+           extract(epoch FROM now() - xact_start)::float AS xact_age_s
+    FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL
+    ORDER BY age(backend_xmin) DESC LIMIT 1
+    """
+)
+
+
+def _sessions(conn: Connection, threshold: timedelta) -> Iterator[Finding]:
+    if not conn.execute(_CAN_SEE_ALL).scalar():
+        yield Finding(
+            "visibility",
+            "info",
+            "this role cannot see other roles' sessions: long transactions of other roles "
+            "and their snapshots are not checked",
+            "GRANT pg_monitor TO <this role>;",
+        )
+    rows = [dict(r._mapping) for r in conn.execute(_LONG_TRANSACTIONS, {"threshold": threshold})]
+    seconds = threshold.total_seconds()
+    if rows:
+        idle = [r for r in rows if (r["state"] or "").startswith("idle in transaction")]
+        kind = "idle in transaction" if idle else "in a transaction"
+        listed = ", ".join(
+            f"pid {r['pid']} ({r['application_name'] or '-'}, {r['state']}, "
+            f"{r['xact_age_s']:.0f} s)"
+            for r in rows[:5]
+        )
+        yield Finding(
+            "sessions",
+            "warning",
+            f"{len(rows)} session(s) {kind} for more than {seconds:g} s: {listed}; "
+            "they hold back vacuum and pin a server connection",
+            "commit or roll back in the application (claim, commit, work outside a transaction); "
+            "or SELECT pg_terminate_backend(<pid>)",
+            rows,
+        )
+    else:
+        yield Finding("sessions", "ok", f"no transaction open for more than {seconds:g} s")
+    oldest = conn.execute(_OLDEST_SNAPSHOT).first()
+    if oldest is not None:
+        row = dict(oldest._mapping)
+        age = row["xact_age_s"] or 0.0
+        severity = "warning" if age > seconds else "info"
+        yield Finding(
+            "snapshot",
+            severity,
+            f"oldest snapshot: pid {row['pid']} ({row['application_name'] or '-'}), "
+            f"{row['xmin_age_xids']} transactions old, open {age:.0f} s: "
+            "vacuum cannot remove rows that died after it",
+            "end that transaction" if severity == "warning" else "",
+            [row],
+        )
+
+
+def _vacuum(conn: Connection) -> Iterator[Finding]:
+    stats = admin.table_stats(conn)
+    if not stats:
+        return
+    live, dead = stats["n_live_tup"] or 0, stats["n_dead_tup"] or 0
+    ratio = dead / (live + dead) if live + dead else 0.0
+    last = stats["last_autovacuum"] or stats["last_vacuum"]
+    message = (
+        f"jobs: {live} live, {dead} dead tuples ({ratio:.0%}); "
+        f"last autovacuum {stats['last_autovacuum'] or 'never'}, "
+        f"last vacuum {stats['last_vacuum'] or 'never'}"
+    )
+    details = [{**stats, "dead_ratio": ratio}]
+    if dead >= DEAD_TUPLES_MIN and ratio > DEAD_RATIO_WARNING:
+        stale = conn.execute(
+            text("SELECT :last IS NULL OR now() - :last > :stale"),
+            {"last": last, "stale": AUTOVACUUM_STALE},
+        ).scalar_one()
+        fix = "look for long transactions (above); tune autovacuum for jobs, e.g. "
+        fix += "ALTER TABLE jobs SET (autovacuum_vacuum_scale_factor = 0.01);"
+        yield Finding("vacuum", "warning", message, fix if stale else "VACUUM jobs;", details)
+    else:
+        yield Finding("vacuum", "ok", message, "", details)
+
+
+_JOB_COUNTS = text(
+    """
+    SELECT
+      count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS expired,
+      count(*) FILTER (WHERE status = 'failed') AS failed,
+      count(*) FILTER (WHERE status = 'done' AND created_at < now() - :horizon) AS old_done
+    FROM jobs
+    """
+)
+
+
+def _jobs(conn: Connection) -> Iterator[Finding]:
+    counts = conn.execute(_JOB_COUNTS, {"horizon": DEFAULT_PURGE_AGE}).one()
+    days = DEFAULT_PURGE_AGE.days
+    if counts.expired:
+        yield Finding(
+            "leases",
+            "warning",
+            f"{counts.expired} running job(s) with an expired lease (a worker died or stalled)",
+            "run `pgqueue reap` (workers also reap on their own)",
+        )
+    else:
+        yield Finding("leases", "ok", "no running job with an expired lease")
+    if counts.failed:
+        yield Finding(
+            "failed",
+            "warning",
+            f"{counts.failed} failed job(s)",
+            "inspect `pgqueue list --status failed`; then `pgqueue retry --failed` or "
+            "`pgqueue purge --status failed`",
+        )
+    if counts.old_done:
+        yield Finding(
+            "purge",
+            "warning",
+            f"{counts.old_done} done job(s) older than {days} days",
+            f"run `pgqueue purge --older-than {days}d` on a schedule",
+        )
