@@ -12,6 +12,7 @@ embedded PostgreSQL started in a temporary directory.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -20,6 +21,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TextIO
 
 import psycopg
@@ -38,6 +40,8 @@ from pgqueue.models import jobs_table
 CLIENTS = 8
 #: Jobs the other sessions finish while one claim is held open (the article's 2,000).
 VACUUM_JOBS = 2_000
+#: Longest wait for the worker of step 4, in seconds.
+WORKER_TIMEOUT = 60.0
 
 
 class Progress:
@@ -178,9 +182,9 @@ class Demo:
         done = counts.get("done", (0, 0))[0]
         self.say(
             f"   {CLIENTS * per:,} claims finished only {done:,} jobs in {elapsed:.1f} s: "
-            f"{int(extra):,} emails would have gone out twice (or more), "
-            f"{int(repeated):,} jobs were claimed more than once, "
-            f"one of them {counts.get('done', (0, 0))[1]} times."
+            f"{int(extra):,} emails would have gone out twice (or more);\n"
+            f"   {int(repeated):,} jobs were claimed more than once, "
+            f"one of them {counts.get('done', (0, 0))[1]} times (by all {CLIENTS} sessions)."
         )
         self.say()
 
@@ -315,4 +319,72 @@ def run_demo(url: str | URL | None, jobs: int = 10_000, out: TextIO | None = Non
 
 
 def worker_step(demo: Demo) -> None:
-    """Step 4 (a real Worker): wired once :mod:`pgqueue.worker` exists."""
+    """Step 4: a real :class:`~pgqueue.worker.Worker` over sample jobs, some of them failing."""
+    from pgqueue.retry import RetryPolicy
+    from pgqueue.worker import JobContext, Worker
+
+    def send_email(job: JobContext) -> None:
+        time.sleep(0.002)
+
+    def make_thumbnail(job: JobContext) -> None:
+        time.sleep(0.005)
+        if job.payload["n"] % 3 == 0 and job.attempts == 1:
+            raise TimeoutError("image service timed out (fails once, then succeeds)")
+
+    def call_webhook(job: JobContext) -> None:
+        if job.payload["n"] % 5 == 0:
+            raise ConnectionError("endpoint refused the connection (always fails)")
+
+    plan = {"emails": 200, "thumbnails": 120, "webhooks": 80}
+    total = sum(plan.values())
+    demo.say(
+        f"4. A real pgqueue.Worker, 8 threads, over {total} jobs: "
+        + ", ".join(f"{n} {q}" for q, n in plan.items())
+    )
+    demo.say("   every 3rd thumbnail fails once; every 5th webhook always fails (max_attempts 3);")
+    demo.say("   retry base 50 ms instead of 10 s, so the retries come due within the demo")
+    with demo.engine.begin() as conn:
+        conn.execute(text("TRUNCATE jobs RESTART IDENTITY"))
+        for queue, count in plan.items():
+            repository.enqueue_many(
+                conn, ({"n": i} for i in range(count)), queue=queue, max_attempts=3
+            )
+    worker = Worker(
+        demo.engine,
+        {"emails": send_email, "thumbnails": make_thumbnail, "webhooks": call_webhook},
+        concurrency=8,
+        poll_interval=0.05,
+        retry=RetryPolicy(base=timedelta(milliseconds=50)),
+        install_signal_handlers=False,
+    )
+    # The worker logs each failure; here the summary tells the story.
+    worker_log = logging.getLogger("pgqueue.worker")
+    level = worker_log.level
+    worker_log.setLevel(logging.CRITICAL)
+    progress = Progress("worker jobs finished", total)
+    started = time.monotonic()
+    thread = threading.Thread(target=worker.run, name="pgqueue-demo-worker", daemon=True)
+    thread.start()
+    unfinished = jobs_table.c.status.in_(["queued", "running"])
+    try:
+        while time.monotonic() - started < WORKER_TIMEOUT:
+            with demo.engine.connect() as conn:
+                left = conn.execute(select(func.count()).where(unfinished)).scalar_one()
+            progress.advance(total - left - progress.done)
+            if left == 0 or not thread.is_alive():
+                break
+            time.sleep(0.1)
+    finally:
+        elapsed = time.monotonic() - started
+        worker.stop()
+        thread.join(WORKER_TIMEOUT)
+        worker_log.setLevel(level)
+        progress.close()
+    stats = worker.stats
+    counts = demo.print_status_table()
+    finished = counts.get("done", (0, 0))[0] + counts.get("failed", (0, 0))[0]
+    demo.say(
+        f"   worker: {stats.done} done, {stats.retried} retried, {stats.failed} failed "
+        f"for good, in {elapsed:.1f} s ({finished / elapsed:,.0f} jobs/s with retries waiting)"
+    )
+    demo.say()
