@@ -4,8 +4,8 @@ PGQUEUE_APP_URL (database URL), PGQUEUE_APP_CONCURRENCY, PGQUEUE_APP_LEASE (seco
 PGQUEUE_APP_POLL (seconds), PGQUEUE_APP_PREFETCH, PGQUEUE_APP_SHUTDOWN (seconds),
 PGQUEUE_APP_UNTIL_EMPTY (1 to drain and exit).
 
-Queues: ``effects`` inserts ``(job_id, attempts, pid)`` into ``effects`` and sleeps
-``payload["sleep"]`` seconds first; ``crash`` kills its worker every time.
+Queues: ``effects`` inserts ``(job_id, attempts, pid)`` into ``effects``, then sleeps
+``payload["sleep"]`` seconds; ``crash`` kills its worker every time.
 """
 
 from __future__ import annotations
@@ -37,11 +37,8 @@ def main() -> int:
     engine = create_engine(env["PGQUEUE_APP_URL"], pool_size=concurrency + 4, max_overflow=4)
 
     def effects(job: pgqueue.JobContext) -> None:
-        sleep = float((job.payload or {}).get("sleep", 0))
-        if sleep:
-            job.stopping.wait(0)  # a handler may look; this one finishes its work regardless
-            time.sleep(sleep)
-        record(engine, job)
+        record(engine, job)  # first: a row means the handler started
+        time.sleep(float((job.payload or {}).get("sleep", 0)))  # ignores job.stopping on purpose
 
     def crash(job: pgqueue.JobContext) -> None:
         os._exit(3)

