@@ -9,27 +9,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, TypeAlias, Union
+from typing import Any, TypeAlias, TypeVar, Union
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from pgqueue import statements
-from pgqueue._validation import (
-    check_duration,
-    check_int,
-    check_positive_int,
-    check_queue,
-    check_schedule,
-    encode_payload,
-    encode_payloads,
-)
-from pgqueue.errors import InvalidArgumentError
-from pgqueue.models import JobStatus
+from pgqueue import _calls
 from pgqueue.results import ClaimedJob, FailResult, ReapedJob
 
 #: What every repository function accepts: a Core connection or an ORM session.
 Executor: TypeAlias = Union[Connection, Session]  # noqa: UP007 (runtime alias on 3.10)
+
+T = TypeVar("T")
 
 DEFAULT_QUEUE = "default"
 DEFAULT_LEASE = timedelta(minutes=5)
@@ -61,9 +52,7 @@ def enqueue(
     Raises:
         InvalidArgumentError: before any SQL, for a bad payload, queue or schedule.
     """
-    params = _insert_params(queue, run_at, delay, max_attempts)
-    params["payload_json"] = encode_payload(payload)
-    return int(conn.execute(statements.ENQUEUE, params).scalar_one())
+    return _run(conn, _calls.enqueue(payload, queue, run_at, delay, max_attempts))
 
 
 def enqueue_many(
@@ -79,24 +68,7 @@ def enqueue_many(
 
     Every payload is checked before the statement runs: one bad payload rejects the whole batch.
     """
-    params = _insert_params(queue, run_at, delay, max_attempts)
-    params["payloads"] = encode_payloads(payloads)
-    if not params["payloads"]:
-        return []
-    # Identity values are drawn in the SELECT's ORDER BY ord, so sorting them restores input order.
-    return sorted(conn.execute(statements.ENQUEUE_MANY, params).scalars())
-
-
-def _insert_params(
-    queue: str, run_at: datetime | None, delay: timedelta | None, max_attempts: int
-) -> dict[str, Any]:
-    at, after = check_schedule(run_at, delay)
-    return {
-        "queue_name": check_queue(queue),
-        "due_at": at,
-        "delay": after,
-        "attempt_budget": check_positive_int("max_attempts", max_attempts),
-    }
+    return _run(conn, _calls.enqueue_many(payloads, queue, run_at, delay, max_attempts))
 
 
 def claim(
@@ -112,32 +84,19 @@ def claim(
     Commit right away and work outside the transaction (lease mode, R9), or work inside it for
     jobs of a few milliseconds (R8). Jobs come back oldest ``run_at`` first.
     """
-    stmt = statements.claim_statement(check_positive_int("limit", limit))
-    rows = conn.execute(
-        stmt,
-        {
-            "queue_name": check_queue(queue),
-            "lease": check_duration("lease", lease, allow_zero=False),
-        },
-    )
-    # UPDATE ... RETURNING promises no order: restore the claim's run_at order.
-    ordered = sorted(rows, key=lambda r: (r.run_at, r.id))
-    return [
-        ClaimedJob(id=r.id, queue=r.queue, payload=r.payload, attempts=r.attempts) for r in ordered
-    ]
+    return _run(conn, _calls.claim(queue, limit, lease))
 
 
 def complete(conn: Executor, job_id: int, attempts: int) -> bool:
     """Mark a job ``done`` (R10). False when the job is no longer ours (R13): change nothing."""
-    return _guarded(conn, statements.COMPLETE, job_id, attempts) is not None
+    return _run(conn, _calls.complete(job_id, attempts))
 
 
 def extend_lease(
     conn: Executor, job_id: int, attempts: int, lease: timedelta = DEFAULT_LEASE
 ) -> bool:
     """Push a running job's lease to ``now() + lease`` (R14). False: the job is lost, stop work."""
-    extra = {"lease": check_duration("lease", lease, allow_zero=False)}
-    return _guarded(conn, statements.EXTEND_LEASE, job_id, attempts, extra) is not None
+    return _run(conn, _calls.extend_lease(job_id, attempts, lease))
 
 
 def fail(
@@ -157,24 +116,7 @@ def fail(
     (a non-retryable error), the job becomes ``failed``. Returns ``None`` when the guard
     matched no row (the job is no longer ours).
     """
-    if not isinstance(error, str):
-        error = str(error)
-    extra = {
-        "error": error,
-        "retry": bool(retry),
-        "base_seconds": check_duration("base", base, allow_zero=True).total_seconds(),
-        "cap_seconds": check_duration("cap", cap, allow_zero=True).total_seconds(),
-    }
-    row = _guarded(conn, statements.FAIL, job_id, attempts, extra)
-    if row is None:
-        return None
-    failed = row.status == JobStatus.FAILED.value
-    return FailResult(
-        id=row.id,
-        status=row.status,
-        attempts=row.attempts,
-        retry_in=None if failed else row.retry_in,
-    )
+    return _run(conn, _calls.fail(job_id, attempts, error, retry, base, cap))
 
 
 def reap_expired(conn: Executor) -> list[ReapedJob]:
@@ -182,8 +124,7 @@ def reap_expired(conn: Executor) -> list[ReapedJob]:
 
     Safe to run from any worker or from cron, concurrently: each row is updated once.
     """
-    rows = conn.execute(statements.REAP_EXPIRED)
-    return [ReapedJob(id=r.id, status=r.status, attempts=r.attempts) for r in rows]
+    return _run(conn, _calls.reap_expired())
 
 
 def purge_done(
@@ -197,83 +138,10 @@ def purge_done(
     Returns how many were deleted; loop while it returns ``batch_size``, one short transaction
     per batch, so vacuum keeps up and no long transaction holds it back.
     """
-    params = {
-        "older_than": check_duration("older_than", older_than, allow_zero=True),
-        "batch_size": check_positive_int("batch_size", batch_size),
-    }
-    result = conn.execute(statements.purge_statement(JobStatus.DONE), params)
-    return int(result.rowcount)  # type: ignore[attr-defined]
+    return _run(conn, _calls.purge_done(older_than, batch_size))
 
 
-def _guarded(
-    conn: Executor,
-    stmt: Any,
-    job_id: int,
-    attempts: int,
-    extra: dict[str, Any] | None = None,
-) -> Any:
-    params = {
-        "job_id": check_int("job_id", job_id),
-        "claimed_attempts": check_int("attempts", attempts),
-    }
-    if extra:
-        params.update(extra)
-    return conn.execute(stmt, params).first()
-
-
-def purge(
-    conn: Executor,
-    *,
-    status: JobStatus = JobStatus.DONE,
-    older_than: timedelta = DEFAULT_PURGE_AGE,
-    batch_size: int = DEFAULT_PURGE_BATCH,
-) -> int:
-    """Delete at most one batch of ``done`` or ``failed`` jobs older than ``older_than`` (R20).
-
-    :func:`purge_done` for either finished status; loop while it returns ``batch_size``.
-    """
-    if status not in (JobStatus.DONE, JobStatus.FAILED):
-        raise InvalidArgumentError("status", f"only done or failed jobs are purged, got {status}")
-    if status is JobStatus.DONE:
-        return purge_done(conn, older_than=older_than, batch_size=batch_size)
-    params = {
-        "older_than": check_duration("older_than", older_than, allow_zero=True),
-        "batch_size": check_positive_int("batch_size", batch_size),
-    }
-    return int(conn.execute(statements.purge_statement(status), params).rowcount)  # type: ignore[attr-defined]
-
-
-def retry(
-    conn: Executor, job_ids: Iterable[int], *, attempts: int = DEFAULT_MAX_ATTEMPTS
-) -> list[int]:
-    """Requeue failed (or waiting queued) jobs now, with ``attempts`` more attempts to spend.
-
-    ``max_attempts`` is raised to ``attempts_so_far + attempts``; ``attempts`` itself is never
-    reset, since it is the token of every guarded update. Returns the ids requeued; running and
-    done jobs are left as they are.
-    """
-    params = {
-        "job_ids": [check_int("job_id", i) for i in job_ids],
-        "extra_attempts": check_positive_int("attempts", attempts),
-    }
-    return sorted(conn.execute(statements.retry_statement(), params).scalars())
-
-
-def retry_failed(
-    conn: Executor, *, queue: str | None = None, attempts: int = DEFAULT_MAX_ATTEMPTS
-) -> list[int]:
-    """Requeue every ``failed`` job (of one queue, or all) like :func:`retry`; return their ids."""
-    params = {
-        "queue_name": None if queue is None else check_queue(queue),
-        "extra_attempts": check_positive_int("attempts", attempts),
-    }
-    return sorted(conn.execute(statements.retry_statement(all_failed=True), params).scalars())
-
-
-def cancel(conn: Executor, job_ids: Iterable[int]) -> list[int]:
-    """Fail queued jobs for good with ``last_error = 'cancelled'``; return the ids cancelled.
-
-    Running jobs are not touched: their worker holds a lease and would finish them anyway.
-    """
-    params = {"job_ids": [check_int("job_id", i) for i in job_ids]}
-    return sorted(conn.execute(statements.CANCEL, params).scalars())
+def _run(conn: Executor, call: _calls.Call[T]) -> T:
+    if call.statement is None:
+        return call.finish(None)
+    return call.finish(conn.execute(call.statement, call.params))

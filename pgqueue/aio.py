@@ -1,0 +1,140 @@
+"""asyncio twins of the repository functions, for ``AsyncConnection`` and ``AsyncSession``.
+
+Use them with psycopg's async driver (``create_async_engine("postgresql+psycopg://...")``), for
+example from FastAPI or Starlette request handlers::
+
+    async with engine.begin() as conn:
+        user_id = await create_user(conn, email)
+        await pgqueue.aio.enqueue(conn, {"user_id": user_id}, queue="welcome_email")
+
+Each function has the name, signature and behaviour of its twin in :mod:`pgqueue.repository`;
+both build the same :class:`pgqueue._calls.Call` (validation, parameters, statement, row mapping)
+and differ only by ``await``. None of them commits: the caller owns the transaction.
+
+Workers: there is no asyncio worker. :class:`pgqueue.Worker` is synchronous and runs its
+handlers in threads; an async service enqueues with this module and runs the worker as its own
+process (``pgqueue worker``) or in a thread beside the event loop.
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any, TypeAlias, TypeVar, Union
+
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+from pgqueue import _calls
+from pgqueue.repository import (
+    DEFAULT_LEASE,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PURGE_AGE,
+    DEFAULT_PURGE_BATCH,
+    DEFAULT_QUEUE,
+    DEFAULT_RETRY_BASE,
+    DEFAULT_RETRY_CAP,
+)
+from pgqueue.results import ClaimedJob, FailResult, ReapedJob
+
+#: What every async function accepts: an async Core connection or an async ORM session.
+AsyncExecutor: TypeAlias = Union[AsyncConnection, AsyncSession]  # noqa: UP007 (runtime alias on 3.10)
+
+T = TypeVar("T")
+
+__all__ = [
+    "AsyncExecutor",
+    "claim",
+    "complete",
+    "enqueue",
+    "enqueue_many",
+    "extend_lease",
+    "fail",
+    "purge_done",
+    "reap_expired",
+]
+
+
+async def enqueue(
+    conn: AsyncExecutor,
+    payload: Any,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    run_at: datetime | None = None,
+    delay: timedelta | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> int:
+    """Insert one job in the caller's transaction; see :func:`pgqueue.repository.enqueue`."""
+    return await _run(conn, _calls.enqueue(payload, queue, run_at, delay, max_attempts))
+
+
+async def enqueue_many(
+    conn: AsyncExecutor,
+    payloads: Iterable[Any],
+    *,
+    queue: str = DEFAULT_QUEUE,
+    run_at: datetime | None = None,
+    delay: timedelta | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+) -> list[int]:
+    """Insert a batch in one round trip; see :func:`pgqueue.repository.enqueue_many`."""
+    return await _run(conn, _calls.enqueue_many(payloads, queue, run_at, delay, max_attempts))
+
+
+async def claim(
+    conn: AsyncExecutor,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    limit: int = 10,
+    lease: timedelta = DEFAULT_LEASE,
+) -> list[ClaimedJob]:
+    """Claim up to ``limit`` ready jobs; see :func:`pgqueue.repository.claim`."""
+    return await _run(conn, _calls.claim(queue, limit, lease))
+
+
+async def complete(conn: AsyncExecutor, job_id: int, attempts: int) -> bool:
+    """Mark a job ``done`` if still ours; see :func:`pgqueue.repository.complete`."""
+    return await _run(conn, _calls.complete(job_id, attempts))
+
+
+async def extend_lease(
+    conn: AsyncExecutor, job_id: int, attempts: int, lease: timedelta = DEFAULT_LEASE
+) -> bool:
+    """Push a running job's lease; see :func:`pgqueue.repository.extend_lease`."""
+    return await _run(conn, _calls.extend_lease(job_id, attempts, lease))
+
+
+async def fail(
+    conn: AsyncExecutor,
+    job_id: int,
+    attempts: int,
+    error: str,
+    *,
+    retry: bool = True,
+    base: timedelta = DEFAULT_RETRY_BASE,
+    cap: timedelta = DEFAULT_RETRY_CAP,
+) -> FailResult | None:
+    """Record a failed attempt; see :func:`pgqueue.repository.fail`."""
+    return await _run(conn, _calls.fail(job_id, attempts, error, retry, base, cap))
+
+
+async def reap_expired(conn: AsyncExecutor) -> list[ReapedJob]:
+    """Requeue or fail jobs whose lease expired; see :func:`pgqueue.repository.reap_expired`."""
+    return await _run(conn, _calls.reap_expired())
+
+
+async def purge_done(
+    conn: AsyncExecutor,
+    *,
+    older_than: timedelta = DEFAULT_PURGE_AGE,
+    batch_size: int = DEFAULT_PURGE_BATCH,
+) -> int:
+    """Delete one batch of old ``done`` jobs; see :func:`pgqueue.repository.purge_done`."""
+    return await _run(conn, _calls.purge_done(older_than, batch_size))
+
+
+async def _run(conn: AsyncExecutor, call: _calls.Call[T]) -> T:
+    if call.statement is None:
+        return call.finish(None)
+    return call.finish(await conn.execute(call.statement, call.params))

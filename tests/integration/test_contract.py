@@ -1,0 +1,231 @@
+"""One contract for :mod:`pgqueue.repository` and its asyncio twins in :mod:`pgqueue.aio`.
+
+Every test runs four times: sync ``Connection``, sync ``Session``, ``AsyncConnection`` and
+``AsyncSession`` (psycopg's async driver). The test body names the function; the runner calls the
+sync one or awaits the async twin in one transaction of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
+from sqlalchemy.orm import Session
+
+import pgqueue.aio
+from pgqueue import InvalidArgumentError, InvalidArgumentTypeError, InvalidPayloadError, repository
+
+Op = tuple[str, Sequence[Any], dict[str, Any]]
+
+
+def op(name: str, *args: Any, **kwargs: Any) -> Op:
+    return (name, args, kwargs)
+
+
+class Runner:
+    """Runs repository calls, given by name, in one transaction: sync or awaited."""
+
+    def __init__(self, kind: str, engine: Engine, url: URL) -> None:
+        self.kind = kind
+        self.engine = engine
+        self.url = url
+        self.loop: asyncio.AbstractEventLoop | None = None
+        if kind.startswith("async"):
+            self.loop = asyncio.new_event_loop()
+            self.async_engine = create_async_engine(url)
+
+    def run(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """One call in its own committed transaction."""
+        return self.tx([op(name, *args, **kwargs)])[0]
+
+    def tx(self, ops: Sequence[Op], *, commit: bool = True) -> list[Any]:
+        """Several calls in one transaction, committed or rolled back at the end."""
+        if self.loop is not None:
+            return self.loop.run_until_complete(self._atx(ops, commit))
+        with Session(self.engine) if self.kind == "sync-session" else self.engine.connect() as c:
+            out = [getattr(repository, name)(c, *a, **kw) for name, a, kw in ops]
+            c.commit() if commit else c.rollback()
+            return out
+
+    async def _atx(self, ops: Sequence[Op], commit: bool) -> list[Any]:
+        if self.kind == "async-session":
+            async with AsyncSession(self.async_engine) as session:
+                out = [await getattr(pgqueue.aio, n)(session, *a, **kw) for n, a, kw in ops]
+                await (session.commit() if commit else session.rollback())
+                return out
+        async with self.async_engine.connect() as conn:
+            out = [await getattr(pgqueue.aio, n)(conn, *a, **kw) for n, a, kw in ops]
+            await (conn.commit() if commit else conn.rollback())
+            return out
+
+    def close(self) -> None:
+        if self.loop is not None:
+            self.loop.run_until_complete(self.async_engine.dispose())
+            self.loop.close()
+
+
+@pytest.fixture(params=["sync-connection", "sync-session", "async-connection", "async-session"])
+def q(request: pytest.FixtureRequest, engine: Engine, db_url: URL) -> Iterator[Runner]:
+    runner = Runner(request.param, engine, db_url)
+    yield runner
+    runner.close()
+
+
+def _jobs(engine: Engine) -> list[dict[str, Any]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT id, queue, payload, status, attempts, max_attempts, last_error, "
+                "run_at > now() AS scheduled FROM jobs ORDER BY id"
+            )
+        )
+        return [dict(r._mapping) for r in rows]
+
+
+def _sql(engine: Engine, sql: str, **params: Any) -> None:
+    with engine.begin() as conn:
+        conn.execute(text(sql), params)
+
+
+def test_same_public_names_and_signatures() -> None:
+    import inspect
+
+    for name in pgqueue.aio.__all__:
+        if name == "AsyncExecutor":
+            continue
+        sync, twin = getattr(repository, name), getattr(pgqueue.aio, name)
+        assert inspect.iscoroutinefunction(twin)
+        sync_params = list(inspect.signature(sync).parameters.values())[1:]
+        twin_params = list(inspect.signature(twin).parameters.values())[1:]
+        assert sync_params == twin_params, name
+
+
+def test_enqueue_defaults_and_payload(q: Runner) -> None:
+    job_id = q.run("enqueue", {"to": "a@example.com", "n": [1, None]}, queue="mail")
+    (row,) = _jobs(q.engine)
+    assert row["id"] == job_id
+    assert (row["queue"], row["status"], row["attempts"], row["max_attempts"]) == (
+        "mail",
+        "queued",
+        0,
+        5,
+    )
+    assert row["payload"] == {"to": "a@example.com", "n": [1, None]}
+    assert row["scheduled"] is False
+
+
+def test_enqueue_joins_the_callers_transaction(q: Runner) -> None:
+    q.tx([op("enqueue", {"a": 1}), op("enqueue_many", [1, 2])], commit=False)
+    assert _jobs(q.engine) == []
+    q.tx([op("enqueue", {"a": 1}), op("enqueue_many", [1, 2])], commit=True)
+    assert len(_jobs(q.engine)) == 3
+
+
+def test_enqueue_many_returns_ids_in_input_order(q: Runner) -> None:
+    ids = q.run("enqueue_many", ["a", "b", "c"], queue="m", delay=timedelta(minutes=1))
+    rows = _jobs(q.engine)
+    assert ids == [r["id"] for r in rows]
+    assert [r["payload"] for r in rows] == ["a", "b", "c"]
+    assert all(r["scheduled"] for r in rows)
+    assert q.run("enqueue_many", []) == []
+
+
+@pytest.mark.parametrize(
+    ("call", "error"),
+    [
+        (op("enqueue_many", [{"ok": 1}, {"bad": object()}]), InvalidPayloadError),
+        (op("enqueue", {"ok": 1}, queue=""), InvalidArgumentError),
+        (op("enqueue", {"ok": 1}, max_attempts=0), InvalidArgumentError),
+        (op("enqueue", {}, delay=timedelta(seconds=-1)), InvalidArgumentError),
+        (op("claim", limit=0), InvalidArgumentError),
+        (op("claim", lease=timedelta(0)), InvalidArgumentError),
+        (op("complete", "1", 1), InvalidArgumentTypeError),
+        (op("fail", 1, 1, "x", base=timedelta(seconds=-1)), InvalidArgumentError),
+        (op("extend_lease", 1, 1, timedelta(0)), InvalidArgumentError),
+        (op("purge_done", batch_size=0), InvalidArgumentError),
+    ],
+)
+def test_bad_input_raises_before_sql_and_writes_nothing(
+    q: Runner, call: Op, error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        q.tx([op("enqueue", {"first": True}), call])
+    assert _jobs(q.engine) == []
+
+
+def test_claim_takes_ready_jobs_oldest_first_up_to_limit(q: Runner) -> None:
+    later = q.run("enqueue", "later", queue="c", delay=timedelta(hours=1))
+    first, second, third = q.run("enqueue_many", ["1", "2", "3"], queue="c")
+    q.run("enqueue", "other", queue="d")
+    claimed = q.run("claim", queue="c", limit=2)
+    assert [(j.id, j.queue, j.payload, j.attempts) for j in claimed] == [
+        (first, "c", "1", 1),
+        (second, "c", "2", 1),
+    ]
+    assert [j.id for j in q.run("claim", queue="c")] == [third]
+    assert q.run("claim", queue="c") == []
+    assert later not in {r["id"] for r in _jobs(q.engine) if r["status"] == "running"}
+
+
+def test_complete_is_guarded_by_attempts(q: Runner) -> None:
+    job_id = q.run("enqueue", {})
+    (job,) = q.run("claim")
+    assert q.run("complete", job_id, job.attempts + 1) is False
+    assert q.run("complete", job_id, job.attempts) is True
+    assert q.run("complete", job_id, job.attempts) is False
+    assert _jobs(q.engine)[0]["status"] == "done"
+
+
+def test_fail_retries_with_backoff_then_fails_for_good(q: Runner) -> None:
+    job_id = q.run("enqueue", {}, max_attempts=2)
+    (job,) = q.run("claim")
+    result = q.run("fail", job_id, job.attempts, "SMTP 451")
+    assert (result.id, result.status, result.attempts) == (job_id, "queued", 1)
+    assert result.retry_in == timedelta(seconds=20)
+    assert q.run("fail", job_id, job.attempts, "again") is None
+    _sql(q.engine, "UPDATE jobs SET run_at = now() WHERE id = :id", id=job_id)
+    (job,) = q.run("claim")
+    result = q.run("fail", job_id, job.attempts, ValueError("boom"))
+    assert (result.status, result.attempts, result.retry_in) == ("failed", 2, None)
+    assert _jobs(q.engine)[0]["last_error"] == "boom"
+
+
+def test_non_retryable_failure_fails_at_once(q: Runner) -> None:
+    job_id = q.run("enqueue", {})
+    (job,) = q.run("claim")
+    result = q.run("fail", job_id, job.attempts, "bad address", retry=False)
+    assert (result.status, result.retry_in) == ("failed", None)
+
+
+def test_extend_lease_and_reap_expired(q: Runner) -> None:
+    kept, lost = q.run("enqueue_many", [1, 2])
+    jobs = {j.id: j for j in q.run("claim", lease=timedelta(seconds=30))}
+    assert q.run("extend_lease", kept, jobs[kept].attempts, timedelta(hours=1)) is True
+    _sql(
+        q.engine,
+        "UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id = :id",
+        id=lost,
+    )
+    reaped = q.run("reap_expired")
+    assert [(r.id, r.status, r.attempts) for r in reaped] == [(lost, "queued", 1)]
+    assert q.run("extend_lease", lost, jobs[lost].attempts) is False
+    assert q.run("reap_expired") == []
+
+
+def test_purge_done_deletes_one_batch(q: Runner) -> None:
+    ids = q.run("enqueue_many", list(range(5)))
+    _sql(
+        q.engine,
+        "UPDATE jobs SET status = 'done', created_at = now() - interval '8 days' WHERE id <= :id",
+        id=ids[3],
+    )
+    assert q.run("purge_done", batch_size=3) == 3
+    assert q.run("purge_done", batch_size=3) == 1
+    assert q.run("purge_done") == 0
+    assert [r["id"] for r in _jobs(q.engine)] == [ids[4]]
