@@ -14,7 +14,15 @@ from typing import Any, TypeAlias, TypeVar, Union
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from pgqueue import _calls
+from pgqueue import _calls, statements
+from pgqueue._validation import (
+    check_duration,
+    check_int,
+    check_positive_int,
+    check_queue,
+)
+from pgqueue.errors import InvalidArgumentError
+from pgqueue.models import JobStatus
 from pgqueue.results import ClaimedJob, FailResult, ReapedJob
 
 #: What every repository function accepts: a Core connection or an ORM session.
@@ -145,3 +153,61 @@ def _run(conn: Executor, call: _calls.Call[T]) -> T:
     if call.statement is None:
         return call.finish(None)
     return call.finish(conn.execute(call.statement, call.params))
+
+
+def purge(
+    conn: Executor,
+    *,
+    status: JobStatus = JobStatus.DONE,
+    older_than: timedelta = DEFAULT_PURGE_AGE,
+    batch_size: int = DEFAULT_PURGE_BATCH,
+) -> int:
+    """Delete at most one batch of ``done`` or ``failed`` jobs older than ``older_than`` (R20).
+
+    :func:`purge_done` for either finished status; loop while it returns ``batch_size``.
+    """
+    if status not in (JobStatus.DONE, JobStatus.FAILED):
+        raise InvalidArgumentError("status", f"only done or failed jobs are purged, got {status}")
+    if status is JobStatus.DONE:
+        return purge_done(conn, older_than=older_than, batch_size=batch_size)
+    params = {
+        "older_than": check_duration("older_than", older_than, allow_zero=True),
+        "batch_size": check_positive_int("batch_size", batch_size),
+    }
+    return int(conn.execute(statements.purge_statement(status), params).rowcount)  # type: ignore[attr-defined]
+
+
+def retry(
+    conn: Executor, job_ids: Iterable[int], *, attempts: int = DEFAULT_MAX_ATTEMPTS
+) -> list[int]:
+    """Requeue failed (or waiting queued) jobs now, with ``attempts`` more attempts to spend.
+
+    ``max_attempts`` is raised to ``attempts_so_far + attempts``; ``attempts`` itself is never
+    reset, since it is the token of every guarded update. Returns the ids requeued; running and
+    done jobs are left as they are.
+    """
+    params = {
+        "job_ids": [check_int("job_id", i) for i in job_ids],
+        "extra_attempts": check_positive_int("attempts", attempts),
+    }
+    return sorted(conn.execute(statements.retry_statement(), params).scalars())
+
+
+def retry_failed(
+    conn: Executor, *, queue: str | None = None, attempts: int = DEFAULT_MAX_ATTEMPTS
+) -> list[int]:
+    """Requeue every ``failed`` job (of one queue, or all) like :func:`retry`; return their ids."""
+    params = {
+        "queue_name": None if queue is None else check_queue(queue),
+        "extra_attempts": check_positive_int("attempts", attempts),
+    }
+    return sorted(conn.execute(statements.retry_statement(all_failed=True), params).scalars())
+
+
+def cancel(conn: Executor, job_ids: Iterable[int]) -> list[int]:
+    """Fail queued jobs for good with ``last_error = 'cancelled'``; return the ids cancelled.
+
+    Running jobs are not touched: their worker holds a lease and would finish them anyway.
+    """
+    params = {"job_ids": [check_int("job_id", i) for i in job_ids]}
+    return sorted(conn.execute(statements.CANCEL, params).scalars())
