@@ -3,6 +3,7 @@ jobs, LISTEN wake-ups, killed connections, server restarts, transaction mode."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -104,7 +105,7 @@ def test_retries_on_schedule_then_fails(engine: Engine) -> None:
         until(lambda: _job(engine, retried).status == "failed", 15, "three attempts")
     assert len(calls[retried]) == 3
     # 0.1 s * 2^1, then * 2^2: the SQL backoff of R11 on the configured schedule.
-    gaps = [b - a for a, b in zip(calls[retried], calls[retried][1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(calls[retried])]
     assert gaps[0] >= 0.19
     assert gaps[1] >= 0.39
     row = _job(engine, retried)
@@ -283,3 +284,31 @@ def test_no_job_lost_across_a_server_restart(pg_server: Any, engine: Engine) -> 
             "the queue to drain after the restart",
         )
     assert set(ids) <= done
+
+
+def test_idle_worker_backs_off_to_the_idle_interval(engine: Engine) -> None:
+    from sqlalchemy import event
+
+    stamps: list[float] = []
+
+    def on_execute(*args: object) -> None:
+        stamps.append(time.monotonic())
+
+    event.listen(engine, "before_cursor_execute", on_execute)
+    worker = pgqueue.Worker(
+        engine,
+        {"idle": lambda job: None},
+        listen=False,
+        poll_interval=0.1,
+        idle_after=0.3,
+        idle_poll_interval=1.5,
+    )
+    t0 = time.monotonic()
+    with running(worker):
+        time.sleep(6)
+    event.remove(engine, "before_cursor_execute", on_execute)
+    late = [t for t in stamps if t > t0 + 2.5]
+    gaps = [b - a for a, b in itertools.pairwise(late)]
+    # Polls back off (0.1 s doubling) to the idle interval; nothing else is sent meanwhile.
+    assert len(late) <= 3
+    assert all(g >= 1.4 for g in gaps)
