@@ -1,0 +1,237 @@
+"""Helpers for your own test suite, on the real database.
+
+``assert_enqueued`` checks that your code enqueued a job (by queue and payload subset) in the
+transaction your test can see; ``drain`` runs the ready jobs of some queues inline with your
+handlers through the real ``claim``/``complete``/``fail``, and reports what ran and what failed::
+
+    def test_signup_sends_a_welcome_email(engine):
+        with engine.begin() as conn:
+            create_user(conn, "ada@example.com")
+            pgqueue.testing.assert_enqueued(conn, "welcome_email", {"email": "ada@example.com"})
+        result = pgqueue.testing.drain(engine, {"welcome_email": send_welcome_email})
+        assert result.failed == []
+
+.. versionadded:: 0.2.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy.orm import Session
+
+from pgqueue import repository
+from pgqueue._validation import check_positive_int, check_queue, encode_payload
+from pgqueue.errors import InvalidArgumentError
+from pgqueue.models import Job
+from pgqueue.repository import Executor
+from pgqueue.results import ClaimedJob
+from pgqueue.worker import JobContext
+
+__all__ = ["DrainResult", "DrainedJob", "assert_enqueued", "drain"]
+
+#: How many jobs ``drain`` runs at most unless told otherwise (a guard against handlers that
+#: enqueue follow-up jobs forever).
+DEFAULT_MAX_JOBS = 1000
+_LISTED = 20
+
+
+def assert_enqueued(
+    conn: Executor,
+    queue: str,
+    payload_subset: Any = None,
+    *,
+    count: int | None = None,
+) -> list[int]:
+    """Assert that jobs of ``queue`` whose payload contains ``payload_subset`` are visible.
+
+    Runs in the caller's transaction, so it sees jobs enqueued but not yet committed. Jobs of any
+    status count (a job already run by a worker was enqueued too).
+
+    Args:
+        conn: A connection or session; its transaction is left open and unchanged.
+        queue: The queue the job must be on.
+        payload_subset: A JSON value the payload must contain, in the sense of jsonb ``@>``
+            (``{"user_id": 7}`` matches ``{"user_id": 7, "email": "..."}``). Default ``None``:
+            any payload.
+        count: The exact number of matching jobs expected. Default: at least one.
+
+    Returns:
+        The matching job ids, oldest first.
+
+    Raises:
+        AssertionError: listing the jobs of that queue (and the other queues' counts) when the
+            expectation is not met.
+    """
+    jobs = Job.__table__
+    where = [jobs.c.queue == check_queue(queue)]
+    if payload_subset is not None:
+        encode_payload(payload_subset)  # the same checks, and error, as enqueue
+        where.append(jobs.c.payload.contains(payload_subset))
+    ids = list(conn.execute(select(jobs.c.id).where(*where).order_by(jobs.c.id)).scalars())
+    if (len(ids) == count) if count is not None else bool(ids):
+        return ids
+    wanted = "at least one job" if count is None else f"{count} job(s)"
+    shape = "" if payload_subset is None else f" with payload containing {payload_subset!r}"
+    raise AssertionError(
+        f"expected {wanted} on queue {queue!r}{shape}, found {len(ids)}.\n"
+        + _describe_enqueued(conn, queue)
+    )
+
+
+def _describe_enqueued(conn: Executor, queue: str) -> str:
+    jobs = Job.__table__
+    rows = conn.execute(
+        select(jobs.c.id, jobs.c.status, jobs.c.payload)
+        .where(jobs.c.queue == queue)
+        .order_by(jobs.c.id)
+        .limit(_LISTED + 1)
+    ).all()
+    lines = [f"jobs on {queue!r} visible in this transaction:"]
+    lines += [f"  #{r.id} {r.status} {r.payload!r}" for r in rows[:_LISTED]] or ["  (none)"]
+    if len(rows) > _LISTED:
+        lines.append("  ...")
+    others = conn.execute(
+        select(jobs.c.queue, func.count())
+        .where(jobs.c.queue != queue)
+        .group_by(jobs.c.queue)
+        .order_by(jobs.c.queue)
+    ).all()
+    if others:
+        lines.append("other queues: " + ", ".join(f"{q!r}: {n}" for q, n in others))
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class DrainedJob:
+    """One job ``drain`` ran.
+
+    Attributes:
+        error: The exception its handler raised; ``None`` when it succeeded.
+        status: Where the job went: ``"done"``, ``"queued"`` (a retry is scheduled) or
+            ``"failed"`` (attempts spent).
+    """
+
+    id: int
+    queue: str
+    payload: Any
+    attempts: int
+    status: str
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    """What ``drain`` ran, in the order it ran them.
+
+    Attributes:
+        ran: Every job whose handler was called.
+        succeeded: The jobs whose handler returned (now ``done``).
+        failed: The jobs whose handler raised, with the exception in ``error``.
+    """
+
+    ran: list[DrainedJob] = field(default_factory=list)
+
+    @property
+    def succeeded(self) -> list[DrainedJob]:
+        """Jobs whose handler returned."""
+        return [j for j in self.ran if j.error is None]
+
+    @property
+    def failed(self) -> list[DrainedJob]:
+        """Jobs whose handler raised."""
+        return [j for j in self.ran if j.error is not None]
+
+
+def drain(
+    conn_or_engine: Engine | Connection | Session,
+    handlers: Mapping[str, Callable[[JobContext], object]],
+    *,
+    queues: Iterable[str] | None = None,
+    max_jobs: int = DEFAULT_MAX_JOBS,
+) -> DrainResult:
+    """Run the ready jobs of some queues inline, one at a time, with the real claim and updates.
+
+    A failing handler's job goes through :func:`pgqueue.fail` with the default backoff, so it is
+    not ready again during the drain: every ready job runs at most once. Jobs its handlers
+    enqueue run too when they are ready at once.
+
+    Args:
+        conn_or_engine: An ``Engine`` runs in lease mode, like the worker: claim and commit, call
+            the handler, then complete or fail and commit. A ``Connection`` or ``Session``
+            runs everything in the caller's open transaction without committing; each handler
+            runs in a savepoint that is rolled back when it raises.
+        handlers: ``{queue: handler}``, the same handlers a :class:`pgqueue.Worker` takes (they
+            receive a :class:`pgqueue.JobContext`; ``connection`` is set in transaction mode).
+        queues: The queues to drain. Default: every queue of ``handlers``.
+        max_jobs: Stop after this many jobs. Default 1000.
+
+    Raises:
+        InvalidArgumentError: for a queue without a handler, before any SQL.
+    """
+    names = [check_queue(q) for q in (handlers if queues is None else queues)]
+    missing = [q for q in names if q not in handlers]
+    if missing:
+        raise InvalidArgumentError("queues", f"no handler for {', '.join(map(repr, missing))}")
+    check_positive_int("max_jobs", max_jobs)
+    result = DrainResult()
+    progress = True
+    while progress and len(result.ran) < max_jobs:
+        progress = False
+        for queue in names:
+            if len(result.ran) >= max_jobs:
+                break
+            if isinstance(conn_or_engine, Engine):
+                drained = _run_leased(conn_or_engine, queue, handlers[queue])
+            else:
+                drained = _run_in_transaction(conn_or_engine, queue, handlers[queue])
+            if drained is not None:
+                result.ran.append(drained)
+                progress = True
+    return result
+
+
+def _run_leased(
+    engine: Engine, queue: str, handler: Callable[[JobContext], object]
+) -> DrainedJob | None:
+    with engine.begin() as conn:
+        claimed = repository.claim(conn, queue=queue, limit=1)
+    if not claimed:
+        return None
+    job = claimed[0]
+    try:
+        handler(JobContext(job.id, job.queue, job.payload, job.attempts))
+    except Exception as exc:
+        with engine.begin() as conn:
+            return _failed(conn, job, exc)
+    with engine.begin() as conn:
+        repository.complete(conn, job.id, job.attempts)
+    return DrainedJob(job.id, job.queue, job.payload, job.attempts, "done")
+
+
+def _run_in_transaction(
+    conn: Connection | Session, queue: str, handler: Callable[[JobContext], object]
+) -> DrainedJob | None:
+    claimed = repository.claim(conn, queue=queue, limit=1)
+    if not claimed:
+        return None
+    job = claimed[0]
+    core = conn.connection() if isinstance(conn, Session) else conn
+    savepoint = conn.begin_nested()
+    try:
+        handler(JobContext(job.id, job.queue, job.payload, job.attempts, connection=core))
+    except Exception as exc:
+        savepoint.rollback()
+        return _failed(conn, job, exc)
+    savepoint.commit()
+    repository.complete(conn, job.id, job.attempts)
+    return DrainedJob(job.id, job.queue, job.payload, job.attempts, "done")
+
+
+def _failed(conn: Executor, job: ClaimedJob, exc: Exception) -> DrainedJob:
+    outcome = repository.fail(conn, job.id, job.attempts, f"{type(exc).__name__}: {exc}")
+    status = "failed" if outcome is None else outcome.status
+    return DrainedJob(job.id, job.queue, job.payload, job.attempts, status, exc)

@@ -1,0 +1,102 @@
+"""pgqueue.testing: assert_enqueued and drain, on a real server."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session
+
+import pgqueue
+from pgqueue import InvalidArgumentError, JobContext
+from pgqueue.testing import assert_enqueued, drain
+
+
+def test_assert_enqueued_sees_the_callers_uncommitted_jobs(engine: Engine) -> None:
+    with engine.connect() as conn:
+        first = pgqueue.enqueue(conn, {"user_id": 7, "email": "ada@example.com"}, queue="mail")
+        second = pgqueue.enqueue(conn, {"user_id": 8}, queue="mail")
+        assert assert_enqueued(conn, "mail") == [first, second]
+        assert assert_enqueued(conn, "mail", {"user_id": 7}) == [first]
+        assert assert_enqueued(conn, "mail", {"user_id": 8}, count=1) == [second]
+        assert assert_enqueued(conn, "other", count=0) == []
+        conn.rollback()
+        with pytest.raises(AssertionError):
+            assert_enqueued(conn, "mail")
+
+
+def test_assert_enqueued_explains_what_was_enqueued(engine: Engine) -> None:
+    with Session(engine) as session:
+        pgqueue.enqueue(session, {"user_id": 7}, queue="mail")
+        pgqueue.enqueue(session, "x", queue="sms")
+        with pytest.raises(AssertionError) as info:
+            assert_enqueued(session, "mail", {"user_id": "7'; DROP TABLE jobs; --"})
+        message = str(info.value)
+        assert "expected at least one job on queue 'mail' with payload containing" in message
+        assert "{'user_id': 7}" in message
+        assert "other queues: 'sms': 1" in message
+        with pytest.raises(AssertionError, match="expected 2 job"):
+            assert_enqueued(session, "mail", count=2)
+
+
+def test_drain_with_an_engine_runs_ready_jobs_in_lease_mode(engine: Engine) -> None:
+    seen: list[tuple[str, object]] = []
+
+    def send(job: JobContext) -> None:
+        seen.append((job.queue, job.payload))
+        if job.payload == "boom":
+            raise RuntimeError("SMTP 451")
+        with engine.begin() as conn:
+            pgqueue.enqueue(conn, {"after": job.id}, queue="audit")
+
+    def audit(job: JobContext) -> None:
+        seen.append((job.queue, job.payload))
+
+    with engine.begin() as conn:
+        ok, bad = pgqueue.enqueue_many(conn, ["hi", "boom"], queue="mail")
+        pgqueue.enqueue(conn, "later", queue="mail", delay=timedelta(hours=1))
+        pgqueue.enqueue(conn, "not drained", queue="sms")
+    result = drain(engine, {"mail": send, "audit": audit})
+    assert [(j.id, j.queue, j.status) for j in result.succeeded] == [
+        (ok, "mail", "done"),
+        (result.ran[1].id, "audit", "done"),
+    ]
+    assert [(j.id, j.status, str(j.error)) for j in result.failed] == [(bad, "queued", "SMTP 451")]
+    assert ("sms", "not drained") not in seen
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT queue, status, last_error FROM jobs ORDER BY id")).all()
+    assert [tuple(r) for r in rows] == [
+        ("mail", "done", None),
+        ("mail", "queued", "RuntimeError: SMTP 451"),
+        ("mail", "queued", None),
+        ("sms", "queued", None),
+        ("audit", "done", None),
+    ]
+
+
+def test_drain_in_the_callers_transaction_rolls_back_a_failed_handler(engine: Engine) -> None:
+    def handler(job: JobContext) -> None:
+        assert job.connection is not None
+        job.connection.execute(text("CREATE TABLE IF NOT EXISTS t (v text)"))
+        job.connection.execute(text("INSERT INTO t VALUES (:v)"), {"v": job.payload})
+        if job.payload == "bad":
+            raise ValueError("no")
+
+    with engine.connect() as conn:
+        pgqueue.enqueue_many(conn, ["good", "bad"], queue="q")
+        result = drain(conn, {"q": handler})
+        assert [j.status for j in result.ran] == ["done", "queued"]
+        assert conn.execute(text("SELECT v FROM t")).scalars().all() == ["good"]
+        conn.rollback()
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM jobs")).scalar_one() == 0
+
+
+def test_drain_checks_its_arguments_and_stops_at_max_jobs(engine: Engine) -> None:
+    with pytest.raises(InvalidArgumentError, match="no handler for 'sms'"):
+        drain(engine, {"mail": print}, queues=["sms"])
+    with engine.begin() as conn:
+        pgqueue.enqueue_many(conn, [1, 2, 3], queue="mail")
+    assert len(drain(engine, {"mail": lambda job: None}, max_jobs=2).ran) == 2
+    assert len(drain(engine, {"mail": lambda job: None}).ran) == 1
