@@ -1,0 +1,137 @@
+"""``python -m bench [--url URL] [--jobs N] [--smoke] [--out DIR]``: one run of every benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import sqlalchemy
+
+from bench import _db, drain, enqueue, latency, report, scale
+from pgqueue._urls import mask_url
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much each section does; ``--smoke`` shrinks everything."""
+
+    drain_jobs: int = 20_000
+    concurrency: tuple[int, ...] = (1, 4, 8, 16)
+    enqueue_single: int = 5_000
+    enqueue_many: int = 100_000
+    latency_samples: int = 200
+    done_rows: int = 1_000_000
+    scale_claims: int = 200
+    pgbench_repeats: int = 3
+    timeout: float = 900.0
+
+
+SMOKE = Sizes(
+    drain_jobs=200,
+    concurrency=(1, 4),
+    enqueue_single=200,
+    enqueue_many=2_000,
+    latency_samples=20,
+    done_rows=10_000,
+    scale_claims=20,
+    pgbench_repeats=1,
+    timeout=120.0,
+)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--url",
+        help="a PostgreSQL server URL; a throwaway database is created and dropped on it "
+        "(default: start the embedded PostgreSQL)",
+    )
+    parser.add_argument("--jobs", type=int, help="jobs per drain run (default 20,000)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes; no figure means much")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"), help="output folder")
+    return parser.parse_args(argv)
+
+
+def _section(name: str, started: float) -> None:
+    print(f"[{time.perf_counter() - started:7.1f}s] {name}", file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    sizes = SMOKE if args.smoke else Sizes()
+    if args.jobs is not None:
+        sizes = Sizes(**{**asdict(sizes), "drain_jobs": args.jobs})
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    results: dict[str, Any] = {"sizes": asdict(sizes), "smoke": bool(args.smoke)}
+    with _db.server(args.url) as server_url, _db.throwaway_database(server_url[0]) as url:
+        engine = _db.make_engine(url)
+        try:
+            with _db.admin_connect(url) as conn:
+                row = conn.execute("SHOW server_version").fetchone()
+            results["environment"] = {
+                "server": mask_url(server_url[0]),
+                "server_kind": server_url[1],
+                "postgresql": row[0] if row else "?",
+                "python": platform.python_version(),
+                "sqlalchemy": sqlalchemy.__version__,
+                "psycopg": psycopg.__version__,
+                "cpus": _cpus(),
+            }
+            _section("enqueue", started)
+            results["enqueue"] = enqueue.run(
+                url, engine, single=sizes.enqueue_single, many=sizes.enqueue_many
+            )
+            _section("drain: pgbench", started)
+            pgbench = drain.run_pgbench(
+                url, engine, sizes.drain_jobs, out, sizes.pgbench_repeats, sizes.timeout
+            )
+            workers = []
+            for c in sizes.concurrency:
+                _section(f"drain: worker concurrency {c}", started)
+                workers.append(drain.run_worker(url, sizes.drain_jobs, c, sizes.timeout))
+            results["drain"] = {"jobs": sizes.drain_jobs, "pgbench": pgbench, "worker": workers}
+            biggest = max(workers, key=lambda w: w["concurrency"])
+            results["rss"] = {
+                "concurrency": biggest["concurrency"],
+                "rss_kb": biggest["rss_kb"],
+                "hwm_kb": biggest["hwm_kb"],
+            }
+            _section("latency", started)
+            results["latency"] = {
+                "worker": latency.run_worker(url, sizes.latency_samples),
+                "raw": latency.run_raw(url, engine, sizes.latency_samples),
+            }
+            _section("scale", started)
+            results["scale"] = scale.run(
+                url, engine, done_rows=sizes.done_rows, claims=sizes.scale_claims
+            )
+        finally:
+            engine.dispose()
+    results["seconds"] = time.perf_counter() - started
+    return results
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    results = run(args)
+    print(report.table(results))
+    for path in report.write(results, args.out):
+        print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

