@@ -143,12 +143,17 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         raise UserError(
             f"invalid database URL {mask_url(url)!r}: expected postgresql://user:password@host:5432/dbname"
         ) from exc
+    if parsed.get_backend_name() != "postgresql":
+        raise UserError(
+            f"{mask_url(url)!r} is not a PostgreSQL URL: pgqueue needs "
+            "postgresql://user:password@host:5432/dbname"
+        )
     connect_args: dict[str, Any] = {"connect_timeout": 10}
     if "application_name" not in parsed.query:
         connect_args["application_name"] = APPLICATION_NAME
     try:
         return create_engine(parsed, connect_args=connect_args, **kwargs)
-    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
+    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError) as exc:
         raise UserError(f"invalid database URL {mask_url(url)!r}: {exc}") from exc
 
 
@@ -463,8 +468,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
             f"{args.target} is a {type(target).__name__}: expected a pgqueue.Worker, "
             "a {queue: handler} mapping or a pgqueue Registry"
         )
-    stats = worker.run(until_empty=args.burst)
-    note(f"worker stopped: {stats}")
+    worker.run(until_empty=args.burst)
     return 0
 
 
