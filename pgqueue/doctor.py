@@ -192,7 +192,7 @@ _LONG_TRANSACTIONS = text(
     SELECT pid, usename AS user, application_name, state,
            extract(epoch FROM now() - xact_start)::float AS xact_age_s,
            extract(epoch FROM now() - state_change)::float AS state_age_s,
-           age(backend_xmin) AS xmin_age_xids
+           greatest(age(backend_xmin), age(backend_xid)) AS xmin_age_xids
     FROM pg_stat_activity
     WHERE datname = current_database() AND pid <> pg_backend_pid()
       AND xact_start IS NOT NULL AND now() - xact_start > :threshold
@@ -202,11 +202,13 @@ _LONG_TRANSACTIONS = text(
 
 _OLDEST_SNAPSHOT = text(
     """
-    SELECT pid, application_name, state, age(backend_xmin) AS xmin_age_xids,
+    SELECT pid, application_name, state,
+           greatest(age(backend_xmin), age(backend_xid)) AS xmin_age_xids,
            extract(epoch FROM now() - xact_start)::float AS xact_age_s
     FROM pg_stat_activity
-    WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_xmin IS NOT NULL
-    ORDER BY age(backend_xmin) DESC LIMIT 1
+    WHERE datname = current_database() AND pid <> pg_backend_pid()
+      AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+    ORDER BY greatest(age(backend_xmin), age(backend_xid)) DESC LIMIT 1
     """
 )
 
@@ -251,7 +253,7 @@ def _sessions(conn: Connection, threshold: timedelta) -> Iterator[Finding]:
             severity,
             f"oldest snapshot: pid {row['pid']} ({row['application_name'] or '-'}), "
             f"{row['xmin_age_xids']} transactions old, open {age:.0f} s: "
-            "vacuum cannot remove rows that died after it",
+            "vacuum cannot remove rows that died after it started",
             "end that transaction" if severity == "warning" else "",
             [row],
         )

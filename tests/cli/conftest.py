@@ -6,11 +6,12 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL
 
 
@@ -55,3 +56,11 @@ def cli(db_url: URL) -> Callable[..., Result]:
         return run_pgqueue(*args, "--url", plain(db_url), **kwargs)
 
     return run
+
+
+@pytest.fixture
+def db(db_url: URL) -> Iterator[Engine]:
+    """An engine on the same database, to set up and check state without a subprocess."""
+    engine = create_engine(db_url)
+    yield engine
+    engine.dispose()

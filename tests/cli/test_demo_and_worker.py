@@ -1,0 +1,95 @@
+"""The demo on a throwaway database of the test server, and ``pgqueue worker``."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import Engine, text
+
+import pgqueue
+from tests.cli.conftest import Result, plain, run_pgqueue
+
+Cli = Callable[..., Result]
+
+
+def test_demo_small(pg_server: object) -> None:
+    server_url = plain(pg_server.url)  # type: ignore[attr-defined]
+    result = run_pgqueue("demo", "--jobs", "800", "--url", server_url)
+    assert result.code == 0, result.err
+    out = result.out
+    assert "1. Naive claim: 8 sessions x 100 claims over 800 jobs" in out
+    assert "emails would have gone out twice" in out
+    assert " done   |   800 |            1" in out
+    assert "each exactly once" in out
+    assert "are dead but not yet removable" in out
+    assert "0 are dead but not yet removable" in out.split("COMMIT;")[1]
+    assert "4. A real pgqueue.Worker" in out
+    assert "16 failed for good" in out
+    assert "Traceback" not in result.err
+    with pg_server.admin() as admin:  # type: ignore[attr-defined]
+        left = admin.execute(
+            "SELECT count(*) FROM pg_database WHERE datname LIKE 'pgqueue_demo_%'"
+        ).fetchone()
+    assert left == (0,)
+
+
+def _app(tmp_path: Path) -> str:
+    (tmp_path / "cli_app.py").write_text(
+        textwrap.dedent(
+            """
+            import pgqueue
+            from sqlalchemy import create_engine
+
+            registry = pgqueue.Registry()
+
+            @registry.handler("emails")
+            def send(job):
+                if job.payload.get("fail"):
+                    raise ValueError("bad address")
+
+            handlers = {"emails": send, "reports": send}
+            ready = pgqueue.Worker(create_engine("postgresql+psycopg://nobody@127.0.0.1:1/x"),
+                                   handlers)
+            not_handlers = 42
+            """
+        )
+    )
+    return str(tmp_path)
+
+
+def test_worker_burst(cli: Cli, db: Engine, tmp_path: Path) -> None:
+    with db.begin() as conn:
+        pgqueue.enqueue_many(conn, [{}, {}, {"fail": True}], queue="emails", max_attempts=1)
+        pgqueue.enqueue(conn, {}, queue="reports")
+    cwd = _app(tmp_path)
+    result = cli("worker", "cli_app:registry", "--burst", "--concurrency", "2", cwd=cwd)
+    assert result.code == 0, result.err
+    with db.connect() as conn:
+        rows = dict(conn.execute(text("SELECT status, count(*) FROM jobs GROUP BY status")).all())
+    assert rows == {"done": 2, "failed": 1, "queued": 1}  # reports has no handler here
+
+    only = cli("worker", "cli_app:handlers", "--queues", "reports", "--burst", cwd=cwd)
+    assert only.code == 0, only.err
+    with db.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM jobs WHERE status = 'queued'")).scalar() == 0
+
+
+def test_worker_target_errors(tmp_path: Path) -> None:
+    cwd = _app(tmp_path)
+    ready = run_pgqueue("worker", "cli_app:ready", "--concurrency", "3", cwd=cwd)
+    assert ready.code == 2
+    assert "is a ready Worker: --concurrency would be ignored" in ready.err
+    for target, message in [
+        ("cli_app:missing", "has no attribute"),
+        ("no_such_module:x", "cannot import"),
+        ("cli_app:not_handlers", "expected a pgqueue.Worker"),
+        ("cli_app:handlers", "no handler for queue(s) nope"),
+    ]:
+        result = run_pgqueue(
+            "worker", target, "--queues", "nope", "--url", "postgresql://x@127.0.0.1:1/x", cwd=cwd
+        )
+        assert result.code == 2, target
+        assert message in result.err
+        assert "Traceback" not in result.err

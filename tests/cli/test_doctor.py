@@ -1,0 +1,83 @@
+"""``pgqueue doctor`` sees each condition created for real, and exits 0, 1 or 2."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import URL
+
+import pgqueue
+from pgqueue._urls import to_libpq_url
+from tests.cli.conftest import Result
+
+Cli = Callable[..., Result]
+
+
+def _by_check(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    found: dict[str, list[dict[str, Any]]] = {}
+    for finding in report["findings"]:
+        found.setdefault(finding["check"], []).append(finding)
+    return found
+
+
+def test_healthy_database(cli: Cli) -> None:
+    result = cli("doctor")
+    assert result.code == 0, result.out
+    assert "healthy" in result.out
+    report = cli("doctor", "--json").json()
+    assert report["status"] == "healthy"
+    assert {f["severity"] for f in report["findings"]} <= {"ok", "info"}
+
+
+def test_open_transaction_in_another_connection(cli: Cli, db_url: URL, db: Engine) -> None:
+    with db.begin() as conn:
+        pgqueue.enqueue(conn, {})
+    holder = psycopg.connect(to_libpq_url(db_url), application_name="stuck-worker")
+    try:
+        holder.execute("SELECT id FROM jobs FOR UPDATE")  # opens a transaction, then sits idle
+        pid = holder.info.backend_pid
+        time.sleep(1.2)
+        result = cli("doctor", "--json", "--idle-threshold", "1s")
+    finally:
+        holder.close()
+    assert result.code == 1, result.out
+    report = result.json()
+    assert report["status"] == "warning"
+    (sessions,) = _by_check(report)["sessions"]
+    assert sessions["severity"] == "warning"
+    assert "idle in transaction" in sessions["message"]
+    assert f"pid {pid}" in sessions["message"]
+    assert sessions["details"][0]["application_name"] == "stuck-worker"
+    assert _by_check(report)["snapshot"][0]["details"][0]["pid"] == pid
+
+
+def test_queue_findings_and_exit_codes(cli: Cli, db: Engine) -> None:
+    with db.begin() as conn:
+        pgqueue.enqueue_many(conn, [{}, {}])
+        first, second = pgqueue.claim(conn, limit=2)
+        pgqueue.fail(conn, first.id, first.attempts, "boom", retry=False)
+        conn.execute(
+            text("UPDATE jobs SET locked_until = now() - interval '1 minute' WHERE id = :id"),
+            {"id": second.id},
+        )
+    report = cli("doctor", "--json")
+    assert report.code == 1
+    checks = _by_check(report.json())
+    assert checks["leases"][0]["severity"] == "warning"
+    assert "pgqueue reap" in checks["leases"][0]["fix"]
+    assert checks["failed"][0]["severity"] == "warning"
+
+    with db.begin() as conn:
+        conn.execute(text("DROP INDEX jobs_ready_idx"))
+        conn.execute(text("DROP TRIGGER jobs_notify ON jobs"))
+        conn.execute(text("UPDATE alembic_version SET version_num = 'pgqueue_0002'"))
+    broken = cli("doctor")
+    assert broken.code == 2
+    assert "[ERROR  ] indexes: index jobs_ready_idx is missing" in broken.out
+    assert "trigger jobs_notify is missing" in broken.out
+    assert "behind the package's head pgqueue_0003" in broken.out
+    assert "errors found" in broken.out
