@@ -129,8 +129,8 @@ def _ready_ids(limit: int, *, skip_locked: bool) -> Any:
 def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
     """The article's claim (R7): lock up to ``limit`` ready jobs of one queue, lease them.
 
-    Parameters: ``queue_name``, ``lease``. Returns ``id, queue, payload, attempts, run_at``. The CTE is
-    ``MATERIALIZED`` so the planner keeps LockRows inside it (Limit over LockRows over an index
+    Parameters: ``queue_name``, ``lease``. Returns ``id, queue, payload, attempts, run_at``.
+    The CTE is ``MATERIALIZED`` so the planner keeps LockRows inside it (Limit over LockRows over an index
     scan of ``jobs_ready_idx``). ``skip_locked=False`` is the serialising variant of R5, kept
     for the demo and the tests.
     """
