@@ -109,6 +109,20 @@ def test_worker_sends_each_email_once(
     assert status == "done"
 
 
+def test_the_real_worker_runs_the_example_handlers(service_engine: Engine) -> None:
+    with service_engine.begin() as conn:
+        for email in ("ada@example.com", "grace@example.com"):
+            app.create_user(conn, email)
+    handlers = worker.make_handlers(service_engine)
+    pgqueue.Worker(service_engine, handlers, listen=False, install_signal_handlers=False).run(
+        until_empty=True
+    )
+    with service_engine.connect() as conn:
+        sent = conn.execute(text("SELECT email FROM sent_emails ORDER BY email")).scalars()
+        statuses = conn.execute(text("SELECT DISTINCT status FROM jobs")).scalars()
+        assert (list(sent), list(statuses)) == (["ada@example.com", "grace@example.com"], ["done"])
+
+
 def test_async_service_commits_or_rolls_back_with_its_job(
     service_engine: Engine, empty_db_url: URL
 ) -> None:
