@@ -178,7 +178,7 @@ def translate_error(exc: BaseException, url: str | None) -> str | None:
             f"the database{where} has no pgqueue schema ({first_line}): run `pgqueue migrate` first"
         )
     if isinstance(orig, psycopg.errors.InsufficientPrivilege):
-        return f"permission denied{where}: {first_line}; grant this role access to jobs"
+        return f"permission denied{where}: {first_line}; grant this role that privilege"
     if isinstance(orig, psycopg.OperationalError):
         return (
             f"cannot connect to the database{where}: {first_line}; check --url or {ENV_URL} "
@@ -194,8 +194,10 @@ def translate_error(exc: BaseException, url: str | None) -> str | None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """Run the article's demo."""
-    from pgqueue.demo import run_demo
+    from pgqueue.demo import CLIENTS, run_demo
 
+    if args.jobs < 2 * CLIENTS:
+        raise UserError(f"--jobs must be at least {2 * CLIENTS} (one claim per session and job)")
     return run_demo(database_url(args, required=False), jobs=args.jobs)
 
 

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 import psycopg
+import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
 
 import pgqueue
 from pgqueue._urls import to_libpq_url
-from tests.cli.conftest import Result
+from tests.cli.conftest import Result, plain, run_pgqueue
 
 Cli = Callable[..., Result]
 
@@ -81,3 +83,25 @@ def test_queue_findings_and_exit_codes(cli: Cli, db: Engine) -> None:
     assert "trigger jobs_notify is missing" in broken.out
     assert "behind the package's head pgqueue_0003" in broken.out
     assert "errors found" in broken.out
+
+
+def test_says_what_it_cannot_see_without_pg_monitor(db_url: URL, db: Engine) -> None:
+    role = f"pgq_doctor_{uuid.uuid4().hex[:8]}"
+    with db.begin() as conn:
+        conn.execute(text(f'CREATE ROLE "{role}" LOGIN'))
+        conn.execute(text(f'GRANT SELECT ON jobs, alembic_version TO "{role}"'))
+    try:
+        limited = db_url.set(username=role, password=None)
+        try:
+            psycopg.connect(to_libpq_url(limited)).close()
+        except psycopg.OperationalError:
+            pytest.skip("this server does not let a new role log in without a password")
+        result = run_pgqueue("doctor", "--json", "--url", plain(limited))
+        assert result.code == 0, result.err
+        (visibility,) = _by_check(result.json())["visibility"]
+        assert visibility["severity"] == "info"
+        assert "pg_monitor" in visibility["fix"]
+    finally:
+        with db.begin() as conn:
+            conn.execute(text(f'DROP OWNED BY "{role}"'))
+            conn.execute(text(f'DROP ROLE "{role}"'))
