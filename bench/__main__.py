@@ -29,6 +29,8 @@ class Sizes:
     done_rows: int = 1_000_000
     scale_claims: int = 200
     pgbench_repeats: int = 3
+    #: One more drain with claims bigger than the free threads: (concurrency, batch_size, prefetch).
+    tuned: tuple[int, int, int] = (8, 50, 50)
     timeout: float = 900.0
 
 
@@ -96,7 +98,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             for c in sizes.concurrency:
                 _section(f"drain: worker concurrency {c}", started)
                 workers.append(drain.run_worker(url, sizes.drain_jobs, c, sizes.timeout))
-            results["drain"] = {"jobs": sizes.drain_jobs, "pgbench": pgbench, "worker": workers}
+            c, batch, prefetch = sizes.tuned
+            _section(
+                f"drain: worker concurrency {c}, batch_size {batch}, prefetch {prefetch}", started
+            )
+            tuned = drain.run_worker(url, sizes.drain_jobs, c, sizes.timeout, batch, prefetch)
+            results["drain"] = {
+                "jobs": sizes.drain_jobs,
+                "pgbench": pgbench,
+                "worker": workers,
+                "worker_tuned": tuned,
+            }
             biggest = max(workers, key=lambda w: w["concurrency"])
             results["rss"] = {
                 "concurrency": biggest["concurrency"],

@@ -25,13 +25,26 @@ BATCH = 10
 PGBENCH_CLIENTS = 8
 
 
-def run_worker(url: URL, n: int, concurrency: int, timeout: float) -> dict[str, Any]:
-    """Fill ``n`` jobs, drain them with a fresh worker process; jobs/s and the process's memory."""
+def run_worker(
+    url: URL, n: int, concurrency: int, timeout: float, batch: int = BATCH, prefetch: int = 1
+) -> dict[str, Any]:
+    """Fill ``n`` jobs, drain them with a fresh worker process; jobs/s and the process's memory.
+
+    ``batch`` and ``prefetch`` are the worker's ``batch_size`` and ``prefetch`` (its defaults).
+    """
     _db.reset(url)
     _db.fill(url, n)
     url_text = url.render_as_string(hide_password=False)
     proc = subprocess.run(
-        [sys.executable, "-m", "bench.drain_worker", url_text, str(concurrency), str(BATCH)],
+        [
+            sys.executable,
+            "-m",
+            "bench.drain_worker",
+            url_text,
+            str(concurrency),
+            str(batch),
+            str(prefetch),
+        ],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -39,7 +52,7 @@ def run_worker(url: URL, n: int, concurrency: int, timeout: float) -> dict[str, 
         cwd=Path(__file__).resolve().parent.parent,
     )
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["concurrency"] = concurrency
+    result.update(concurrency=concurrency, batch_size=batch, prefetch=prefetch)
     result["jobs_per_s"] = result["done"] / result["seconds"]
     result["left_queued"] = _db.count(url, "queued")
     return result

@@ -1,4 +1,4 @@
-"""One worker process draining the queue: ``python -m bench.drain_worker URL CONCURRENCY BATCH``.
+"""One worker process draining the queue: ``python -m bench.drain_worker URL C BATCH [PREFETCH]``.
 
 Prints one JSON line: the jobs done, the seconds ``run(until_empty=True)`` took, and the process's
 resident memory (``VmRSS`` now, ``VmHWM`` its peak) in kB.
@@ -29,12 +29,14 @@ def noop(job: pgqueue.JobContext) -> None:
 
 def main(argv: list[str]) -> int:
     url, concurrency, batch = argv[0], int(argv[1]), int(argv[2])
+    prefetch = int(argv[3]) if len(argv) > 3 else 1
     engine = create_engine(url, pool_size=concurrency + 5, max_overflow=10)
     worker = pgqueue.Worker(
         engine,
         {"bench": noop},
         concurrency=concurrency,
         batch_size=batch,
+        prefetch=prefetch,
         listen=False,
         install_signal_handlers=False,
     )

@@ -43,6 +43,13 @@ def rows(results: dict[str, Any]) -> list[Row]:
             out.append(
                 ("drain", f"worker c={w['concurrency']}, jobs/s", w["jobs_per_s"], limit, 0.5, True)
             )
+        tuned = drain.get("worker_tuned")
+        if tuned:
+            metric = (
+                f"worker c={tuned['concurrency']} batch_size={tuned['batch_size']} "
+                f"prefetch={tuned['prefetch']}, jobs/s"
+            )
+            out.append(("drain", metric, tuned["jobs_per_s"], limit, None, True))
     lat = results.get("latency")
     if lat:
         for p in ("p50", "p90", "p99"):
