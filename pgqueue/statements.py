@@ -130,9 +130,9 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
     """The article's claim (R7): lock up to ``limit`` ready jobs of one queue, lease them.
 
     Parameters: ``queue_name``, ``lease``. Returns ``id, queue, payload, attempts, run_at``.
-    The CTE is ``MATERIALIZED`` so the planner keeps LockRows inside it (Limit over LockRows over an index
-    scan of ``jobs_ready_idx``). ``skip_locked=False`` is the serialising variant of R5, kept
-    for the demo and the tests.
+    The CTE is ``MATERIALIZED`` so the planner keeps LockRows inside it (Limit over LockRows
+    over an index scan of ``jobs_ready_idx``). ``skip_locked=False`` is the serialising variant
+    of R5, kept for the demo and the tests.
     """
     nxt = _ready_ids(limit, skip_locked=skip_locked).cte("next").prefix_with("MATERIALIZED")
     return (
