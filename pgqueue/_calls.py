@@ -111,12 +111,14 @@ def reap_expired() -> Call[list[ReapedJob]]:
     return Call(statements.REAP_EXPIRED, {}, _reaped)
 
 
-def purge_done(older_than: timedelta, batch_size: int) -> Call[int]:
+def purge_done(
+    older_than: timedelta, batch_size: int, status: JobStatus = JobStatus.DONE
+) -> Call[int]:
     params = {
         "older_than": check_duration("older_than", older_than, allow_zero=True),
         "batch_size": check_positive_int("batch_size", batch_size),
     }
-    return Call(statements.purge_statement(JobStatus.DONE), params, _rowcount)
+    return Call(statements.purge_statement(status), params, _rowcount)
 
 
 def _guard_params(job_id: int, attempts: int) -> dict[str, Any]:

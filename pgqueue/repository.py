@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 
 from pgqueue import _calls, statements
 from pgqueue._validation import (
-    check_duration,
     check_int,
     check_positive_int,
     check_queue,
@@ -168,13 +167,7 @@ def purge(
     """
     if status not in (JobStatus.DONE, JobStatus.FAILED):
         raise InvalidArgumentError("status", f"only done or failed jobs are purged, got {status}")
-    if status is JobStatus.DONE:
-        return purge_done(conn, older_than=older_than, batch_size=batch_size)
-    params = {
-        "older_than": check_duration("older_than", older_than, allow_zero=True),
-        "batch_size": check_positive_int("batch_size", batch_size),
-    }
-    return int(conn.execute(statements.purge_statement(status), params).rowcount)  # type: ignore[attr-defined]
+    return _run(conn, _calls.purge_done(older_than, batch_size, status))
 
 
 def retry(

@@ -356,6 +356,7 @@ SET_LOCAL_LOCK_TIMEOUT: Select[Any] = select(
 )
 
 __all__ = [
+    "CANCEL",
     "COMPLETE",
     "COMPLETE_MANY",
     "DONE_AMONG",
@@ -371,6 +372,7 @@ __all__ = [
     "SET_LOCAL_LOCK_TIMEOUT",
     "claim_statement",
     "purge_statement",
+    "retry_statement",
     "status_literal",
 ]
 
