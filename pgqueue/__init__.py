@@ -25,6 +25,7 @@ from pgqueue.repository import (
 )
 from pgqueue.results import ClaimedJob, FailResult, ReapedJob
 from pgqueue.retry import RetryPolicy
+from pgqueue.schema import channel_for, use_schema
 from pgqueue.worker import JobContext, Registry, Worker, WorkerStats
 
 __version__ = "0.1.0"
@@ -45,6 +46,7 @@ __all__ = [
     "Worker",
     "WorkerStats",
     "__version__",
+    "channel_for",
     "claim",
     "complete",
     "enqueue",
@@ -54,4 +56,5 @@ __all__ = [
     "metadata",
     "purge_done",
     "reap_expired",
+    "use_schema",
 ]

@@ -31,6 +31,7 @@ from pgqueue._text import psql_table
 from pgqueue._urls import mask_text, mask_url, to_sqlalchemy_url
 from pgqueue.errors import PgQueueError
 from pgqueue.models import JobStatus
+from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
 
 ENV_URL = "PGQUEUE_DATABASE_URL"
 APPLICATION_NAME = "pgqueue-cli"
@@ -135,8 +136,23 @@ def database_url(args: argparse.Namespace, *, required: bool = True) -> str | No
     return url
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine for the URL (``postgresql://`` mapped to psycopg), named in pg_stat_activity."""
+def schema_arg(args: argparse.Namespace) -> str | None:
+    """``--schema``, else ``PGQUEUE_SCHEMA``, else the default placement (``public.jobs``)."""
+    schema: str | None = getattr(args, "schema", None) or os.environ.get(SCHEMA_ENV_VAR) or None
+    if schema is None:
+        return None
+    try:
+        return check_schema(schema)
+    except PgQueueError as exc:
+        raise UserError(f"--schema {exc}") from exc
+
+
+def make_engine(url: str, *, schema: str | None = None, **kwargs: Any) -> Engine:
+    """An engine for the URL (``postgresql://`` mapped to psycopg), named in pg_stat_activity.
+
+    With ``schema``, pgqueue's table is mapped there (:func:`pgqueue.use_schema`) and the schema
+    leads the search path, so the catalog queries of ``stats`` and ``doctor`` find it too.
+    """
     try:
         parsed = to_sqlalchemy_url(url)
     except sa_exc.ArgumentError as exc:
@@ -151,8 +167,10 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     connect_args: dict[str, Any] = {"connect_timeout": 10}
     if "application_name" not in parsed.query:
         connect_args["application_name"] = APPLICATION_NAME
+    if schema is not None:
+        connect_args["options"] = f"-c search_path={schema},public"
     try:
-        return create_engine(parsed, connect_args=connect_args, **kwargs)
+        return use_schema(create_engine(parsed, connect_args=connect_args, **kwargs), schema)
     except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError) as exc:
         raise UserError(f"invalid database URL {mask_url(url)!r}: {exc}") from exc
 
@@ -160,7 +178,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
 @contextmanager
 def transaction(args: argparse.Namespace) -> Iterator[Connection]:
     """One short transaction on the command's database, committed on success."""
-    engine = make_engine(database_url(args) or "")
+    engine = make_engine(database_url(args) or "", schema=schema_arg(args))
     try:
         with engine.begin() as conn:
             yield conn
@@ -207,12 +225,14 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
     if args.sql:
         url = database_url(args, required=False) or "postgresql+psycopg://"
-        pgqueue.migrations.upgrade(to_sqlalchemy_url(url), sql=True)
+        pgqueue.migrations.upgrade(to_sqlalchemy_url(url), sql=True, schema=schema_arg(args))
         return 0
     url = database_url(args) or ""
     make_engine(url).dispose()  # validates the URL with a clear message
-    pgqueue.migrations.upgrade(to_sqlalchemy_url(url))
-    emit(f"migrated {mask_url(url)} to {pgqueue.migrations.HEAD}")
+    schema = schema_arg(args)
+    pgqueue.migrations.upgrade(to_sqlalchemy_url(url), schema=schema)
+    where = "" if schema is None else f" (schema {schema})"
+    emit(f"migrated {mask_url(url)} to {pgqueue.migrations.HEAD}{where}")
     return 0
 
 
@@ -338,7 +358,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
 def cmd_purge(args: argparse.Namespace) -> int:
     """Delete finished jobs in batches, one short transaction per batch."""
     status = JobStatus(args.status)
-    engine = make_engine(database_url(args) or "")
+    engine = make_engine(database_url(args) or "", schema=schema_arg(args))
     total = 0
     try:
         while True:
@@ -463,7 +483,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 kwargs[key] = value
         url = database_url(args) or ""
         concurrency = kwargs.get("concurrency", 4)
-        engine = make_engine(url, pool_size=concurrency + 3, max_overflow=concurrency)
+        engine = make_engine(
+            url, schema=schema_arg(args), pool_size=concurrency + 3, max_overflow=concurrency
+        )
         worker = worker_module.Worker(engine, handlers, **kwargs)
     else:
         raise UserError(
@@ -507,9 +529,15 @@ def build_parser() -> argparse.ArgumentParser:
         "Start with `pgqueue demo`.",
     )
     parser.add_argument("--version", action="version", version=f"pgqueue {pgqueue.__version__}")
+    schema_help = (
+        f"schema holding pgqueue's table (default: ${SCHEMA_ENV_VAR}, else public); "
+        "its NOTIFY channel is <schema>.jobs"
+    )
     parser.add_argument("--url", help=url_help)
+    parser.add_argument("--schema", help=schema_help)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=argparse.SUPPRESS, help=url_help)
+    common.add_argument("--schema", default=argparse.SUPPRESS, help=schema_help)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def add(name: str, func: Callable[[argparse.Namespace], int], text: str) -> Any:

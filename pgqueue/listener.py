@@ -11,14 +11,19 @@ import time
 from collections.abc import Callable
 
 import psycopg
+import psycopg.sql
 from sqlalchemy.engine import URL
 
 from pgqueue._urls import mask_text, mask_url, to_libpq_url
+from pgqueue.schema import DEFAULT_CHANNEL
 
 log = logging.getLogger("pgqueue.listener")
 
-#: The channel the ``jobs_notify()`` trigger notifies, with the queue name as payload (R16).
-CHANNEL = "jobs"
+#: The channel of the default placement's ``jobs_notify()`` trigger; a schema of its own
+#: notifies ``<schema>.jobs`` (:func:`pgqueue.schema.channel_for`). The payload is the queue name.
+CHANNEL = DEFAULT_CHANNEL
+
+_LISTEN = psycopg.sql.SQL("LISTEN {}")
 
 
 class Listener:
@@ -37,6 +42,7 @@ class Listener:
         max_backoff: Longest wait between reconnect attempts, in seconds (default 10).
         min_reconnect_interval: A callable giving the least time between two connection attempts,
             evaluated at each attempt (an idle scale-to-zero worker stretches it; default 0).
+        channel: The NOTIFY channel (default ``jobs``; ``<schema>.jobs`` for a schema of its own).
 
     .. versionadded:: 0.1.0
     """
@@ -50,7 +56,9 @@ class Listener:
         min_backoff: float = 0.1,
         max_backoff: float = 10.0,
         min_reconnect_interval: Callable[[], float] = lambda: 0.0,
+        channel: str = CHANNEL,
     ) -> None:
+        self.channel = channel
         self._conninfo = to_libpq_url(url)
         self._masked = mask_url(url)
         self._on_notify = on_notify
@@ -81,8 +89,10 @@ class Listener:
             last_attempt = time.monotonic()
             try:
                 with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as conn:
-                    conn.execute(f"LISTEN {CHANNEL}")
-                    log.info("listening on %s (channel %r)", self._masked, CHANNEL)
+                    conn.execute(
+                        psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self.channel))
+                    )
+                    log.info("listening on %s (channel %r)", self._masked, self.channel)
                     self.connected.set()
                     backoff = self._min_backoff
                     self._on_connected()

@@ -26,6 +26,7 @@ from pgqueue._validation import check_positive_int, check_queue
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.listener import Listener
 from pgqueue.retry import RetryPolicy, describe_error
+from pgqueue.schema import channel_for, schema_of
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -36,6 +37,7 @@ _PENDING = "pending"  # claimed, waiting for a handler thread
 _RUNNING = "running"  # its handler is running
 _FINISHING = "finishing"  # its outcome waits for the completer
 _SELF_DONE = "self-done"  # its handler completed it in its own transaction
+_BUSY = frozenset((_PENDING, _RUNNING))  # the states that take a slot of the claim window
 
 
 @dataclass(eq=False)
@@ -163,6 +165,8 @@ class Worker:
         prefetch: Jobs claimed beyond the free handler threads, so a thread finds its next job
             waiting. Default 1; 0 claims only for idle threads.
         listen: Run ``LISTEN jobs`` on a dedicated connection. Default True; False polls only.
+            An engine given a schema with :func:`pgqueue.use_schema` listens on that schema's
+            channel, ``<schema>.jobs``.
         listen_url: Where to LISTEN when the engine goes through a transaction-mode pooler:
             a ``postgresql[+driver]://`` string or SQLAlchemy URL. Default: the engine's URL.
         mode: ``"lease"`` (default) or ``"transaction"`` (R8: claim, handle and complete in one
@@ -244,11 +248,14 @@ class Worker:
         self.install_signal_handlers = install_signal_handlers
         self.stats = WorkerStats()
 
-        self._cond = threading.Condition(threading.RLock())
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)  # wakes the claiming loop (and run's callers)
+        self._work = threading.Condition(lock)  # wakes handler threads, one per new job
         self._stop = threading.Event()
         self._queues = list(self.handlers)
         self._jobs: dict[int, JobContext] = {}  # claimed by this worker, not yet written back
         self._state: dict[int, str] = {}
+        self._busy = 0  # jobs of _state that are _PENDING or _RUNNING, kept by _set_state
         self._pending: deque[JobContext] = deque()
         self._tickets: deque[str] = deque()  # transaction mode: "claim one job of this queue"
         self._tx_running = 0
@@ -307,6 +314,7 @@ class Worker:
                     self._on_notify,
                     self._on_listen_connected,
                     min_reconnect_interval=self._idle_interval,
+                    channel=channel_for(schema_of(self.engine)),
                 )
                 listener.start()
             self._main_loop(until_empty)
@@ -327,6 +335,7 @@ class Worker:
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
+            self._work.notify_all()
 
     # -- signals ----------------------------------------------------------------------------------
 
@@ -409,7 +418,16 @@ class Worker:
                 self._cond.wait(timeout)
 
     def _can_claim(self) -> bool:
-        return bool(self._ready or self._notified or self._poll_requested) and self._capacity() > 0
+        return bool(self._ready or self._notified or self._poll_requested) and self._worth_claim()
+
+    def _worth_claim(self) -> bool:
+        """Room for a claim that is worth its round trip: a full batch fits, or handlers starve."""
+        capacity = self._capacity()
+        return capacity > 0 and (capacity >= self.batch_size or not self._pending)
+
+    def _wake_claimer(self) -> None:
+        if self._worth_claim() or not self._jobs:
+            self._cond.notify()
 
     def _in_flight(self) -> int:
         return len(self._jobs) + len(self._tickets) + self._tx_running
@@ -417,8 +435,12 @@ class Worker:
     def _capacity(self) -> int:
         if self.mode == "transaction":
             return self.concurrency - len(self._tickets) - self._tx_running
-        busy = sum(1 for s in self._state.values() if s in (_PENDING, _RUNNING))
-        return self.concurrency + self.prefetch - busy
+        return self.concurrency + self.prefetch - self._busy
+
+    def _set_state(self, job_id: int, state: str) -> None:
+        old = self._state.get(job_id)
+        self._state[job_id] = state
+        self._busy += (state in _BUSY) - (old in _BUSY)
 
     def _claim_round(self) -> None:
         """Visit ready queues round-robin while there is capacity: one claim per visit."""
@@ -427,14 +449,14 @@ class Worker:
                 for q in self._notified:
                     self._ready.setdefault(q, None)
                 self._notified.clear()
-                capacity = self._capacity()
-                if capacity <= 0 or not self._ready:
+                if not self._ready or not self._worth_claim():
                     return
+                capacity = self._capacity()
                 queue = next(iter(self._ready))
                 del self._ready[queue]
                 if self.mode == "transaction":
                     self._tickets.append(queue)
-                    self._cond.notify_all()
+                    self._work.notify()
                     continue
             limit = min(self.batch_size, capacity)
             try:
@@ -462,10 +484,10 @@ class Worker:
         for c in claimed:
             job = JobContext(id=c.id, queue=c.queue, payload=c.payload, attempts=c.attempts)
             self._jobs[job.id] = job
-            self._state[job.id] = _PENDING
+            self._set_state(job.id, _PENDING)
             self._pending.append(job)
             log.debug("job %d queue=%s attempt=%d: claimed", job.id, queue, job.attempts)
-        self._cond.notify_all()
+        self._work.notify(len(claimed))
 
     def _on_notify(self, queue: str) -> None:
         if queue in self.handlers:
@@ -506,7 +528,7 @@ class Worker:
         while True:
             with self._cond:
                 while not (self._stop.is_set() or self._pending or self._tickets):
-                    self._cond.wait()
+                    self._work.wait()
                 if self._stop.is_set():
                     return
                 if self.mode == "transaction":
@@ -514,14 +536,16 @@ class Worker:
                     self._tx_running += 1
                 else:
                     job = self._pending.popleft()
-                    self._state[job.id] = _RUNNING
+                    self._set_state(job.id, _RUNNING)
+                    if not self._pending:
+                        self._wake_claimer()
             if self.mode == "transaction":
                 try:
                     self._run_in_transaction(queue)
                 finally:
                     with self._cond:
                         self._tx_running -= 1
-                        self._cond.notify_all()
+                        self._cond.notify()
             else:
                 self._run_leased(job)
 
@@ -542,8 +566,8 @@ class Worker:
                 log.warning("job %d queue=%s attempt=%d: lost (lease); outcome dropped", *_ids(job))
                 return
             if self._state.get(job.id) != _SELF_DONE:
-                self._state[job.id] = _FINISHING
-            self._cond.notify_all()
+                self._set_state(job.id, _FINISHING)
+            self._wake_claimer()
         if error is None:
             self._completer.complete(job)
         else:
@@ -604,7 +628,7 @@ class Worker:
         self._claimed_since_poll += 1
         self.stats.claimed += 1
         self._ready.setdefault(queue, None)  # it had a job: more may be waiting
-        self._cond.notify_all()
+        self._cond.notify()
 
     # -- heartbeat --------------------------------------------------------------------------------
 
@@ -644,9 +668,9 @@ class Worker:
                     continue
                 state = self._state.get(job.id)
                 if job.id in self_done:
-                    if state in (_RUNNING, _PENDING):
-                        self._state[job.id] = _SELF_DONE
-                elif state in (_RUNNING, _PENDING):
+                    if state in _BUSY:
+                        self._set_state(job.id, _SELF_DONE)
+                elif state in _BUSY:
                     job.lease_lost = True
                     job.stopping.set()
                     log.warning("job %d queue=%s attempt=%d: lease lost, stopping", *_ids(job))
@@ -660,14 +684,16 @@ class Worker:
 
     def _forget(self, job: JobContext) -> None:
         self._jobs.pop(job.id, None)
-        self._state.pop(job.id, None)
+        if self._state.pop(job.id, None) in _BUSY:
+            self._busy -= 1
 
-    def _report(self, job: JobContext, outcome: str, detail: str) -> None:
-        """Called by the completer once a job's outcome is written (or known to be lost)."""
+    def _report(self, outcomes: list[tuple[JobContext, str, str]]) -> None:
+        """Called by the completer once a batch's outcomes are written (or known to be lost)."""
         with self._cond:
-            self._forget(job)
-            self._count(job, outcome, detail)
-            self._cond.notify_all()
+            for job, outcome, detail in outcomes:
+                self._forget(job)
+                self._count(job, outcome, detail)
+            self._wake_claimer()
 
     def _count(self, job: JobContext, outcome: str, detail: str) -> None:
         with self._cond:
@@ -703,6 +729,7 @@ class Worker:
                 self._forget(job)  # out of the heartbeat before the release
             running = list(self._jobs.values())
             self._cond.notify_all()
+            self._work.notify_all()
         for job in running:
             job.stopping.set()
         if unstarted:

@@ -15,6 +15,8 @@ from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 
 from pgqueue._urls import to_sqlalchemy_url
+from pgqueue.migrations.options import SCHEMA_ATTRIBUTE
+from pgqueue.schema import check_schema
 
 #: The ``version_locations`` entry for a user's Alembic configuration.
 VERSION_LOCATION = "pgqueue:migrations/versions"
@@ -26,9 +28,14 @@ HEAD = "pgqueue@head"
 _HERE = Path(__file__).parent
 
 
-def alembic_config(target: str | URL | Connection) -> Config:
-    """An Alembic config that runs the packaged revisions against a URL or an open connection."""
+def alembic_config(target: str | URL | Connection, *, schema: str | None = None) -> Config:
+    """An Alembic config that runs the packaged revisions against a URL or an open connection.
+
+    ``schema`` places pgqueue's objects (and its ``alembic_version``) in that schema.
+    """
     cfg = Config()
+    if schema is not None:
+        cfg.attributes[SCHEMA_ATTRIBUTE] = check_schema(schema)
     cfg.set_main_option("script_location", str(_HERE))
     cfg.set_main_option("version_locations", str(_HERE / "versions"))
     cfg.set_main_option("path_separator", "os")
@@ -41,11 +48,19 @@ def alembic_config(target: str | URL | Connection) -> Config:
     return cfg
 
 
-def upgrade(target: str | URL | Connection, revision: str = HEAD, *, sql: bool = False) -> None:
+def upgrade(
+    target: str | URL | Connection,
+    revision: str = HEAD,
+    *,
+    sql: bool = False,
+    schema: str | None = None,
+) -> None:
     """Apply pgqueue's revisions up to ``revision`` (offline SQL to stdout with ``sql=True``)."""
-    command.upgrade(alembic_config(target), revision, sql=sql)
+    command.upgrade(alembic_config(target, schema=schema), revision, sql=sql)
 
 
-def downgrade(target: str | URL | Connection, revision: str = "pgqueue@base") -> None:
+def downgrade(
+    target: str | URL | Connection, revision: str = "pgqueue@base", *, schema: str | None = None
+) -> None:
     """Revert pgqueue's revisions down to ``revision``."""
-    command.downgrade(alembic_config(target), revision)
+    command.downgrade(alembic_config(target, schema=schema), revision)

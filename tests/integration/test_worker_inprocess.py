@@ -51,7 +51,7 @@ def _listening(db_url: URL) -> Callable[[], bool]:
         with psycopg.connect(to_libpq_url(db_url), autocommit=True) as conn:
             row = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND query = 'LISTEN jobs'"
+                "WHERE datname = current_database() AND query LIKE 'LISTEN %'"
             ).fetchone()
         return bool(row and row[0])
 

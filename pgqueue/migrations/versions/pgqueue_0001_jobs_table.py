@@ -15,6 +15,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
+from pgqueue.migrations.options import quoted_schema, target_schema
+
 revision: str = "pgqueue_0001"
 down_revision: str | Sequence[str] | None = None
 branch_labels: str | Sequence[str] | None = ("pgqueue",)
@@ -22,6 +24,9 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    schema = target_schema()
+    if schema is not None:
+        op.execute(f"CREATE SCHEMA IF NOT EXISTS {quoted_schema(schema)}")
     op.create_table(
         "jobs",
         sa.Column("id", sa.BigInteger(), sa.Identity(always=True), nullable=False),
@@ -45,15 +50,18 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "status IN ('queued', 'running', 'done', 'failed')", name=op.f("jobs_status_check")
         ),
+        schema=schema,
     )
     op.create_index(
         "jobs_ready_idx",
         "jobs",
         ["queue", "run_at"],
         postgresql_where=sa.text("status = 'queued'"),
+        schema=schema,
     )
 
 
 def downgrade() -> None:
-    op.drop_index("jobs_ready_idx", table_name="jobs")
-    op.drop_table("jobs")
+    schema = target_schema()
+    op.drop_index("jobs_ready_idx", table_name="jobs", schema=schema)
+    op.drop_table("jobs", schema=schema)

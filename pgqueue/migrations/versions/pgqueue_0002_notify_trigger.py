@@ -14,6 +14,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
+from pgqueue.migrations.options import notify_channel, qualified, target_schema
+
 revision: str = "pgqueue_0002"
 down_revision: str | Sequence[str] | None = "pgqueue_0001"
 branch_labels: str | Sequence[str] | None = None
@@ -21,26 +23,29 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    schema = target_schema()
+    # The channel is a checked plain identifier (``jobs`` or ``<schema>.jobs``), safe to inline.
     op.execute(
-        """
-        CREATE FUNCTION jobs_notify() RETURNS trigger
+        f"""
+        CREATE FUNCTION {qualified("jobs_notify", schema)}() RETURNS trigger
         LANGUAGE plpgsql AS $$
         BEGIN
-          PERFORM pg_notify('jobs', NEW.queue);
+          PERFORM pg_notify('{notify_channel(schema)}', NEW.queue);
           RETURN NULL;
         END;
         $$
         """
     )
     op.execute(
-        """
+        f"""
         CREATE TRIGGER jobs_notify
-        AFTER INSERT ON jobs
-        FOR EACH ROW EXECUTE FUNCTION jobs_notify()
+        AFTER INSERT ON {qualified("jobs", schema)}
+        FOR EACH ROW EXECUTE FUNCTION {qualified("jobs_notify", schema)}()
         """
     )
 
 
 def downgrade() -> None:
-    op.execute("DROP TRIGGER jobs_notify ON jobs")
-    op.execute("DROP FUNCTION jobs_notify()")
+    schema = target_schema()
+    op.execute(f"DROP TRIGGER jobs_notify ON {qualified('jobs', schema)}")
+    op.execute(f"DROP FUNCTION {qualified('jobs_notify', schema)}()")

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from pgqueue.migrations.options import qualified, target_schema
+
 revision: str = "pgqueue_0003"
 down_revision: str | Sequence[str] | None = "pgqueue_0002"
 branch_labels: str | Sequence[str] | None = None
@@ -21,23 +23,24 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    schema = target_schema()
     with op.get_context().autocommit_block():
         # A CONCURRENTLY build that was interrupted leaves an INVALID index behind: drop it first.
+        # (S608: the only value inlined is the schema, a checked plain identifier.)
         op.execute(
-            """
+            f"""
             DO $$
             BEGIN
               IF EXISTS (
-                SELECT 1 FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-                WHERE c.relname = 'jobs_lease_idx'
-                  AND c.relnamespace = current_schema()::regnamespace
+                SELECT 1 FROM pg_index i
+                WHERE i.indexrelid = to_regclass('{qualified("jobs_lease_idx", schema)}')
                   AND NOT i.indisvalid
               ) THEN
-                DROP INDEX jobs_lease_idx;
+                DROP INDEX {qualified("jobs_lease_idx", schema)};
               END IF;
             END
             $$
-            """
+            """  # noqa: S608
         )
         op.create_index(
             "jobs_lease_idx",
@@ -45,9 +48,13 @@ def upgrade() -> None:
             ["locked_until"],
             postgresql_where=sa.text("status = 'running'"),
             postgresql_concurrently=True,
+            schema=schema,
         )
 
 
 def downgrade() -> None:
+    schema = target_schema()
     with op.get_context().autocommit_block():
-        op.drop_index("jobs_lease_idx", table_name="jobs", postgresql_concurrently=True)
+        op.drop_index(
+            "jobs_lease_idx", table_name="jobs", postgresql_concurrently=True, schema=schema
+        )

@@ -1,0 +1,45 @@
+"""Options the revisions read at migration time (they must not import pgqueue.models)."""
+
+from __future__ import annotations
+
+import os
+
+from alembic import context
+from sqlalchemy.dialects import postgresql
+
+from pgqueue.schema import SCHEMA_ENV_VAR, channel_for, check_schema
+
+#: ``alembic -x pgqueue_schema=NAME upgrade ...`` puts pgqueue's objects in schema NAME.
+SCHEMA_X_ARGUMENT = "pgqueue_schema"
+#: Key of ``Config.attributes`` for programmatic runs (:func:`pgqueue.migrations.upgrade`).
+SCHEMA_ATTRIBUTE = "pgqueue_schema"
+
+_PREPARER = postgresql.dialect().identifier_preparer  # type: ignore[no-untyped-call]
+
+
+def target_schema() -> str | None:
+    """The schema chosen for this run: the API's argument, ``-x pgqueue_schema``, then the env.
+
+    ``None`` is the article's default placement (the connection's current schema, ``public``).
+    """
+    chosen = context.config.attributes.get(SCHEMA_ATTRIBUTE)
+    if chosen is None:
+        chosen = context.get_x_argument(as_dictionary=True).get(SCHEMA_X_ARGUMENT)
+    if chosen is None:
+        chosen = os.environ.get(SCHEMA_ENV_VAR) or None
+    return None if chosen is None else check_schema(chosen)
+
+
+def quoted_schema(schema: str) -> str:
+    """The schema as an SQL identifier for hand-written DDL (it is a checked plain identifier)."""
+    return str(_PREPARER.quote_schema(check_schema(schema)))
+
+
+def qualified(name: str, schema: str | None) -> str:
+    """``name``, or ``schema.name`` when pgqueue lives in a schema of its own."""
+    return name if schema is None else f"{quoted_schema(schema)}.{name}"
+
+
+def notify_channel(schema: str | None) -> str:
+    """The NOTIFY channel the trigger of this placement uses."""
+    return channel_for(schema)

@@ -1,0 +1,226 @@
+"""pgqueue in a schema of its own, beside a user's ``public.jobs`` table (issue #5)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import URL
+
+import pgqueue
+import pgqueue.migrations
+from pgqueue import InvalidArgumentError
+from pgqueue._urls import to_libpq_url
+
+SCHEMA = "pgq"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def placed(empty_db_url: URL) -> Iterator[tuple[Engine, Engine]]:
+    """(plain engine, engine mapped to SCHEMA) on a database whose public.jobs is the user's."""
+    plain = create_engine(empty_db_url)
+    with plain.begin() as conn:
+        conn.execute(text("CREATE TABLE jobs (id int PRIMARY KEY, title text NOT NULL)"))
+        conn.execute(text("INSERT INTO jobs VALUES (1, 'the user''s own row')"))
+    pgqueue.migrations.upgrade(empty_db_url, schema=SCHEMA)
+    mapped = pgqueue.use_schema(create_engine(empty_db_url), SCHEMA)
+    yield plain, mapped
+    mapped.dispose()
+    plain.dispose()
+
+
+def _users_table_untouched(plain: Engine) -> None:
+    with plain.connect() as conn:
+        rows = conn.execute(text("SELECT * FROM public.jobs")).all()
+    assert [tuple(r) for r in rows] == [(1, "the user's own row")]
+
+
+def test_objects_live_in_the_schema(placed: tuple[Engine, Engine]) -> None:
+    plain, _ = placed
+    with plain.connect() as conn:
+        indexes = set(
+            conn.execute(
+                text(
+                    "SELECT indexname FROM pg_indexes WHERE schemaname = :s AND tablename = 'jobs'"
+                ),
+                {"s": SCHEMA},
+            ).scalars()
+        )
+        trigger = conn.execute(
+            text("SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'jobs_notify'")
+        ).scalar_one()
+        function = conn.execute(
+            text(
+                "SELECT prosrc FROM pg_proc WHERE proname = 'jobs_notify' "
+                "AND pronamespace = CAST(:s AS regnamespace)"
+            ),
+            {"s": SCHEMA},
+        ).scalar_one()
+        version = conn.execute(text(f"SELECT version_num FROM {SCHEMA}.alembic_version")).scalar()
+    assert indexes == {"jobs_pkey", "jobs_ready_idx", "jobs_lease_idx"}
+    assert f"ON {SCHEMA}.jobs" in trigger
+    assert f"EXECUTE FUNCTION {SCHEMA}.jobs_notify()" in trigger
+    assert f"pg_notify('{SCHEMA}.jobs', NEW.queue)" in function
+    assert version == "pgqueue_0003"
+    _users_table_untouched(plain)
+
+
+def test_lifecycle_through_the_mapped_engine(placed: tuple[Engine, Engine]) -> None:
+    plain, mapped = placed
+    with mapped.begin() as conn:
+        ids = pgqueue.enqueue_many(conn, [{"n": 1}, {"n": 2}, {"n": 3}], queue="mail")
+    with mapped.begin() as conn:
+        claimed = pgqueue.claim(conn, queue="mail", limit=3)
+    assert [j.id for j in claimed] == ids
+    with mapped.begin() as conn:
+        assert pgqueue.complete(conn, ids[0], 1)
+        result = pgqueue.fail(conn, ids[1], 1, "boom")
+        assert result is not None
+        assert result.status == "queued"
+        conn.execute(
+            text(f"UPDATE {SCHEMA}.jobs SET locked_until = now() - interval '1 s' WHERE id = :i"),
+            {"i": ids[2]},
+        )
+        assert [r.id for r in pgqueue.reap_expired(conn)] == [ids[2]]
+    with plain.connect() as conn:
+        statuses = dict(conn.execute(text(f"SELECT id, status FROM {SCHEMA}.jobs")).all())
+    assert statuses == {ids[0]: "done", ids[1]: "queued", ids[2]: "queued"}
+    _users_table_untouched(plain)
+
+
+def test_notify_uses_the_schema_channel(placed: tuple[Engine, Engine], empty_db_url: URL) -> None:
+    _, mapped = placed
+    assert pgqueue.channel_for(SCHEMA) == f"{SCHEMA}.jobs"
+    with psycopg.connect(to_libpq_url(empty_db_url), autocommit=True) as listener:
+        listener.execute(f'LISTEN "{SCHEMA}.jobs"')
+        listener.execute("LISTEN jobs")
+        with mapped.begin() as conn:
+            pgqueue.enqueue(conn, {}, queue="mail")
+        got = [(n.channel, n.payload) for n in listener.notifies(timeout=1.0)]
+    assert got == [(f"{SCHEMA}.jobs", "mail")]
+
+
+def test_worker_listens_on_the_schema_channel(
+    placed: tuple[Engine, Engine], empty_db_url: URL
+) -> None:
+    plain, mapped = placed
+    started: dict[int, float] = {}
+    worker = pgqueue.Worker(
+        mapped, {"mail": lambda job: started.setdefault(job.id, time.monotonic())}, poll_interval=30
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            with psycopg.connect(to_libpq_url(empty_db_url), autocommit=True) as probe:
+                row = probe.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
+                    (f'LISTEN "{SCHEMA}.jobs"',),
+                ).fetchone()
+            if row and row[0]:
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError("the worker never listened on the schema's channel")
+        time.sleep(0.2)  # past the first poll
+        t0 = time.monotonic()
+        with mapped.begin() as conn:
+            job_id = pgqueue.enqueue(conn, {}, queue="mail")
+        while job_id not in started and time.monotonic() - t0 < 5:
+            time.sleep(0.01)
+        assert job_id in started
+        assert started[job_id] - t0 < 3  # woken by the notification, not the 30 s poll
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    with plain.connect() as conn:
+        status = conn.execute(
+            text(f"SELECT status FROM {SCHEMA}.jobs WHERE id = :i"), {"i": job_id}
+        ).scalar_one()
+    assert status == "done"
+    _users_table_untouched(plain)
+
+
+def test_cli_with_schema(placed: tuple[Engine, Engine], empty_db_url: URL) -> None:
+    plain, _ = placed
+    url = empty_db_url.render_as_string(hide_password=False)
+    base = [sys.executable, "-m", "pgqueue", "--url", url, "--schema", SCHEMA]
+    out = subprocess.run(
+        [*base, "enqueue", "cli", '{"x": 1}', "--json"], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    stats = subprocess.run([*base, "stats", "--json"], capture_output=True, text=True, timeout=60)
+    assert stats.returncode == 0, stats.stderr
+    assert "cli" in json.dumps(json.loads(stats.stdout))
+    doctor = subprocess.run([*base, "doctor", "--json"], capture_output=True, text=True, timeout=60)
+    assert doctor.returncode in (0, 1), doctor.stdout + doctor.stderr
+    assert "no jobs table" not in doctor.stdout
+    bad = subprocess.run(
+        [*base[:-1], "bad-name!", "stats"], capture_output=True, text=True, timeout=60
+    )
+    assert bad.returncode == 2
+    assert "schema" in bad.stderr
+    _users_table_untouched(plain)
+
+
+def test_alembic_x_argument_places_the_schema(empty_db_url: URL) -> None:
+    env = {**os.environ, "PGQUEUE_DATABASE_URL": empty_db_url.render_as_string(hide_password=False)}
+    env.pop("PGQUEUE_SCHEMA", None)
+    run = subprocess.run(
+        [sys.executable, "-m", "alembic", "-x", "pgqueue_schema=other", "upgrade", "head"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    with psycopg.connect(to_libpq_url(empty_db_url)) as conn:
+        where = conn.execute("SELECT to_regclass('other.jobs') IS NOT NULL").fetchone()
+        public = conn.execute("SELECT to_regclass('public.jobs') IS NOT NULL").fetchone()
+    assert where == (True,)
+    assert public == (False,)
+
+
+def test_downgrade_removes_only_pgqueue_objects(
+    placed: tuple[Engine, Engine], empty_db_url: URL
+) -> None:
+    plain, _ = placed
+    pgqueue.migrations.downgrade(empty_db_url, schema=SCHEMA)
+    with plain.connect() as conn:
+        left = (
+            conn.execute(
+                text(
+                    "SELECT relname FROM pg_class "
+                    "WHERE relnamespace = CAST(:s AS regnamespace) AND relkind = 'r'"
+                ),
+                {"s": SCHEMA},
+            )
+            .scalars()
+            .all()
+        )
+        functions = conn.execute(
+            text("SELECT count(*) FROM pg_proc WHERE proname = 'jobs_notify'")
+        ).scalar_one()
+    assert functions == 0
+    assert left == ["alembic_version"]  # only pgqueue's own version table stays in its schema
+    _users_table_untouched(plain)
+
+
+def test_bad_schema_names_are_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="plain identifier"):
+        pgqueue.channel_for('evil"; DROP TABLE jobs; --')
+    with pytest.raises(InvalidArgumentError, match="longer"):
+        pgqueue.channel_for("s" * 59)
