@@ -224,3 +224,33 @@ def test_bad_schema_names_are_refused() -> None:
         pgqueue.channel_for('evil"; DROP TABLE jobs; --')
     with pytest.raises(InvalidArgumentError, match="longer"):
         pgqueue.channel_for("s" * 59)
+
+
+def test_async_twins_follow_the_schema(placed: tuple[Engine, Engine], empty_db_url: URL) -> None:
+    import asyncio
+
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    import pgqueue.aio
+
+    plain, _ = placed
+
+    async def scenario() -> list[int]:
+        engine = pgqueue.use_schema(create_async_engine(empty_db_url), SCHEMA)
+        try:
+            async with engine.begin() as conn:
+                await pgqueue.aio.enqueue(conn, {"a": 1}, queue="async")
+            async with engine.begin() as conn:
+                jobs = await pgqueue.aio.claim(conn, queue="async")
+                assert await pgqueue.aio.complete(conn, jobs[0].id, jobs[0].attempts)
+            return [j.id for j in jobs]
+        finally:
+            await engine.dispose()
+
+    ids = asyncio.run(scenario())
+    with plain.connect() as conn:
+        status = conn.execute(
+            text(f"SELECT status FROM {SCHEMA}.jobs WHERE id = :i"), {"i": ids[0]}
+        ).scalar_one()
+    assert status == "done"
+    _users_table_untouched(plain)
