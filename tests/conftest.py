@@ -17,11 +17,13 @@ import socket
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg import sql
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL
 
@@ -107,37 +109,44 @@ def pg_server() -> Iterator[Server]:
             stop()  # type: ignore[operator]
 
 
+@contextmanager
+def _database(server: Server, prefix: str, template: str | None = None) -> Iterator[str]:
+    """Create a uniquely named database (cloned from ``template``), drop it on the way out."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+    if template is not None:
+        create = sql.SQL("{} TEMPLATE {}").format(create, sql.Identifier(template))
+    with server.admin() as admin:
+        admin.execute(create)
+    try:
+        yield name
+    finally:
+        with server.admin() as admin:
+            admin.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
 @pytest.fixture(scope="session")
 def template_db(pg_server: Server) -> Iterator[str]:
-    name = f"pgqueue_tmpl_{uuid.uuid4().hex[:10]}"
-    with pg_server.admin() as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    pgqueue.migrations.upgrade(pg_server.database_url(name))
-    yield name
-    with pg_server.admin() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    """Migrated once with the real revisions; every ``db_url`` database is a clone of it."""
+    with _database(pg_server, "pgqueue_tmpl") as name:
+        pgqueue.migrations.upgrade(pg_server.database_url(name))
+        yield name
 
 
 @pytest.fixture
 def empty_db_url(pg_server: Server) -> Iterator[URL]:
     """A fresh database with no schema at all (for migration tests)."""
-    name = f"pgqueue_t_{uuid.uuid4().hex[:12]}"
-    with pg_server.admin() as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    yield pg_server.database_url(name)
-    with pg_server.admin() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with _database(pg_server, "pgqueue_t") as name:
+        yield pg_server.database_url(name)
 
 
 @pytest.fixture
 def db_url(pg_server: Server, template_db: str) -> Iterator[URL]:
     """A fresh database migrated to pgqueue's head."""
-    name = f"pgqueue_t_{uuid.uuid4().hex[:12]}"
-    with pg_server.admin() as admin:
-        admin.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template_db}"')
-    yield pg_server.database_url(name)
-    with pg_server.admin() as admin:
-        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with _database(pg_server, "pgqueue_t", template_db) as name:
+        yield pg_server.database_url(name)
 
 
 @pytest.fixture
