@@ -15,6 +15,7 @@ from sqlalchemy.engine import URL
 import pgqueue
 from pgqueue._urls import to_libpq_url
 from tests.cli.conftest import Result, plain, run_pgqueue
+from tests.revisions import pgqueue_head
 
 Cli = Callable[..., Result]
 
@@ -81,7 +82,7 @@ def test_queue_findings_and_exit_codes(cli: Cli, db: Engine) -> None:
     assert broken.code == 2
     assert "[ERROR  ] indexes: index jobs_ready_idx is missing" in broken.out
     assert "trigger jobs_notify is missing" in broken.out
-    assert "behind the package's head pgqueue_0003" in broken.out
+    assert f"behind the package's head {pgqueue_head()}" in broken.out
     assert "errors found" in broken.out
 
 

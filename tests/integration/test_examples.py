@@ -29,6 +29,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 import pgqueue
 import pgqueue.testing
+from tests.revisions import pgqueue_head, pgqueue_revisions
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICE = ROOT / "examples" / "service"
@@ -62,7 +63,7 @@ def _counts(engine: Engine) -> tuple[int, int]:
 def test_both_branches_applied_and_nothing_to_autogenerate(service_engine: Engine) -> None:
     with service_engine.connect() as conn:
         heads = set(conn.execute(text("SELECT version_num FROM alembic_version")).scalars())
-        assert heads == {"app_0001", "pgqueue_0003"}
+        assert heads == {"app_0001", pgqueue_head()}
     command.check(Config(str(SERVICE / "alembic.ini")))
 
 
@@ -191,11 +192,7 @@ def test_wheel_in_a_fresh_venv_runs_the_example(
     (wheel,) = tmp.glob("pgqueue-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     revisions = sorted(n for n in names if n.startswith("pgqueue/migrations/versions/pgqueue_"))
-    assert [n.rsplit("/", 1)[1][:12] for n in revisions] == [
-        "pgqueue_0001",
-        "pgqueue_0002",
-        "pgqueue_0003",
-    ]
+    assert [n.rsplit("/", 1)[1][:12] for n in revisions] == pgqueue_revisions()
 
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -214,7 +211,7 @@ def test_wheel_in_a_fresh_venv_runs_the_example(
         return done.stdout
 
     run(bindir / "alembic", "upgrade", "heads")
-    assert set(run(bindir / "alembic", "current").split()) >= {"app_0001", "pgqueue_0003"}
+    assert set(run(bindir / "alembic", "current").split()) >= {"app_0001", pgqueue_head()}
     run(bindir / "alembic", "check")
     out = run(bindir / "python", "-c", f"import sys; sys.path.insert(0, '.')\n{CHECK_SCRIPT}")
     assert out.strip().startswith(str(venv)), out

@@ -20,6 +20,8 @@ import pgqueue
 import pgqueue.migrations
 from pgqueue import InvalidArgumentError
 from pgqueue._urls import to_libpq_url
+from pgqueue.storage import JOBS_STORAGE_PARAMETERS
+from tests.revisions import pgqueue_head
 
 SCHEMA = "pgq"
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,11 +69,20 @@ def test_objects_live_in_the_schema(placed: tuple[Engine, Engine]) -> None:
             {"s": SCHEMA},
         ).scalar_one()
         version = conn.execute(text(f"SELECT version_num FROM {SCHEMA}.alembic_version")).scalar()
+        options = conn.execute(
+            text("SELECT reloptions FROM pg_class WHERE oid = CAST(:t AS regclass)"),
+            {"t": f"{SCHEMA}.jobs"},
+        ).scalar_one()
+        public_options = conn.execute(
+            text("SELECT reloptions FROM pg_class WHERE oid = 'public.jobs'::regclass")
+        ).scalar_one()
     assert indexes == {"jobs_pkey", "jobs_ready_idx", "jobs_lease_idx"}
     assert f"ON {SCHEMA}.jobs" in trigger
     assert f"EXECUTE FUNCTION {SCHEMA}.jobs_notify()" in trigger
     assert f"pg_notify('{SCHEMA}.jobs', NEW.queue)" in function
-    assert version == "pgqueue_0003"
+    assert version == pgqueue_head()
+    assert dict(o.split("=", 1) for o in options) == dict(JOBS_STORAGE_PARAMETERS)
+    assert public_options is None
     _users_table_untouched(plain)
 
 

@@ -13,6 +13,8 @@ from sqlalchemy.engine import URL
 
 import pgqueue
 import pgqueue.migrations
+from pgqueue.storage import JOBS_STORAGE_PARAMETERS
+from tests.revisions import pgqueue_head
 
 
 @pytest.fixture
@@ -32,12 +34,13 @@ def test_revision_chain_is_a_labelled_branch() -> None:
     script = ScriptDirectory.from_config(pgqueue.migrations.alembic_config("postgresql://x/y"))
     revisions = list(script.walk_revisions())
     ids = [r.revision for r in reversed(revisions)]
-    assert ids == ["pgqueue_0001", "pgqueue_0002", "pgqueue_0003"]
+    assert ids[:4] == ["pgqueue_0001", "pgqueue_0002", "pgqueue_0003", "pgqueue_0004"]
+    assert ids == [f"pgqueue_{n:04d}" for n in range(1, len(ids) + 1)]
     root = script.get_revision("pgqueue_0001")
     assert root is not None
     assert root.down_revision is None
     assert root.branch_labels == {"pgqueue"}
-    assert script.get_current_head() == "pgqueue_0003"
+    assert script.get_current_head() == ids[-1]
 
 
 def test_model_matches_the_migrated_database(engine: Engine) -> None:
@@ -138,7 +141,24 @@ def test_downgrade_to_base_and_upgrade_again(empty_db_url: URL, empty_engine: En
     pgqueue.migrations.upgrade(empty_db_url)
     with empty_engine.connect() as conn:
         version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
-    assert version == "pgqueue_0003"
+    assert version == pgqueue_head()
+
+
+def _reloptions(engine: Engine) -> dict[str, str]:
+    with engine.connect() as conn:
+        options = conn.execute(
+            text("SELECT reloptions FROM pg_class WHERE oid = 'jobs'::regclass")
+        ).scalar_one()
+    return dict(option.split("=", 1) for option in options or [])
+
+
+def test_storage_parameters_are_set_and_reset(empty_db_url: URL, empty_engine: Engine) -> None:
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0004")
+    assert _reloptions(empty_engine) == dict(JOBS_STORAGE_PARAMETERS)
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0003")
+    assert _reloptions(empty_engine) == {}
+    pgqueue.migrations.upgrade(empty_db_url)
+    assert _reloptions(empty_engine) == dict(JOBS_STORAGE_PARAMETERS)
 
 
 def test_interrupted_concurrent_build_is_repaired(empty_db_url: URL, empty_engine: Engine) -> None:

@@ -1,0 +1,54 @@
+"""Storage parameters that keep the jobs table healthy under queue churn (R21).
+
+Revision ID: pgqueue_0004
+Revises: pgqueue_0003
+Create Date: 2026-11-30
+
+A queue table is small and hot: every job is inserted, updated two to four times (claim, lease
+extensions, completion) and eventually deleted by ``purge``, so most row versions die within
+seconds. PostgreSQL's defaults vacuum a table after 50 + 20% of its rows are dead, which on a table
+of 1,000,000 finished jobs waits for 200,000 dead versions, while the claim's index scans step over
+them. Here (values in :data:`pgqueue.storage.JOBS_STORAGE_PARAMETERS`):
+
+- ``autovacuum_vacuum_scale_factor = 0.01``, ``autovacuum_vacuum_threshold = 1000``: vacuum after
+  1,000 + 1% dead rows, whatever the size of the done history;
+- ``autovacuum_vacuum_insert_scale_factor = 0.01``: a large enqueue also gets its visibility map
+  set early;
+- ``autovacuum_analyze_scale_factor = 0.02``, ``autovacuum_analyze_threshold = 1000``: the
+  statistics the claim's plan relies on follow the swings between queued and done;
+- ``autovacuum_vacuum_cost_delay = 0``: vacuuming this small table at full speed is cheap, and a
+  throttled vacuum of a hot table falls behind.
+
+``fillfactor`` is left at 100 until measured (``bench/vacuum.py``, figures in
+``docs/operations.md``): a lower fill factor only helps HOT updates, and an update that changes
+an indexed column or a column of an index predicate (``status``, ``run_at``, ``locked_until``)
+cannot be HOT.
+
+Frozen history: never import pgqueue.models here; the values come from the constant module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from alembic import op
+
+from pgqueue.migrations.options import qualified, target_schema
+from pgqueue.storage import JOBS_STORAGE_PARAMETERS, parameters_clause
+
+revision: str = "pgqueue_0004"
+down_revision: str | Sequence[str] | None = "pgqueue_0003"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    schema = target_schema()
+    # Only constants and the checked schema identifier are inlined.
+    op.execute(f"ALTER TABLE {qualified('jobs', schema)} SET ({parameters_clause()})")
+
+
+def downgrade() -> None:
+    schema = target_schema()
+    names = ", ".join(JOBS_STORAGE_PARAMETERS)
+    op.execute(f"ALTER TABLE {qualified('jobs', schema)} RESET ({names})")
