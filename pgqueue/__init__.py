@@ -12,6 +12,7 @@ from pgqueue.errors import (
     InvalidPayloadError,
     PgQueueError,
 )
+from pgqueue.hooks import WorkerHooks
 from pgqueue.models import Job, JobStatus, metadata
 from pgqueue.repository import (
     claim,
@@ -44,6 +45,7 @@ __all__ = [
     "Registry",
     "RetryPolicy",
     "Worker",
+    "WorkerHooks",
     "WorkerStats",
     "__version__",
     "channel_for",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -9,12 +10,17 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ClaimedJob:
-    """A job this caller now holds. ``attempts`` is the token every later update must present."""
+    """A job this caller now holds. ``attempts`` is the token every later update must present.
+
+    ``headers`` is what the producer passed as ``enqueue(..., headers=...)``, or ``None``
+    (``.. versionadded:: 0.3.0``).
+    """
 
     id: int
     queue: str
     payload: Any
     attempts: int
+    headers: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)

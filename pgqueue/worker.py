@@ -11,7 +11,7 @@ import signal
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import FrameType
@@ -24,6 +24,7 @@ from pgqueue import _batcher, repository, statements
 from pgqueue._urls import mask_text, mask_url
 from pgqueue._validation import check_positive_int, check_queue
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
+from pgqueue.hooks import HookDispatcher, WorkerHooks, check_hooks
 from pgqueue.listener import Listener
 from pgqueue.retry import RetryPolicy, describe_error
 from pgqueue.schema import channel_for, schema_of
@@ -56,6 +57,10 @@ class JobContext:
         lease_lost: True once a heartbeat found the job no longer ours; its outcome is dropped.
         connection: In ``mode="transaction"`` only, the connection whose open transaction
             holds the job: write through it and your writes commit together with the completion.
+        headers: What the producer passed as ``enqueue(..., headers=...)`` (for example a trace
+            context), or ``None``.
+        claimed_at: ``time.monotonic()`` when it was claimed; kept only when the worker has
+            hooks (0.0 otherwise), like ``started_at`` and ``handler_seconds``.
 
     .. versionadded:: 0.1.0
     """
@@ -67,6 +72,10 @@ class JobContext:
     stopping: threading.Event = field(default_factory=threading.Event)
     lease_lost: bool = False
     connection: Connection | None = None
+    headers: Mapping[str, str] | None = None
+    claimed_at: float = field(default=0.0, repr=False)
+    started_at: float = field(default=0.0, repr=False)
+    handler_seconds: float | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         return f"JobContext(id={self.id}, queue={self.queue!r}, attempts={self.attempts})"
@@ -184,6 +193,8 @@ class Worker:
         idle_after: Seconds without work before the idle backoff starts. Default 60.
         install_signal_handlers: Stop on SIGTERM/SIGINT (only when ``run()`` is on the main
             thread; a second signal exits at once). Default True.
+        hooks: :class:`pgqueue.WorkerHooks` told of every job's claim, start, outcome, lease
+            extension and reaping (metrics, tracing; see :mod:`pgqueue.hooks`). Default none.
 
     .. versionadded:: 0.1.0
     """
@@ -209,6 +220,7 @@ class Worker:
         idle_poll_interval: timedelta | float | None = None,
         idle_after: timedelta | float = 60.0,
         install_signal_handlers: bool = True,
+        hooks: Sequence[WorkerHooks] | None = None,
     ) -> None:
         if not isinstance(handlers, Mapping) or not handlers:
             raise InvalidArgumentError("handlers", "give a non-empty {queue: handler} mapping")
@@ -247,6 +259,8 @@ class Worker:
         self.idle_after = _seconds("idle_after", idle_after, allow_zero=True)
         self.install_signal_handlers = install_signal_handlers
         self.stats = WorkerStats()
+        self.hooks = check_hooks(hooks)
+        self._hooks = HookDispatcher(self.hooks) if self.hooks else None
 
         lock = threading.RLock()
         self._cond = threading.Condition(lock)  # wakes the claiming loop (and run's callers)
@@ -304,6 +318,8 @@ class Worker:
             self.lease,
             mask_url(self.engine.url),
         )
+        if self._hooks is not None:
+            self._hooks.worker_started(self)
         try:
             for t in threads:
                 t.start()
@@ -325,6 +341,8 @@ class Worker:
                 listener.stop()
             heartbeat.join(5.0)
             restore()
+            if self._hooks is not None:
+                self._hooks.worker_stopped(self)
             with self._cond:
                 self._running = False
             log.info("worker stopped: %s", self.stats)
@@ -482,7 +500,9 @@ class Worker:
         self._claimed_since_poll += len(claimed)
         self.stats.claimed += len(claimed)
         for c in claimed:
-            job = JobContext(id=c.id, queue=c.queue, payload=c.payload, attempts=c.attempts)
+            job = JobContext(c.id, c.queue, c.payload, c.attempts, headers=c.headers)
+            if self._hooks is not None:
+                self._hooks.claimed(job)
             self._jobs[job.id] = job
             self._set_state(job.id, _PENDING)
             self._pending.append(job)
@@ -517,6 +537,8 @@ class Worker:
             log.warning(
                 "job %d attempt=%d: lease expired, now %s", job.id, job.attempts, job.status
             )
+        if reaped and self._hooks is not None:
+            self._hooks.reaped(reaped)
         if reaped:
             with self._cond:
                 for q in self._queues:
@@ -555,15 +577,21 @@ class Worker:
     def _run_leased(self, job: JobContext) -> None:
         log.debug("job %d queue=%s attempt=%d: start payload=%r", *_ids(job), job.payload)
         error: BaseException | None = None
+        if self._hooks is not None:
+            self._hooks.started(job)
         try:
             self.handlers[job.queue](job)
         except Exception as exc:
             error = exc
+        if self._hooks is not None:
+            self._hooks.handled(job, error)
         with self._cond:
             if job.lease_lost:
                 self._forget(job)
                 self.stats.lost += 1
                 log.warning("job %d queue=%s attempt=%d: lost (lease); outcome dropped", *_ids(job))
+                if self._hooks is not None:
+                    self._hooks.lost(job, "lease lost")
                 return
             if self._state.get(job.id) != _SELF_DONE:
                 self._set_state(job.id, _FINISHING)
@@ -584,13 +612,20 @@ class Worker:
                 if not claimed:
                     return
                 c = claimed[0]
-                job = JobContext(c.id, c.queue, c.payload, c.attempts, connection=conn)
+                job = JobContext(
+                    c.id, c.queue, c.payload, c.attempts, connection=conn, headers=c.headers
+                )
                 with self._cond:
                     self._accept_tx(queue)
+                if self._hooks is not None:
+                    self._hooks.claimed(job)
+                    self._hooks.started(job)
                 savepoint = conn.begin_nested()
                 try:
                     self.handlers[queue](job)
                 except Exception as exc:
+                    if self._hooks is not None:
+                        self._hooks.handled(job, exc)
                     savepoint.rollback()
                     policy = self._policy(queue)
                     result = repository.fail(
@@ -605,6 +640,8 @@ class Worker:
                     outcome = _batcher.LOST if result is None else _fail_outcome(result.status)
                     detail = describe_error(exc)
                 else:
+                    if self._hooks is not None:
+                        self._hooks.handled(job, None)
                     savepoint.commit()
                     done = repository.complete(conn, job.id, job.attempts)
                     outcome, detail = (_batcher.DONE, "") if done else (_batcher.LOST, "")
@@ -662,6 +699,8 @@ class Worker:
         if result is None:
             return
         kept, self_done = result
+        if self._hooks is not None:
+            self._hooks.lease_extended([j for j in jobs if j.id in kept])
         with self._cond:
             for job in jobs:
                 if job.id in kept:
@@ -678,6 +717,8 @@ class Worker:
                         self._pending.remove(job)
                         self._forget(job)
                         self.stats.lost += 1
+                        if self._hooks is not None:
+                            self._hooks.lost(job, "lease lost before it started")
             self._cond.notify_all()
 
     # -- outcomes ---------------------------------------------------------------------------------
@@ -715,6 +756,8 @@ class Worker:
             else:
                 self.stats.lost += 1
                 log.warning("job %d queue=%s attempt=%d: lost (%s)", *_ids(job), detail or "?")
+            if self._hooks is not None:
+                self._hooks.outcome(job, outcome, detail)
 
     # -- shutdown ---------------------------------------------------------------------------------
 

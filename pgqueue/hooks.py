@@ -1,0 +1,222 @@
+"""Worker hooks: observe every job's way through a :class:`pgqueue.Worker` (metrics, tracing).
+
+Subclass :class:`WorkerHooks`, override the events you care about, and pass instances to the
+worker::
+
+    import logging
+
+    import pgqueue
+
+    log = logging.getLogger("myapp.jobs")
+
+
+    class SlowJobs(pgqueue.WorkerHooks):
+        def on_succeeded(self, job: pgqueue.JobContext, duration: float | None) -> None:
+            if duration is not None and duration > 10:
+                log.warning("job %d of %s took %.1fs", job.id, job.queue, duration)
+
+
+    worker = pgqueue.Worker(engine, handlers, hooks=[SlowJobs()])
+
+:mod:`pgqueue.contrib.prometheus` and :mod:`pgqueue.contrib.otel` are built on these hooks.
+
+Hooks run on the worker's own threads, some while the worker holds its internal lock
+(``on_claimed``, the outcome events): keep them quick (counters, spans) and hand slow work to a
+queue of your own. A hook that raises never breaks the worker: the exception is logged (the first
+time with its traceback, then at most once a minute per hook and event, with a count) and the
+worker goes on. A worker without hooks pays one ``if`` per event.
+
+.. versionadded:: 0.3.0
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pgqueue import _batcher
+from pgqueue.errors import InvalidArgumentTypeError
+
+if TYPE_CHECKING:
+    from pgqueue.results import ReapedJob
+    from pgqueue.worker import JobContext, Worker
+
+log = logging.getLogger("pgqueue.hooks")
+
+#: Seconds between two log lines about the same failing hook and event.
+ERROR_LOG_INTERVAL = 60.0
+
+
+class WorkerHooks:
+    """Base class of worker hooks: every event is a no-op method; override the ones you need.
+
+    Durations are in seconds. ``duration`` is the handler's run time, ``None`` when the job
+    ended without its handler having run on this worker (for example lost before it started).
+    The ``job`` of every event is the handler's :class:`pgqueue.JobContext`; its ``headers``
+    carry what the producer passed to ``enqueue(..., headers=...)``.
+
+    Events of one job come in this order: ``on_claimed``, ``on_started``, ``on_handled``, then one
+    outcome (``on_succeeded``, ``on_retry``, ``on_failed`` or ``on_lost``); a job claimed and then
+    given back at shutdown has no outcome event.
+
+    .. versionadded:: 0.3.0
+    """
+
+    def on_worker_started(self, worker: Worker) -> None:
+        """``worker.run()`` began (on the thread that called it), before anything is claimed."""
+
+    def on_worker_stopped(self, worker: Worker) -> None:
+        """``worker.run()`` is about to return: every thread of the worker has stopped."""
+
+    def on_claimed(self, job: JobContext) -> None:
+        """The worker claimed ``job`` (leased it); its handler has not started yet."""
+
+    def on_started(self, job: JobContext, latency: float) -> None:
+        """The handler starts, on its own thread; ``latency`` is claim-to-start in seconds."""
+
+    def on_handled(self, job: JobContext, duration: float, error: BaseException | None) -> None:
+        """The handler returned (``error is None``) or raised ``error``; on the handler's thread.
+
+        Called before the outcome is written: pair it with :meth:`on_started` for anything bound
+        to the handler's thread (a tracing context, for example).
+        """
+
+    def on_succeeded(self, job: JobContext, duration: float | None) -> None:
+        """``job`` is ``done`` (written by the worker, or by the handler's own transaction)."""
+
+    def on_retry(self, job: JobContext, duration: float | None, error: str) -> None:
+        """The attempt failed and ``job`` is queued again for a later retry."""
+
+    def on_failed(self, job: JobContext, duration: float | None, error: str) -> None:
+        """The attempt failed and ``job`` failed for good (attempts spent or not retryable)."""
+
+    def on_lost(self, job: JobContext, reason: str) -> None:
+        """``job`` is no longer this worker's (lease lost, guard matched nothing): outcome lost."""
+
+    def on_lease_extended(self, jobs: Sequence[JobContext]) -> None:
+        """A heartbeat pushed the leases of ``jobs`` (only those still held)."""
+
+    def on_reaped(self, jobs: Sequence[ReapedJob]) -> None:
+        """This worker's reaper requeued or failed ``jobs`` whose lease had expired (anyone's)."""
+
+
+_EVENTS = (
+    "on_worker_started",
+    "on_worker_stopped",
+    "on_claimed",
+    "on_started",
+    "on_handled",
+    "on_succeeded",
+    "on_retry",
+    "on_failed",
+    "on_lost",
+    "on_lease_extended",
+    "on_reaped",
+)
+
+
+def check_hooks(hooks: object) -> list[WorkerHooks]:
+    """The worker's ``hooks`` argument: ``None`` or a sequence of :class:`WorkerHooks`."""
+    if hooks is None:
+        return []
+    if isinstance(hooks, (WorkerHooks, str, bytes)) or not isinstance(hooks, Sequence):
+        raise InvalidArgumentTypeError("hooks", "a list of pgqueue.WorkerHooks", hooks)
+    for i, hook in enumerate(hooks):
+        if not isinstance(hook, WorkerHooks):
+            raise InvalidArgumentTypeError(f"hooks[{i}]", "a pgqueue.WorkerHooks", hook)
+    return list(hooks)
+
+
+class HookDispatcher:
+    """Calls each event on the hooks that override it; keeps the timings the events report.
+
+    The worker holds one only when it has hooks. Timings are ``time.monotonic()`` values stored
+    on the job (``claimed_at``, ``started_at``, ``handler_seconds``).
+    """
+
+    def __init__(self, hooks: Sequence[WorkerHooks]) -> None:
+        self._by_event: dict[str, list[Callable[..., object]]] = {}
+        for event in _EVENTS:
+            base = getattr(WorkerHooks, event)
+            self._by_event[event] = [
+                getattr(h, event) for h in hooks if getattr(type(h), event, base) is not base
+            ]
+        self._lock = threading.Lock()
+        self._errors: dict[tuple[int, str], list[float]] = {}  # -> [count since log, logged at]
+
+    def _call(self, event: str, *args: Any) -> None:
+        for method in self._by_event[event]:
+            try:
+                method(*args)
+            except Exception:
+                self._log_error(method, event)
+
+    def _log_error(self, method: Callable[..., object], event: str) -> None:
+        owner = getattr(method, "__self__", method)
+        key = (id(owner), event)
+        now = time.monotonic()
+        with self._lock:
+            seen = self._errors.get(key)
+            if seen is None:
+                self._errors[key] = [0, now]
+                first = True
+            else:
+                seen[0] += 1
+                if now - seen[1] < ERROR_LOG_INTERVAL:
+                    return
+                count, seen[0], seen[1] = int(seen[0]), 0, now
+                first = False
+        name = f"{type(owner).__name__}.{event}"
+        if first:
+            log.exception("hook %s raised; the worker goes on (repeats are summarised)", name)
+        else:
+            log.error("hook %s raised %d more times; last:", name, count, exc_info=True)
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def worker_started(self, worker: Worker) -> None:
+        self._call("on_worker_started", worker)
+
+    def worker_stopped(self, worker: Worker) -> None:
+        self._call("on_worker_stopped", worker)
+
+    def claimed(self, job: JobContext) -> None:
+        job.claimed_at = time.monotonic()
+        self._call("on_claimed", job)
+
+    def started(self, job: JobContext) -> None:
+        job.started_at = now = time.monotonic()
+        self._call("on_started", job, now - job.claimed_at if job.claimed_at else 0.0)
+
+    def handled(self, job: JobContext, error: BaseException | None) -> None:
+        duration = time.monotonic() - job.started_at if job.started_at else 0.0
+        job.handler_seconds = duration
+        self._call("on_handled", job, duration, error)
+
+    def outcome(self, job: JobContext, outcome: str, detail: str) -> None:
+        """One of the completer's outcomes (``pgqueue._batcher``'s constants)."""
+        if outcome in (_batcher.DONE, _batcher.DONE_BY_HANDLER):
+            self._call("on_succeeded", job, job.handler_seconds)
+        elif outcome == _batcher.RETRY:
+            self._call("on_retry", job, job.handler_seconds, detail)
+        elif outcome == _batcher.FAILED:
+            self._call("on_failed", job, job.handler_seconds, detail)
+        elif outcome == _batcher.LOST:
+            self._call("on_lost", job, detail or "lost")
+
+    def lost(self, job: JobContext, reason: str) -> None:
+        self._call("on_lost", job, reason)
+
+    def lease_extended(self, jobs: Sequence[JobContext]) -> None:
+        if jobs:
+            self._call("on_lease_extended", jobs)
+
+    def reaped(self, jobs: Sequence[ReapedJob]) -> None:
+        if jobs:
+            self._call("on_reaped", jobs)
+
+
+__all__ = ["ERROR_LOG_INTERVAL", "HookDispatcher", "WorkerHooks", "check_hooks"]
