@@ -34,6 +34,7 @@ from sqlalchemy import (
     literal_column,
     null,
     select,
+    true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.sql.elements import ColumnClause
@@ -349,6 +350,45 @@ DONE_AMONG: Select[Any] = (
     .where(jobs.c.status == status_literal(JobStatus.DONE))
 )
 
+# -- observability ---------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=8)
+def queue_depth_statement(limit: int) -> Select[Any]:
+    """Ready depth and oldest ready age of each queue in ``:queue_names``, for metrics gauges.
+
+    Returns ``queue, ready, oldest_age`` (seconds, ``NULL`` when nothing is ready) for every
+    queue asked, in one statement: a ``LATERAL`` walk of ``jobs_ready_idx`` per queue, oldest
+    first, stopping after ``limit`` rows, so its cost is bounded however deep a backlog grows
+    (``ready`` then reads ``limit``). The limit is inlined, like the claim's.
+    """
+    queues = (
+        func.unnest(bindparam("queue_names", type_=ARRAY(Text)))
+        .table_valued("queue")
+        .render_derived(name="q")
+    )
+    ready = (
+        select(jobs.c.run_at)
+        .where(
+            jobs.c.queue == queues.c.queue,
+            jobs.c.status == status_literal(JobStatus.QUEUED),
+            jobs.c.run_at <= func.now(),
+        )
+        .order_by(jobs.c.run_at)
+        .limit(literal(limit, Integer, literal_execute=True))
+        .lateral("r")
+    )
+    return (
+        select(
+            queues.c.queue,
+            func.count(ready.c.run_at).label("ready"),
+            func.extract("epoch", func.now() - func.min(ready.c.run_at)).label("oldest_age"),
+        )
+        .select_from(queues.outerjoin(ready, true()))
+        .group_by(queues.c.queue)
+    )
+
+
 #: ``SET LOCAL lock_timeout`` as a function call (``lock_timeout`` in ms, text): a bound value,
 #: and no session state left behind for a transaction-mode pooler.
 SET_LOCAL_LOCK_TIMEOUT: Select[Any] = select(
@@ -372,6 +412,7 @@ __all__ = [
     "SET_LOCAL_LOCK_TIMEOUT",
     "claim_statement",
     "purge_statement",
+    "queue_depth_statement",
     "retry_statement",
     "status_literal",
 ]

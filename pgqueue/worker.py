@@ -355,6 +355,18 @@ class Worker:
             self._cond.notify_all()
             self._work.notify_all()
 
+    @property
+    def idle(self) -> bool:
+        """True while scale-to-zero backs off (``idle_poll_interval`` set, no work for a while).
+
+        Periodic observers (the Prometheus gauges) skip their queries then, so an idle worker
+        sends nothing and a serverless database can suspend.
+
+        .. versionadded:: 0.3.0
+        """
+        with self._cond:
+            return self._idle()
+
     # -- signals ----------------------------------------------------------------------------------
 
     def _install_signals(self) -> Callable[[], None]:

@@ -1,0 +1,42 @@
+"""The core imports and runs without the optional extras; the integrations say what is missing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+#: Block the optional packages the way an environment without them would fail to import them.
+_BLOCK = (
+    "import sys\n"
+    "for name in ('prometheus_client', 'opentelemetry', 'opentelemetry.trace',"
+    " 'opentelemetry.propagate', 'opentelemetry.context'):\n"
+    "    sys.modules[name] = None\n"
+)
+
+
+def _run(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", _BLOCK + code], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_core_imports_without_prometheus_and_opentelemetry() -> None:
+    result = _run(
+        "import pgqueue, pgqueue.worker, pgqueue.hooks, pgqueue.aio, pgqueue.cli, pgqueue.contrib\n"
+        "assert 'prometheus_client' not in [m for m, v in sys.modules.items() if v is not None]\n"
+        "print(pgqueue.WorkerHooks.__name__)\n"
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "WorkerHooks"
+
+
+@pytest.mark.parametrize(
+    ("module", "extra"),
+    [("pgqueue.contrib.prometheus", "prometheus")],
+)
+def test_integrations_name_their_extra(module: str, extra: str) -> None:
+    result = _run(f"import {module}\n")
+    assert result.returncode != 0
+    assert f'pip install "pgqueue[{extra}]"' in result.stderr
