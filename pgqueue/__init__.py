@@ -14,6 +14,7 @@ from pgqueue.errors import (
 )
 from pgqueue.hooks import WorkerHooks
 from pgqueue.models import Job, JobStatus, metadata
+from pgqueue.pooler import pooled_engine_options
 from pgqueue.repository import (
     claim,
     complete,
@@ -56,6 +57,7 @@ __all__ = [
     "extend_lease",
     "fail",
     "metadata",
+    "pooled_engine_options",
     "purge_done",
     "reap_expired",
     "use_schema",

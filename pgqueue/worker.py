@@ -20,7 +20,7 @@ from typing import Any, Literal
 from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 
-from pgqueue import _batcher, repository, statements
+from pgqueue import _batcher, pooler, repository, statements
 from pgqueue._urls import mask_text, mask_url
 from pgqueue._validation import check_positive_int, check_queue
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
@@ -333,6 +333,8 @@ class Worker:
                     channel=channel_for(schema_of(self.engine)),
                 )
                 listener.start()
+                # LISTEN through a transaction-mode pooler hears nothing: warn, never block.
+                pooler.start_listen_check(self.listen_url, self.engine, self._stop)
             self._main_loop(until_empty)
         finally:
             self._shutdown(threads, completer)

@@ -1,0 +1,132 @@
+"""Running behind PgBouncer (or another pooler) in transaction mode.
+
+Everything pgqueue does through the engine is one transaction at a time with no session state:
+no plain ``SET`` (only ``set_config(..., true)``, which is ``SET LOCAL``), no advisory locks, no
+temporary tables. Two things still need care:
+
+- psycopg prepares a statement on the server after it ran it 5 times (``prepare_threshold``);
+  under transaction pooling the next execution may land on another server connection that never
+  saw the ``PREPARE``. PgBouncer 1.21+ tracks prepared statements (``max_prepared_statements``);
+  older ones (Debian 12 ships 1.18) fail with ``prepared statement "_pg3_0" does not exist``.
+  :func:`pooled_engine_options` turns psycopg's automatic preparation off.
+- ``LISTEN`` belongs to a session: through a transaction-mode pooler it is run on some server
+  connection that is handed to other clients right after, and the notifications never come
+  back. Give the worker a direct server URL as ``listen_url``. :func:`check_listen` notices the
+  mistake (the worker runs it once at start-up and logs a warning).
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+import psycopg
+import psycopg.sql
+from sqlalchemy import Engine, text
+from sqlalchemy.engine import URL
+
+from pgqueue._urls import mask_url, to_libpq_url, to_sqlalchemy_url
+
+log = logging.getLogger("pgqueue.pooler")
+
+#: PgBouncer's customary port: a worker whose engine uses it and has no ``listen_url`` is warned.
+PGBOUNCER_PORT = 6432
+#: How long :func:`check_listen` waits for its own notification, in seconds.
+LISTEN_CHECK_TIMEOUT = 2.0
+
+
+def pooled_engine_options() -> dict[str, Any]:
+    """Keyword arguments for ``create_engine`` when the URL is a transaction-mode pooler.
+
+    ``create_engine(pooler_url, **pgqueue.pooled_engine_options())`` turns off psycopg's automatic
+    prepared statements (``prepare_threshold=None``), which PgBouncer before 1.21 cannot route.
+    Merge your own ``connect_args`` into the returned dict if you have some.
+
+    .. versionadded:: 0.1.0
+    """
+    return {"connect_args": {"prepare_threshold": None}}
+
+
+def check_listen(
+    listen_url: str | URL,
+    engine: Engine,
+    *,
+    timeout: float = LISTEN_CHECK_TIMEOUT,
+    stop: threading.Event | None = None,
+) -> bool | None:
+    """Whether ``LISTEN`` on ``listen_url`` receives a ``NOTIFY`` sent through ``engine``.
+
+    Listens on a private channel, sends one notification from another connection and waits up to
+    ``timeout`` seconds. ``False`` means ``listen_url`` swallows notifications (a
+    transaction-mode pooler); ``None`` means the check could not run (connection refused, or
+    ``stop`` was set while waiting).
+    """
+    channel = f"pgqueue_listen_check_{uuid.uuid4().hex[:12]}"
+    try:
+        with psycopg.connect(to_libpq_url(listen_url), autocommit=True, connect_timeout=10) as conn:
+            conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+            with engine.begin() as sender:
+                sender.execute(text("SELECT pg_notify(:channel, '')"), {"channel": channel})
+            deadline = time.monotonic() + timeout
+            while (left := deadline - time.monotonic()) > 0:
+                if stop is not None and stop.is_set():
+                    return None
+                for note in conn.notifies(timeout=min(left, 0.25)):
+                    if note.channel == channel:
+                        return True
+            return False
+    except Exception as exc:  # a check: never let it take the worker down
+        log.debug("LISTEN check on %s could not run: %s", mask_url(listen_url), exc)
+        return None
+
+
+def warn_if_listen_is_deaf(
+    listen_url: str | URL,
+    engine: Engine,
+    *,
+    stop: threading.Event | None = None,
+) -> bool | None:
+    """Log a warning when the worker's ``LISTEN`` cannot work; :func:`check_listen`'s result.
+
+    A ``listen_url`` that is the engine's own URL on port :data:`PGBOUNCER_PORT` is warned about
+    at once, before the check itself.
+    """
+    same = to_sqlalchemy_url(listen_url).render_as_string(hide_password=False) == (
+        engine.url.render_as_string(hide_password=False)
+    )
+    if same and engine.url.port == PGBOUNCER_PORT:
+        log.warning(
+            "the engine uses port %d (PgBouncer's) and no listen_url is set: LISTEN through "
+            "a transaction-mode pooler receives nothing; pass listen_url=<direct server URL>",
+            PGBOUNCER_PORT,
+        )
+    reached = check_listen(listen_url, engine, stop=stop)
+    if reached is False:
+        log.warning(
+            "LISTEN on %s received no notification within %.0f s: is it a transaction-mode "
+            "pooler? Workers wake only on their fallback poll; pass listen_url=<direct server "
+            "URL> (see pgqueue.pooler)",
+            mask_url(listen_url),
+            LISTEN_CHECK_TIMEOUT,
+        )
+    return reached
+
+
+def start_listen_check(
+    listen_url: str | URL, engine: Engine, stop: threading.Event
+) -> threading.Thread:
+    """Run :func:`warn_if_listen_is_deaf` in a daemon thread, so start-up never waits for it."""
+    thread = threading.Thread(
+        target=warn_if_listen_is_deaf,
+        args=(listen_url, engine),
+        kwargs={"stop": stop},
+        name="pgqueue-listen-check",
+        daemon=True,
+    )
+    thread.start()
+    return thread

@@ -1,0 +1,183 @@
+"""pgqueue through a real PgBouncer 1.18 in transaction mode, LISTEN on the direct server URL."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy.engine import URL
+
+import pgqueue
+from pgqueue.pooler import check_listen
+from tests.cli.conftest import plain, run_pgqueue
+from tests.integration.worker_helpers import scalar, until
+
+JOBS = 5_000
+CONCURRENCY = 8
+#: Session state a transaction pooler would leak between clients (plain SET, advisory locks).
+_SESSION_STATE = re.compile(r"^\s*SET\s+(?!LOCAL\b)|pg_advisory_lock|pg_try_advisory_lock", re.I)
+
+
+def _record_statements(engine: Engine) -> list[str]:
+    seen: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        seen.append(statement)
+
+    return seen
+
+
+def _run_worker(worker: pgqueue.Worker) -> threading.Thread:
+    thread = threading.Thread(target=worker.run, name="test-worker", daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+def test_worker_drains_5000_exactly_once_and_wakes_on_notify(
+    pooled_engine: Engine, db_url: URL, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="pgqueue")
+    statements = _record_statements(pooled_engine)
+    handled: Counter[int] = Counter()
+    lock = threading.Lock()
+
+    def handler(job: pgqueue.JobContext) -> None:
+        with lock:
+            handled[job.id] += 1
+
+    with pooled_engine.begin() as conn:  # the producer goes through the pooler too
+        for start in range(0, JOBS, 1_000):
+            pgqueue.enqueue_many(conn, [{"n": n} for n in range(start, start + 1_000)])
+    worker = pgqueue.Worker(
+        pooled_engine,
+        {"default": handler},
+        concurrency=CONCURRENCY,
+        listen_url=db_url,
+        poll_interval=60.0,  # only NOTIFY can wake it within the test's bounds
+        install_signal_handlers=False,
+    )
+    started = time.monotonic()
+    thread = _run_worker(worker)
+    try:
+        until(lambda: sum(handled.values()) >= JOBS, 120, f"{JOBS} jobs handled")
+        drained = time.monotonic() - started
+        until(
+            lambda: (
+                scalar(pooled_engine, "SELECT count(*) FROM jobs WHERE status = 'done'") == JOBS
+            ),
+            30,
+            "every completion committed",
+        )
+        time.sleep(2.5)  # past the LISTEN self-test, and idle: the next wake must be a NOTIFY
+        with pooled_engine.begin() as conn:
+            late = pgqueue.enqueue(conn, {"late": True})
+        sent = time.monotonic()
+        until(lambda: handled[late] == 1, 5, "the late job, woken by NOTIFY")
+        woke = time.monotonic() - sent
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()
+    assert len(handled) == JOBS + 1
+    assert set(handled.values()) == {1}, "a job ran twice"
+    assert woke < 5
+    assert not [r for r in caplog.records if r.name == "pgqueue.pooler"], caplog.text
+    assert not [s for s in statements if _SESSION_STATE.search(s)]
+    print(f"\nthrough PgBouncer: {JOBS} jobs in {drained:.2f} s ({JOBS / drained:,.0f} jobs/s); ")
+    print(f"NOTIFY wake-up {woke * 1000:.0f} ms")
+
+
+def test_claim_heartbeat_complete_fail_reap_and_stats(
+    pooled_engine: Engine, pooled_url: URL
+) -> None:
+    statements = _record_statements(pooled_engine)
+    with pooled_engine.begin() as conn:
+        ids = pgqueue.enqueue_many(conn, [{"n": n} for n in range(4)])
+    # Many rounds of the same statements: past psycopg's prepare threshold of 5.
+    for _ in range(8):
+        with pooled_engine.begin() as conn:
+            assert scalar_in(conn, "SELECT count(*) FROM jobs") == 4
+    with pooled_engine.begin() as conn:
+        a, b, c, d = pgqueue.claim(conn, limit=4, lease=timedelta(seconds=60))
+    with pooled_engine.begin() as conn:
+        assert pgqueue.extend_lease(conn, a.id, a.attempts, timedelta(seconds=120))
+        assert pgqueue.complete(conn, a.id, a.attempts)
+        result = pgqueue.fail(conn, b.id, b.attempts, "boom", retry=False)
+        assert result is not None
+        conn.execute(
+            text("UPDATE jobs SET locked_until = now() - interval '1 second' WHERE id IN (:c, :d)"),
+            {"c": c.id, "d": d.id},
+        )
+    with pooled_engine.begin() as conn:
+        reaped = pgqueue.reap_expired(conn)
+    assert sorted(r.id for r in reaped) == sorted([c.id, d.id])
+    assert sorted(ids) == sorted(j.id for j in (a, b, c, d))
+
+    stats = run_pgqueue("stats", "--json", "--url", plain(pooled_url))
+    assert stats.code == 0, stats.err
+    assert "default" in stats.out
+    assert not [s for s in statements if _SESSION_STATE.search(s)]
+
+
+def scalar_in(conn: Any, sql: str) -> Any:
+    return conn.execute(text(sql)).scalar_one()
+
+
+def test_listen_through_the_pooler_is_detected(
+    pooled_engine: Engine, pooled_url: URL, db_url: URL, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert check_listen(db_url, pooled_engine) is True
+    assert check_listen(pooled_url, pooled_engine, timeout=1.0) is False
+
+    caplog.set_level(logging.WARNING, logger="pgqueue")
+    worker = pgqueue.Worker(  # the mistake: no listen_url, so it LISTENs through PgBouncer
+        pooled_engine,
+        {"default": lambda job: None},
+        poll_interval=1.0,
+        install_signal_handlers=False,
+    )
+    thread = _run_worker(worker)
+    try:
+        until(
+            lambda: any(r.name == "pgqueue.pooler" for r in caplog.records),
+            10,
+            "the worker's warning about LISTEN through a pooler",
+        )
+    finally:
+        worker.stop()
+        thread.join(30)
+    (warning,) = [r for r in caplog.records if r.name == "pgqueue.pooler"]
+    assert "listen_url" in warning.getMessage()
+
+
+def test_default_prepare_threshold_is_what_breaks(pooled_url: URL) -> None:
+    """Why the options exist: psycopg's auto-prepare collides on PgBouncer 1.18 (bounded)."""
+    eng = create_engine(pooled_url, pool_size=4, max_overflow=0)
+    errors: list[str] = []
+
+    def hammer() -> None:
+        for n in range(40):
+            try:
+                with eng.begin() as conn:
+                    conn.execute(text("SELECT count(*) FROM jobs WHERE id > :n"), {"n": n})
+            except Exception as exc:
+                errors.append(str(exc).splitlines()[0])
+
+    threads = [threading.Thread(target=hammer) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    eng.dispose()
+    if not errors:
+        pytest.skip("no collision this run (PgBouncer >= 1.21 tracks prepared statements)")
+    assert any("prepared statement" in e for e in errors), errors[:3]
