@@ -343,6 +343,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_grants(args: argparse.Namespace) -> int:
+    """Print the GRANT statements of least-privilege roles; run them as the objects' owner."""
+    from pgqueue.grants import grants_sql
+
+    if not (args.role_worker or args.role_producer or args.role_monitor):
+        raise UserError("name at least one of --role-worker, --role-producer, --role-monitor")
+    try:
+        text = grants_sql(
+            worker=args.role_worker,
+            producer=args.role_producer,
+            monitor=args.role_monitor,
+            schema=schema_arg(args),
+        )
+    except PgQueueError as exc:
+        raise UserError(str(exc)) from exc
+    sys.stdout.write(text)
+    return 0
+
+
 def cmd_reap(args: argparse.Namespace) -> int:
     """Requeue (or fail) running jobs whose lease expired."""
     with transaction(args) as conn:
@@ -594,6 +613,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=timedelta(seconds=5),
         help="report transactions open longer than this (default 5s)",
     )
+
+    p = add("grants", cmd_grants, "print the GRANTs of least-privilege roles (no connection)")
+    p.add_argument("--role-worker", help="role of the workers: SELECT, UPDATE on jobs")
+    p.add_argument("--role-producer", help="role of the producers: INSERT (and read the new id)")
+    p.add_argument("--role-monitor", help="role of doctor and stats: SELECT and pg_monitor")
 
     add("reap", cmd_reap, "requeue running jobs whose lease expired")
 

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, text
 import pgqueue.migrations
 from pgqueue import admin
 from pgqueue.repository import DEFAULT_PURGE_AGE
+from pgqueue.storage import JOBS_STORAGE_PARAMETERS, alter_table_sql
 
 SEVERITIES = ("ok", "info", "warning", "error")
 #: Dead tuples above this share of ``jobs`` (and above :data:`DEAD_TUPLES_MIN`) are a warning.
@@ -75,6 +76,7 @@ def run_checks(conn: Connection, *, idle_threshold: timedelta) -> list[Finding]:
         _trigger,
         lambda c: _sessions(c, idle_threshold),
         _vacuum,
+        _storage,
         _jobs,
     ):
         findings.extend(check(conn))
@@ -282,6 +284,43 @@ def _vacuum(conn: Connection) -> Iterator[Finding]:
         yield Finding("vacuum", "warning", message, fix if stale else "VACUUM jobs;", details)
     else:
         yield Finding("vacuum", "ok", message, "", details)
+
+
+_RELOPTIONS = text("SELECT reloptions FROM pg_class WHERE oid = to_regclass('jobs')")
+
+
+def _same_value(found: str | None, expected: str) -> bool:
+    if found is None:
+        return False
+    try:
+        return float(found) == float(expected)
+    except ValueError:
+        return found == expected
+
+
+def _storage(conn: Connection) -> Iterator[Finding]:
+    options = conn.execute(_RELOPTIONS).scalar() or []
+    found = dict(str(option).split("=", 1) for option in options)
+    changed = {
+        name: found.get(name)
+        for name, expected in JOBS_STORAGE_PARAMETERS.items()
+        if not _same_value(found.get(name), expected)
+    }
+    if not changed:
+        yield Finding("storage", "ok", "jobs keeps pgqueue's autovacuum storage parameters")
+        return
+    listed = ", ".join(
+        f"{name} = {value or 'server default'} (pgqueue: {JOBS_STORAGE_PARAMETERS[name]})"
+        for name, value in changed.items()
+    )
+    yield Finding(
+        "storage",
+        "warning",
+        f"storage parameters of jobs were changed back: {listed}; "
+        "autovacuum waits longer and dead rows pile up under the claims",
+        alter_table_sql(),
+        [{"parameter": name, "value": value} for name, value in changed.items()],
+    )
 
 
 _JOB_COUNTS = text(

@@ -14,6 +14,7 @@ from sqlalchemy.engine import URL
 
 import pgqueue
 from pgqueue._urls import to_libpq_url
+from pgqueue.storage import alter_table_sql
 from tests.cli.conftest import Result, plain, run_pgqueue
 from tests.revisions import pgqueue_head
 
@@ -106,3 +107,24 @@ def test_says_what_it_cannot_see_without_pg_monitor(db_url: URL, db: Engine) -> 
         with db.begin() as conn:
             conn.execute(text(f'DROP OWNED BY "{role}"'))
             conn.execute(text(f'DROP ROLE "{role}"'))
+
+
+def test_storage_parameters_changed_back(cli: Cli, db: Engine) -> None:
+    assert _by_check(cli("doctor", "--json").json())["storage"][0]["severity"] == "ok"
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "ALTER TABLE jobs RESET (autovacuum_vacuum_scale_factor); "
+                "ALTER TABLE jobs SET (autovacuum_vacuum_threshold = 50)"
+            )
+        )
+    result = cli("doctor", "--json")
+    assert result.code == 1, result.out
+    (storage,) = _by_check(result.json())["storage"]
+    assert storage["severity"] == "warning"
+    assert "autovacuum_vacuum_scale_factor = server default (pgqueue: 0.01)" in storage["message"]
+    assert "autovacuum_vacuum_threshold = 50 (pgqueue: 1000)" in storage["message"]
+    assert storage["fix"] == alter_table_sql()
+    with db.begin() as conn:
+        conn.execute(text(storage["fix"]))
+    assert cli("doctor").code == 0

@@ -1,0 +1,78 @@
+"""Least-privilege grants: what a producer, a worker and a monitoring role need, as SQL.
+
+The role that runs ``pgqueue migrate`` owns the table, its trigger and function; the application
+roles get only DML:
+
+- producer: ``INSERT`` on ``jobs`` and ``SELECT (id)``, because ``enqueue`` reads the new id back
+  with ``RETURNING id``. The identity column needs no sequence grant. It cannot read payloads,
+  update or delete.
+- worker: ``SELECT, UPDATE`` on ``jobs`` (claim ``FOR UPDATE SKIP LOCKED``, lease extensions,
+  completions, failures, the reaper). ``LISTEN`` needs no privilege. A worker whose handlers
+  enqueue follow-up jobs also needs the producer's grants (``GRANT <producer> TO <worker>``).
+- monitor (``doctor``, ``stats``): ``pg_monitor`` to see every session, ``SELECT`` on ``jobs``
+  and ``alembic_version``.
+
+Each role gets ``USAGE`` on the schema. ``purge``, ``retry`` and ``cancel`` are maintenance: run
+them as the owner, or grant ``DELETE`` (purge) and ``UPDATE`` (retry, cancel) to a role of yours.
+Role and schema names are quoted identifiers, never spliced raw.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
+from pgqueue.schema import check_schema
+
+#: PostgreSQL truncates identifiers longer than this (bytes).
+_MAX_IDENTIFIER_BYTES = 63
+
+
+def check_role(name: object, argument: str = "role") -> str:
+    """A role name pgqueue will quote: a non-empty string of at most 63 bytes without NUL."""
+    if not isinstance(name, str):
+        raise InvalidArgumentTypeError(argument, "str", name)
+    if not name or "\x00" in name or len(name.encode()) > _MAX_IDENTIFIER_BYTES:
+        raise InvalidArgumentError(
+            argument, f"must be a role name of 1 to {_MAX_IDENTIFIER_BYTES} bytes, got {name!r}"
+        )
+    return name
+
+
+def grants_sql(
+    *,
+    worker: str | None = None,
+    producer: str | None = None,
+    monitor: str | None = None,
+    schema: str | None = None,
+) -> str:
+    """The ``GRANT`` statements for the given roles, one per line, to run as the owner.
+
+    ``schema`` is where ``pgqueue migrate --schema`` put the table (default ``public``).
+    """
+    place = sql.Identifier(check_schema(schema) if schema is not None else "public")
+    jobs = sql.SQL("{}.jobs").format(place)
+    version = sql.SQL("{}.alembic_version").format(place)
+    lines: list[sql.Composable] = []
+    roles = {
+        "role_producer": producer,
+        "role_worker": worker,
+        "role_monitor": monitor,
+    }
+    for argument, role in roles.items():
+        if role is None:
+            continue
+        who = sql.Identifier(check_role(role, argument))
+        lines.append(sql.SQL("GRANT USAGE ON SCHEMA {} TO {};").format(place, who))
+        if argument == "role_producer":
+            lines.append(sql.SQL("GRANT INSERT, SELECT (id) ON {} TO {};").format(jobs, who))
+        elif argument == "role_worker":
+            lines.append(sql.SQL("GRANT SELECT, UPDATE ON {} TO {};").format(jobs, who))
+        else:
+            lines.append(sql.SQL("GRANT SELECT ON {}, {} TO {};").format(jobs, version, who))
+            lines.append(sql.SQL("GRANT pg_monitor TO {};").format(who))
+    if not lines:
+        raise InvalidArgumentError("roles", "name at least one of worker, producer, monitor")
+    return "\n".join(line.as_string(None) for line in lines) + "\n"

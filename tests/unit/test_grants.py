@@ -1,0 +1,47 @@
+"""``pgqueue grants``: identifiers are quoted, never spliced; bad names are refused."""
+
+from __future__ import annotations
+
+import pytest
+
+from pgqueue import InvalidArgumentError
+from pgqueue.cli import main
+from pgqueue.grants import grants_sql
+
+
+def test_names_are_quoted_identifiers() -> None:
+    out = grants_sql(worker='w"; DROP TABLE jobs; --', producer="Prod", schema="pgq")
+    assert out.splitlines() == [
+        'GRANT USAGE ON SCHEMA "pgq" TO "Prod";',
+        'GRANT INSERT, SELECT (id) ON "pgq".jobs TO "Prod";',
+        'GRANT USAGE ON SCHEMA "pgq" TO "w""; DROP TABLE jobs; --";',
+        'GRANT SELECT, UPDATE ON "pgq".jobs TO "w""; DROP TABLE jobs; --";',
+    ]
+
+
+def test_monitor_gets_pg_monitor_and_read_access() -> None:
+    out = grants_sql(monitor="mon")
+    assert 'GRANT SELECT ON "public".jobs, "public".alembic_version TO "mon";' in out
+    assert 'GRANT pg_monitor TO "mon";' in out
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {},
+        {"worker": ""},
+        {"worker": "x" * 64},
+        {"producer": "a\x00b"},
+        {"worker": "w", "schema": "a-b"},
+    ],
+)
+def test_bad_arguments_are_refused(kwargs: dict[str, str]) -> None:
+    with pytest.raises(InvalidArgumentError):
+        grants_sql(**kwargs)
+
+
+def test_command_prints_the_sql(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["grants", "--role-worker", "w", "--role-producer", "p"]) == 0
+    assert capsys.readouterr().out == grants_sql(worker="w", producer="p")
+    assert main(["grants"]) == 2
+    assert main(["grants", "--role-worker", "w", "--schema", "no such"]) == 2
