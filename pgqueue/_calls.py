@@ -7,7 +7,7 @@ validation, parameter building and row mapping exist once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -21,6 +21,7 @@ from pgqueue._validation import (
     check_positive_int,
     check_queue,
     check_schedule,
+    encode_headers,
     encode_payload,
     encode_payloads,
 )
@@ -44,9 +45,14 @@ class Call(Generic[T]):
 
 
 def enqueue(
-    payload: Any, queue: str, run_at: datetime | None, delay: timedelta | None, max_attempts: int
+    payload: Any,
+    queue: str,
+    run_at: datetime | None,
+    delay: timedelta | None,
+    max_attempts: int,
+    headers: Mapping[str, str] | None = None,
 ) -> Call[int]:
-    params = _insert_params(queue, run_at, delay, max_attempts)
+    params = _insert_params(queue, run_at, delay, max_attempts, headers)
     params["payload_json"] = encode_payload(payload)
     return Call(statements.ENQUEUE, params, _scalar_int)
 
@@ -57,14 +63,19 @@ def enqueue_many(
     run_at: datetime | None,
     delay: timedelta | None,
     max_attempts: int,
+    headers: Mapping[str, str] | None = None,
 ) -> Call[list[int]]:
-    params = _insert_params(queue, run_at, delay, max_attempts)
+    params = _insert_params(queue, run_at, delay, max_attempts, headers)
     params["payloads"] = encode_payloads(payloads)
     return Call(statements.ENQUEUE_MANY if params["payloads"] else None, params, _sorted_ids)
 
 
 def _insert_params(
-    queue: str, run_at: datetime | None, delay: timedelta | None, max_attempts: int
+    queue: str,
+    run_at: datetime | None,
+    delay: timedelta | None,
+    max_attempts: int,
+    headers: Mapping[str, str] | None,
 ) -> dict[str, Any]:
     at, after = check_schedule(run_at, delay)
     return {
@@ -72,6 +83,7 @@ def _insert_params(
         "due_at": at,
         "delay": after,
         "attempt_budget": check_positive_int("max_attempts", max_attempts),
+        "headers_json": encode_headers(headers),
     }
 
 
@@ -147,9 +159,7 @@ def _sorted_ids(result: Result[Any] | None) -> list[int]:
 def _claimed(result: Result[Any] | None) -> list[ClaimedJob]:
     # UPDATE ... RETURNING promises no order: restore the claim's run_at order.
     ordered = sorted(_executed(result), key=lambda r: (r.run_at, r.id))
-    return [
-        ClaimedJob(id=r.id, queue=r.queue, payload=r.payload, attempts=r.attempts) for r in ordered
-    ]
+    return [ClaimedJob(r.id, r.queue, r.payload, r.attempts, r.headers) for r in ordered]
 
 
 def _matched(result: Result[Any] | None) -> bool:

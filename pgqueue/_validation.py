@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -12,6 +12,8 @@ from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, Inval
 
 #: NOTIFY payloads must stay under 8000 bytes (R16); the queue name is the payload.
 MAX_QUEUE_NAME_BYTES = 7999
+#: Most bytes of a job's headers as JSON text: metadata (a trace context), not a second payload.
+MAX_HEADERS_BYTES = 8192
 
 # A JSON text escape of U+0000 that is not itself an escaped backslash: jsonb rejects it.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -33,6 +35,31 @@ def encode_payloads(payloads: Iterable[Any]) -> list[str]:
     if isinstance(payloads, (str, bytes, dict)):
         raise InvalidArgumentTypeError("payloads", "an iterable of payloads", payloads)
     return [encode_payload(p, index=i) for i, p in enumerate(payloads)]
+
+
+def encode_headers(headers: object) -> str | None:
+    """A job's headers as JSON text (``None`` for none): ``{str: str}``, at most 8 KiB."""
+    if headers is None:
+        return None
+    if not isinstance(headers, Mapping):
+        raise InvalidArgumentTypeError("headers", "a mapping of str to str", headers)
+    for key, value in headers.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise InvalidArgumentError(
+                "headers", f"keys and values must be str, got {key!r}: {value!r}"
+            )
+        if "\x00" in key or "\x00" in value:
+            raise InvalidArgumentError("headers", "must not contain the character U+0000")
+    text = json.dumps(dict(headers), separators=(",", ":"), ensure_ascii=False)
+    try:
+        size = len(text.encode())
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError("headers", f"not valid Unicode ({exc.reason})") from exc
+    if size > MAX_HEADERS_BYTES:
+        raise InvalidArgumentError(
+            "headers", f"{size} bytes as JSON, more than {MAX_HEADERS_BYTES}"
+        )
+    return text
 
 
 def check_queue(queue: object) -> str:

@@ -20,7 +20,7 @@ process (``pgqueue worker``) or in a thread beside the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias, TypeVar, Union
 
@@ -64,9 +64,10 @@ async def enqueue(
     run_at: datetime | None = None,
     delay: timedelta | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    headers: Mapping[str, str] | None = None,
 ) -> int:
     """Insert one job in the caller's transaction; see :func:`pgqueue.repository.enqueue`."""
-    return await _run(conn, _calls.enqueue(payload, queue, run_at, delay, max_attempts))
+    return await _run(conn, _calls.enqueue(payload, queue, run_at, delay, max_attempts, headers))
 
 
 async def enqueue_many(
@@ -77,9 +78,12 @@ async def enqueue_many(
     run_at: datetime | None = None,
     delay: timedelta | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    headers: Mapping[str, str] | None = None,
 ) -> list[int]:
     """Insert a batch in one round trip; see :func:`pgqueue.repository.enqueue_many`."""
-    return await _run(conn, _calls.enqueue_many(payloads, queue, run_at, delay, max_attempts))
+    return await _run(
+        conn, _calls.enqueue_many(payloads, queue, run_at, delay, max_attempts, headers)
+    )
 
 
 async def claim(

@@ -69,6 +69,8 @@ class Job(Base):
     max_attempts: Mapped[int] = mapped_column(Integer, server_default=text("5"))
     locked_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_error: Mapped[str | None] = mapped_column(Text)
+    #: Producer metadata (``{str: str}``, a trace context for example), never inside the payload.
+    headers: Mapped[dict[str, str] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
     __table_args__ = (

@@ -7,7 +7,7 @@ together with its own writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias, TypeVar, Union
 
@@ -46,6 +46,7 @@ def enqueue(
     run_at: datetime | None = None,
     delay: timedelta | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    headers: Mapping[str, str] | None = None,
 ) -> int:
     """Insert one job in the caller's transaction and return its id.
 
@@ -55,11 +56,15 @@ def enqueue(
         run_at: Timezone-aware time before which the job is not ready. Default: now.
         delay: Alternatively, a delay from the transaction's ``now()``; not with ``run_at``.
         max_attempts: Attempts before the job fails for good (default 5).
+        headers: Metadata about the job, stored beside the payload in ``jobs.headers`` and
+            handed to the handler as ``job.headers``: ``{str: str}`` of at most 8 KiB as JSON,
+            for example ``pgqueue.contrib.otel.inject_headers()``. Default ``None``.
+            (``.. versionadded:: 0.3.0``)
 
     Raises:
         InvalidArgumentError: before any SQL, for a bad payload, queue or schedule.
     """
-    return _run(conn, _calls.enqueue(payload, queue, run_at, delay, max_attempts))
+    return _run(conn, _calls.enqueue(payload, queue, run_at, delay, max_attempts, headers))
 
 
 def enqueue_many(
@@ -70,12 +75,14 @@ def enqueue_many(
     run_at: datetime | None = None,
     delay: timedelta | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    headers: Mapping[str, str] | None = None,
 ) -> list[int]:
     """Insert a batch of jobs in one round trip; return their ids in input order.
 
     Every payload is checked before the statement runs: one bad payload rejects the whole batch.
+    ``headers`` (default ``None``) are stored on every job of the batch; see :func:`enqueue`.
     """
-    return _run(conn, _calls.enqueue_many(payloads, queue, run_at, delay, max_attempts))
+    return _run(conn, _calls.enqueue_many(payloads, queue, run_at, delay, max_attempts, headers))
 
 
 def claim(

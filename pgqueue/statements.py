@@ -75,6 +75,12 @@ def _lease_end() -> ColumnElement[Any]:
 
 # -- enqueue -------------------------------------------------------------------------------------
 
+
+def _headers() -> ColumnElement[Any]:
+    """``:headers_json::jsonb``: the job's headers as JSON text, ``NULL`` for none."""
+    return cast(bindparam("headers_json", type_=Text), JSONB)
+
+
 ENQUEUE: Insert = (
     insert(jobs)
     .values(
@@ -82,6 +88,7 @@ ENQUEUE: Insert = (
         payload=cast(bindparam("payload_json", type_=Text), JSONB),
         run_at=_schedule(),
         max_attempts=bindparam("attempt_budget", type_=Integer),
+        headers=_headers(),
     )
     .returning(jobs.c.id)
 )
@@ -96,12 +103,13 @@ _batch = (
 ENQUEUE_MANY: Insert = (
     insert(jobs)
     .from_select(
-        ["queue", "payload", "run_at", "max_attempts"],
+        ["queue", "payload", "run_at", "max_attempts", "headers"],
         select(
             bindparam("queue_name", type_=Text),
             cast(_batch.c.payload, JSONB),
             _schedule(),
             bindparam("attempt_budget", type_=Integer),
+            _headers(),
         ).order_by(_batch.c.ord),
     )
     .returning(jobs.c.id)
@@ -130,7 +138,8 @@ def _ready_ids(limit: int, *, skip_locked: bool) -> Any:
 def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
     """The article's claim (R7): lock up to ``limit`` ready jobs of one queue, lease them.
 
-    Parameters: ``queue_name``, ``lease``. Returns ``id, queue, payload, attempts, run_at``.
+    Parameters: ``queue_name``, ``lease``. Returns ``id, queue, payload, attempts, run_at,
+    headers``.
     The CTE is ``MATERIALIZED`` so the planner keeps LockRows inside it (Limit over LockRows
     over an index scan of ``jobs_ready_idx``). ``skip_locked=False`` is the serialising variant
     of R5, kept for the demo and the tests.
@@ -144,7 +153,9 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
             attempts=jobs.c.attempts + 1,
             locked_until=_lease_end(),
         )
-        .returning(jobs.c.id, jobs.c.queue, jobs.c.payload, jobs.c.attempts, jobs.c.run_at)
+        .returning(
+            jobs.c.id, jobs.c.queue, jobs.c.payload, jobs.c.attempts, jobs.c.run_at, jobs.c.headers
+        )
     )
 
 

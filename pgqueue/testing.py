@@ -203,7 +203,7 @@ def _run_leased(
         return None
     job = claimed[0]
     try:
-        handler(JobContext(job.id, job.queue, job.payload, job.attempts))
+        handler(JobContext(job.id, job.queue, job.payload, job.attempts, headers=job.headers))
     except Exception as exc:
         with engine.begin() as conn:
             return _failed(conn, job, exc)
@@ -222,7 +222,11 @@ def _run_in_transaction(
     core = conn.connection() if isinstance(conn, Session) else conn
     savepoint = conn.begin_nested()
     try:
-        handler(JobContext(job.id, job.queue, job.payload, job.attempts, connection=core))
+        handler(
+            JobContext(
+                job.id, job.queue, job.payload, job.attempts, connection=core, headers=job.headers
+            )
+        )
     except Exception as exc:
         savepoint.rollback()
         return _failed(conn, job, exc)

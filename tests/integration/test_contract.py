@@ -149,6 +149,11 @@ def test_enqueue_many_returns_ids_in_input_order(q: Runner) -> None:
         (op("fail", 1, 1, "x", base=timedelta(seconds=-1)), InvalidArgumentError),
         (op("extend_lease", 1, 1, timedelta(0)), InvalidArgumentError),
         (op("purge_done", batch_size=0), InvalidArgumentError),
+        (op("enqueue", {}, headers=[("a", "b")]), InvalidArgumentTypeError),
+        (op("enqueue", {}, headers={"a": 1}), InvalidArgumentError),
+        (op("enqueue_many", [1], headers={1: "a"}), InvalidArgumentError),
+        (op("enqueue", {}, headers={"a": "\x00"}), InvalidArgumentError),
+        (op("enqueue", {}, headers={"a": "x" * 9000}), InvalidArgumentError),
     ],
 )
 def test_bad_input_raises_before_sql_and_writes_nothing(
@@ -229,3 +234,21 @@ def test_purge_done_deletes_one_batch(q: Runner) -> None:
     assert q.run("purge_done", batch_size=3) == 1
     assert q.run("purge_done") == 0
     assert [r["id"] for r in _jobs(q.engine)] == [ids[4]]
+
+
+def test_headers_travel_beside_the_payload_to_the_claim(q: Runner) -> None:
+    trace = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+    one = q.run("enqueue", [1, 2], queue="h", headers=trace)
+    many = q.run("enqueue_many", ["a", "b"], queue="h", headers={"k": "v"})
+    plain = q.run("enqueue", "none", queue="h")
+    with q.engine.connect() as conn:
+        stored = dict(conn.execute(text("SELECT id, headers FROM jobs")).all())
+        assert conn.execute(
+            text("SELECT payload FROM jobs WHERE id = :i"), {"i": one}
+        ).scalar() == [
+            1,
+            2,
+        ]
+    assert stored == {one: trace, many[0]: {"k": "v"}, many[1]: {"k": "v"}, plain: None}
+    claimed = {c.id: c.headers for c in q.run("claim", queue="h", limit=10)}
+    assert claimed == stored

@@ -109,6 +109,7 @@ def test_columns_are_exactly_r1(engine: Engine) -> None:
         ("locked_until", "timestamp with time zone", "YES", None, "NO", None),
         ("last_error", "text", "YES", None, "NO", None),
         ("created_at", "timestamp with time zone", "NO", "now()", "NO", None),
+        ("headers", "jsonb", "YES", None, "NO", None),  # pgqueue_0005
     ]
 
 
@@ -202,3 +203,26 @@ def test_offline_sql_builds_the_lease_index_concurrently(
     assert "CREATE INDEX jobs_ready_idx ON jobs (queue, run_at) WHERE status = 'queued'" in out
     assert "CREATE INDEX CONCURRENTLY jobs_lease_idx" in out
     assert "CREATE TRIGGER jobs_notify" in out
+
+
+def test_headers_revision_round_trips_in_a_schema(empty_db_url: URL, empty_engine: Engine) -> None:
+    """pgqueue_0005 honours the schema option both ways and keeps existing rows."""
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0004", schema="queue")
+    with empty_engine.begin() as conn:
+        conn.execute(text("INSERT INTO queue.jobs (payload) VALUES ('1')"))
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0005", schema="queue")
+
+    def headers_type() -> object:
+        with empty_engine.connect() as conn:
+            return conn.execute(
+                text(
+                    "SELECT data_type FROM information_schema.columns WHERE table_schema = 'queue' "
+                    "AND table_name = 'jobs' AND column_name = 'headers'"
+                )
+            ).scalar_one_or_none()
+
+    assert headers_type() == "jsonb"
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT headers FROM queue.jobs")).scalar_one() is None
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0004", schema="queue")
+    assert headers_type() is None

@@ -75,7 +75,9 @@ def test_naive_claim_is_the_unlocked_subquery_of_the_article() -> None:
 
 def test_enqueue_many_is_one_insert_select_over_unnest_in_input_order() -> None:
     text = sql(statements.ENQUEUE_MANY)
-    assert text.startswith("INSERT INTO jobs (queue, payload, run_at, max_attempts) SELECT")
+    assert text.startswith(
+        "INSERT INTO jobs (queue, payload, run_at, max_attempts, headers) SELECT"
+    )
     assert "unnest(%(payloads)s::TEXT[]) WITH ORDINALITY" in text
     assert "ORDER BY anon_2.ord RETURNING jobs.id" in text
 
