@@ -9,3 +9,8 @@ Importing :mod:`pgqueue` never imports them: the core runs without either packag
 
 .. versionadded:: 0.3.0
 """
+
+
+def missing_extra(module: str, extra: str) -> ImportError:
+    """The error an integration raises when its optional package is not installed."""
+    return ImportError(f'{module} needs the {extra} extra: pip install "pgqueue[{extra}]"')

@@ -34,12 +34,12 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from pgqueue.contrib import missing_extra
+
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
-    raise ImportError(
-        'pgqueue.contrib.prometheus needs the prometheus extra: pip install "pgqueue[prometheus]"'
-    ) from exc
+    raise missing_extra("pgqueue.contrib.prometheus", "prometheus") from exc
 
 from pgqueue import statements
 from pgqueue._urls import mask_text

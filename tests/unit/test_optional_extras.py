@@ -34,7 +34,7 @@ def test_core_imports_without_prometheus_and_opentelemetry() -> None:
 
 @pytest.mark.parametrize(
     ("module", "extra"),
-    [("pgqueue.contrib.prometheus", "prometheus")],
+    [("pgqueue.contrib.prometheus", "prometheus"), ("pgqueue.contrib.otel", "otel")],
 )
 def test_integrations_name_their_extra(module: str, extra: str) -> None:
     result = _run(f"import {module}\n")
