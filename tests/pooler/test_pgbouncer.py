@@ -10,11 +10,13 @@ from collections import Counter
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import URL
 
 import pgqueue
+from pgqueue._urls import to_libpq_url
 from pgqueue.pooler import check_listen
 from tests.cli.conftest import plain, run_pgqueue
 from tests.integration.worker_helpers import scalar, until
@@ -160,24 +162,26 @@ def test_listen_through_the_pooler_is_detected(
 
 
 def test_default_prepare_threshold_is_what_breaks(pooled_url: URL) -> None:
-    """Why the options exist: psycopg's auto-prepare collides on PgBouncer 1.18 (bounded)."""
-    eng = create_engine(pooled_url, pool_size=4, max_overflow=0)
-    errors: list[str] = []
+    """Why the options exist: psycopg's auto-prepare breaks on PgBouncer 1.18, deterministically.
 
-    def hammer() -> None:
-        for n in range(40):
-            try:
-                with eng.begin() as conn:
-                    conn.execute(text("SELECT count(*) FROM jobs WHERE id > :n"), {"n": n})
-            except Exception as exc:
-                errors.append(str(exc).splitlines()[0])
-
-    threads = [threading.Thread(target=hammer) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    eng.dispose()
-    if not errors:
-        pytest.skip("no collision this run (PgBouncer >= 1.21 tracks prepared statements)")
-    assert any("prepared statement" in e for e in errors), errors[:3]
+    Client A runs one query past psycopg's threshold, so it is prepared on server connection S1;
+    client B then holds S1 in a transaction, and A's next execution lands on another server
+    connection that never saw the PREPARE.
+    """
+    conninfo = to_libpq_url(pooled_url)
+    with psycopg.connect(conninfo, autocommit=True) as a, psycopg.connect(conninfo) as b:
+        for n in range(6):
+            a.execute("SELECT %s::int + 1", (n,))
+        b.execute("SELECT 1")  # B's transaction now holds the server connection A just used
+        try:
+            with pytest.raises(psycopg.errors.InvalidSqlStatementName, match="prepared statement"):
+                a.execute("SELECT %s::int + 1", (7,))
+        finally:
+            b.rollback()
+    unprepared = psycopg.connect(conninfo, autocommit=True, prepare_threshold=None)
+    with unprepared as a, psycopg.connect(conninfo) as b:
+        for n in range(6):
+            a.execute("SELECT %s::int + 1", (n,))
+        b.execute("SELECT 1")
+        assert a.execute("SELECT %s::int + 1", (7,)).fetchone() == (8,)
+        b.rollback()
