@@ -3,7 +3,8 @@
 Each check yields :class:`Finding` objects with a severity and a one-line fix. Severities:
 ``ok`` and ``info`` (healthy), ``warning`` (exit 1), ``error`` (exit 2). The checks read the
 catalogs and ``pg_stat_activity``; a role without ``pg_monitor`` (or ``pg_read_all_stats``)
-cannot see other roles' sessions, and the report says so.
+cannot see other roles' sessions, and the report says so. The ``listen`` check sends itself one
+NOTIFY on a private channel, to tell a transaction-mode pooler (where LISTEN hears nothing).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from sqlalchemy import Connection, text
 
 import pgqueue.migrations
 from pgqueue import admin
+from pgqueue.pooler import check_listen
 from pgqueue.repository import DEFAULT_PURGE_AGE
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS, alter_table_sql
 
@@ -78,6 +80,7 @@ def run_checks(conn: Connection, *, idle_threshold: timedelta) -> list[Finding]:
         _vacuum,
         _storage,
         _jobs,
+        _listen,
     ):
         findings.extend(check(conn))
     return findings
@@ -360,4 +363,20 @@ def _jobs(conn: Connection) -> Iterator[Finding]:
             "warning",
             f"{counts.old_done} done job(s) older than {days} days",
             f"run `pgqueue purge --older-than {days}d` on a schedule",
+        )
+
+
+def _listen(conn: Connection) -> Iterator[Finding]:
+    reached = check_listen(conn.engine.url, conn.engine, timeout=1.0)
+    if reached is None:
+        return
+    if reached:
+        yield Finding("listen", "ok", "LISTEN on this URL receives notifications")
+    else:
+        yield Finding(
+            "listen",
+            "info",
+            "LISTEN on this URL received nothing within 1 s: a transaction-mode pooler? "
+            "Workers using it must LISTEN elsewhere",
+            "give workers listen_url=<direct server URL> (pgqueue worker --listen-url)",
         )

@@ -185,3 +185,14 @@ def test_default_prepare_threshold_is_what_breaks(pooled_url: URL) -> None:
         b.execute("SELECT 1")
         assert a.execute("SELECT %s::int + 1", (7,)).fetchone() == (8,)
         b.rollback()
+
+
+def test_doctor_through_the_pooler_says_listen_cannot_work(pooled_url: URL, db_url: URL) -> None:
+    through = run_pgqueue("doctor", "--json", "--url", plain(pooled_url))
+    assert through.code == 0, through.out + through.err
+    (listen,) = [f for f in through.json()["findings"] if f["check"] == "listen"]
+    assert listen["severity"] == "info"
+    assert "listen_url" in listen["fix"]
+    direct = run_pgqueue("doctor", "--json", "--url", plain(db_url))
+    (listen,) = [f for f in direct.json()["findings"] if f["check"] == "listen"]
+    assert listen["severity"] == "ok"
