@@ -15,7 +15,7 @@ Workers: there is no asyncio worker. :class:`pgqueue.Worker` is synchronous and 
 handlers in threads; an async service enqueues with this module and runs the worker as its own
 process (``pgqueue worker``) or in a thread beside the event loop.
 
-.. versionadded:: 0.2.0
+.. versionadded:: 0.1.0
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ queue of your own. A hook that raises never breaks the worker: the exception is 
 time with its traceback, then at most once a minute per hook and event, with a count) and the
 worker goes on. A worker without hooks pays one ``if`` per event.
 
-.. versionadded:: 0.3.0
+.. versionadded:: 0.1.0
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class WorkerHooks:
     outcome (``on_succeeded``, ``on_retry``, ``on_failed`` or ``on_lost``); a job claimed and then
     given back at shutdown has no outcome event.
 
-    .. versionadded:: 0.3.0
+    .. versionadded:: 0.1.0
     """
 
     def on_worker_started(self, worker: Worker) -> None:

@@ -59,7 +59,7 @@ def enqueue(
         headers: Metadata about the job, stored beside the payload in ``jobs.headers`` and
             handed to the handler as ``job.headers``: ``{str: str}`` of at most 8 KiB as JSON,
             for example ``pgqueue.contrib.otel.inject_headers()``. Default ``None``.
-            (``.. versionadded:: 0.3.0``)
+            (``.. versionadded:: 0.1.0``)
 
     Raises:
         InvalidArgumentError: before any SQL, for a bad payload, queue or schedule.

@@ -13,7 +13,7 @@ class ClaimedJob:
     """A job this caller now holds. ``attempts`` is the token every later update must present.
 
     ``headers`` is what the producer passed as ``enqueue(..., headers=...)``, or ``None``
-    (``.. versionadded:: 0.3.0``).
+    (``.. versionadded:: 0.1.0``).
     """
 
     id: int

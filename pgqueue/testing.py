@@ -11,7 +11,7 @@ handlers through the real ``claim``/``complete``/``fail``, and reports what ran 
         result = pgqueue.testing.drain(engine, {"welcome_email": send_welcome_email})
         assert result.failed == []
 
-.. versionadded:: 0.2.0
+.. versionadded:: 0.1.0
 """
 
 from __future__ import annotations

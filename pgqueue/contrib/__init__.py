@@ -7,7 +7,7 @@
 
 Importing :mod:`pgqueue` never imports them: the core runs without either package.
 
-.. versionadded:: 0.3.0
+.. versionadded:: 0.1.0
 """
 
 

@@ -18,7 +18,7 @@ own spans (HTTP calls, queries) nest under it::
 
     pgqueue.Worker(engine, handlers, hooks=[OpenTelemetryHooks()]).run()
 
-.. versionadded:: 0.3.0
+.. versionadded:: 0.1.0
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def inject_headers(
         A new dict for ``enqueue(..., headers=...)``; the globally configured propagators
         (W3C trace context and baggage by default) decide its keys.
 
-    .. versionadded:: 0.3.0
+    .. versionadded:: 0.1.0
     """
     carrier = dict(headers or {})
     propagate.inject(carrier, context=context)
@@ -71,7 +71,7 @@ def inject_headers(
 def extract_context(job: JobContext) -> otel_context.Context:
     """The trace context the producer put in ``job.headers`` (an empty one when there is none).
 
-    .. versionadded:: 0.3.0
+    .. versionadded:: 0.1.0
     """
     return propagate.extract(dict(job.headers or {}))
 
@@ -94,7 +94,7 @@ class OpenTelemetryHooks(WorkerHooks):
             span starts a trace of its own with a link to the producer's span (for producers
             whose traces should not grow with retries or long delays).
 
-    .. versionadded:: 0.3.0
+    .. versionadded:: 0.1.0
     """
 
     def __init__(

@@ -24,7 +24,7 @@ Metrics (prefix ``namespace``, default ``pgqueue``):
   gauges of the worker's queues, from one cheap statement
   (:func:`pgqueue.statements.queue_depth_statement`) every ``depth_interval`` seconds
 
-.. versionadded:: 0.3.0
+.. versionadded:: 0.1.0
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class PrometheusHooks(WorkerHooks):
             :data:`DURATION_BUCKETS`.
         latency_buckets: Buckets of the claim-to-start histogram. Default :data:`LATENCY_BUCKETS`.
 
-    .. versionadded:: 0.3.0
+    .. versionadded:: 0.1.0
     """
 
     def __init__(
