@@ -101,13 +101,13 @@ class _Failure:
 class Completer:
     """One thread that flushes finished jobs within ``flush_delay`` seconds, ``batch_size`` at most.
 
-    ``report(job, outcome, detail)`` is called once per job after its write committed.
+    ``report([(job, outcome, detail), ...])`` is called once per batch after its write committed.
     """
 
     def __init__(
         self,
         engine: Engine,
-        report: Callable[[JobContext, str, str], None],
+        report: Callable[[list[tuple[JobContext, str, str]]], None],
         *,
         batch_size: int,
         lock_timeout_ms: int,
@@ -138,7 +138,9 @@ class Completer:
     def _add(self, append: Callable[[], None]) -> None:
         with self._cond:
             append()
-            self._cond.notify_all()
+            queued = len(self._done) + len(self._failed)
+            if queued == 1 or queued >= self._batch_size:
+                self._cond.notify()  # the first wakes the thread, a full batch ends its wait
 
     def pending(self) -> int:
         with self._cond:
@@ -173,10 +175,8 @@ class Completer:
                 self._flush(done, failed)
             except Exception:
                 log.exception("flushing %d job outcomes failed", len(done) + len(failed))
-                for job in done:
-                    self._report(job, LOST, "completion not written")
-                for f in failed:
-                    self._report(f.job, LOST, "failure not written")
+                lost = [(job, LOST, "completion not written") for job in done]
+                self._report(lost + [(f.job, LOST, "failure not written") for f in failed])
             finally:
                 with self._cond:
                     self._busy = False
@@ -201,8 +201,7 @@ class Completer:
         if result is None:
             result = [(j, LOST, "completion not written") for j in done]
             result += [(f.job, LOST, "failure not written") for f in failed]
-        for job, outcome, detail in result:
-            self._report(job, outcome, detail)
+        self._report(result)
 
 
 def complete_many(conn: Connection, jobs: list[JobContext]) -> list[tuple[JobContext, str, str]]:

@@ -268,6 +268,16 @@ def purge_statement(status: JobStatus = JobStatus.DONE) -> Delete:
 # in id order in a MATERIALIZED CTE, so two workers flushing overlapping batches (or a flush and a
 # reaper) queue behind each other instead of deadlocking, then updates them with the same guard as
 # the single-job statements and returns the ids that matched.
+#
+# Their status guard is spelled ``IS NOT DISTINCT FROM 'running'`` (the same test: ``status`` is NOT
+# NULL) so that it does not imply the predicate of the partial ``jobs_lease_idx``: statistics taken
+# while the jobs were ``queued`` make that index look empty, and the planner then scanned every
+# running job once per batch (80 ms for 10 jobs among 13,000 running) instead of probing
+# ``jobs_pkey`` once per id.
+
+
+def _still_running() -> ColumnElement[bool]:
+    return jobs.c.status.is_not_distinct_from(status_literal(JobStatus.RUNNING))
 
 
 def _batch_ids() -> ColumnElement[Any]:
@@ -291,7 +301,7 @@ def _locked_batch(*extra: tuple[str, ColumnElement[Any]]) -> Any:
         .select_from(
             jobs.join(batch, (jobs.c.id == batch.c.id) & (jobs.c.attempts == batch.c.attempts))
         )
-        .where(jobs.c.status == status_literal(JobStatus.RUNNING))
+        .where(_still_running())
         .order_by(jobs.c.id)
         .with_for_update(of=jobs)
         .cte("mine")
@@ -304,7 +314,7 @@ def _batched_update(mine: Any, values: dict[str, Any]) -> Update:
         jobs.update()
         .where(
             jobs.c.id == mine.c.id,
-            jobs.c.status == status_literal(JobStatus.RUNNING),
+            _still_running(),
             jobs.c.attempts == mine.c.attempts,
         )
         .values(values)
