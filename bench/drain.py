@@ -19,18 +19,23 @@ from sqlalchemy.engine import URL
 from bench import _db, _sql
 from pgqueue._urls import to_libpq_url
 
-#: Jobs per claim, as the worker's default ``batch_size``.
+#: Jobs per claim of the raw limit (the issue's "claim 10, complete the 10").
 BATCH = 10
 #: pgbench clients of the raw limit (the issue's reference figure is at 8).
 PGBENCH_CLIENTS = 8
 
 
 def run_worker(
-    url: URL, n: int, concurrency: int, timeout: float, batch: int = BATCH, prefetch: int = 1
+    url: URL,
+    n: int,
+    concurrency: int,
+    timeout: float,
+    batch: int | None = None,
+    prefetch: int | None = None,
 ) -> dict[str, Any]:
     """Fill ``n`` jobs, drain them with a fresh worker process; jobs/s and the process's memory.
 
-    ``batch`` and ``prefetch`` are the worker's ``batch_size`` and ``prefetch`` (its defaults).
+    ``batch`` and ``prefetch`` are the worker's ``batch_size`` and ``prefetch``; None: its defaults.
     """
     _db.reset(url)
     _db.fill(url, n)
@@ -42,8 +47,8 @@ def run_worker(
             "bench.drain_worker",
             url_text,
             str(concurrency),
-            str(batch),
-            str(prefetch),
+            "default" if batch is None else str(batch),
+            "default" if prefetch is None else str(prefetch),
         ],
         capture_output=True,
         text=True,
@@ -52,7 +57,7 @@ def run_worker(
         cwd=Path(__file__).resolve().parent.parent,
     )
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    result.update(concurrency=concurrency, batch_size=batch, prefetch=prefetch)
+    result["concurrency"] = concurrency  # batch_size and prefetch: what the worker used
     result["jobs_per_s"] = result["done"] / result["seconds"]
     result["left_queued"] = _db.count(url, "queued")
     return result

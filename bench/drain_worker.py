@@ -1,4 +1,7 @@
-"""One worker process draining the queue: ``python -m bench.drain_worker URL C BATCH [PREFETCH]``.
+"""One worker process draining the queue: ``python -m bench.drain_worker URL C [BATCH [PREFETCH]]``.
+
+``BATCH`` and ``PREFETCH`` are the worker's ``batch_size`` and ``prefetch``; ``default`` or absent
+leaves the worker's default.
 
 Prints one JSON line: the jobs done, the seconds ``run(until_empty=True)`` took, and the process's
 resident memory (``VmRSS`` now, ``VmHWM`` its peak) in kB.
@@ -28,15 +31,15 @@ def noop(job: pgqueue.JobContext) -> None:
 
 
 def main(argv: list[str]) -> int:
-    url, concurrency, batch = argv[0], int(argv[1]), int(argv[2])
-    prefetch = int(argv[3]) if len(argv) > 3 else 1
+    url, concurrency = argv[0], int(argv[1])
+    sizes = dict(zip(("batch_size", "prefetch"), argv[2:4], strict=False))
+    options = {name: int(value) for name, value in sizes.items() if value != "default"}
     engine = create_engine(url, pool_size=concurrency + 5, max_overflow=10)
     worker = pgqueue.Worker(
         engine,
         {"bench": noop},
         concurrency=concurrency,
-        batch_size=batch,
-        prefetch=prefetch,
+        **options,
         listen=False,
         install_signal_handlers=False,
     )
@@ -46,6 +49,8 @@ def main(argv: list[str]) -> int:
     engine.dispose()
     out = {
         "done": stats.done,
+        "batch_size": worker.batch_size,
+        "prefetch": worker.prefetch,
         "claimed": stats.claimed,
         "seconds": seconds,
         "rss_kb": _status_kb("VmRSS"),

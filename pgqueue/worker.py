@@ -170,9 +170,12 @@ class Worker:
         lease: How long a claim holds a job before the reaper may hand it to another worker.
             ``timedelta`` or seconds; default 5 minutes.
         poll_interval: Seconds between fallback polls of every queue. Default 5.
-        batch_size: Most jobs per claim and per batched completion statement. Default 10.
+        batch_size: Most jobs per claim. Default 50 (completions are batched separately, up to
+            500 outcomes per statement).
         prefetch: Jobs claimed beyond the free handler threads, so a thread finds its next job
-            waiting. Default 1; 0 claims only for idle threads.
+            waiting and one claim serves many jobs. Default None: ``concurrency``, i.e. at most
+            one waiting job per handler thread, so a claimed job waits for at most about one
+            handler run; 0 claims only for idle threads. Transaction mode never prefetches.
         listen: Run ``LISTEN jobs`` on a dedicated connection. Default True; False polls only.
             An engine given a schema with :func:`pgqueue.use_schema` listens on that schema's
             channel, ``<schema>.jobs``.
@@ -207,8 +210,8 @@ class Worker:
         concurrency: int = 4,
         lease: timedelta | float = repository.DEFAULT_LEASE,
         poll_interval: timedelta | float = 5.0,
-        batch_size: int = 10,
-        prefetch: int = 1,
+        batch_size: int = 50,
+        prefetch: int | None = None,
         listen: bool = True,
         listen_url: str | URL | None = None,
         mode: Literal["lease", "transaction"] = "lease",
@@ -230,7 +233,9 @@ class Worker:
                 raise InvalidArgumentTypeError(f"handlers[{queue!r}]", "a callable", func)
         if mode not in ("lease", "transaction"):
             raise InvalidArgumentError("mode", f"must be 'lease' or 'transaction', got {mode!r}")
-        if isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0:
+        if prefetch is not None and (
+            isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
+        ):
             raise InvalidArgumentError("prefetch", f"must be an int >= 0, got {prefetch!r}")
         self.engine = engine
         self.handlers = dict(handlers)
@@ -238,7 +243,13 @@ class Worker:
         self.lease = timedelta(seconds=_seconds("lease", lease))
         self.poll_interval = _seconds("poll_interval", poll_interval)
         self.batch_size = check_positive_int("batch_size", batch_size)
-        self.prefetch = prefetch if mode == "lease" else 0
+        if mode == "transaction":
+            self.prefetch = 0
+        else:
+            self.prefetch = self.concurrency if prefetch is None else prefetch
+        # Claim when this many slots are free (or the handlers run dry): half the claim window,
+        # so one round trip serves many jobs while the other half keeps the handlers busy.
+        self._claim_at = max(1, min(self.batch_size, (self.concurrency + self.prefetch) // 2))
         self.listen = bool(listen)
         self.listen_url: str | URL = listen_url if listen_url is not None else engine.url
         self.mode = mode
@@ -298,7 +309,7 @@ class Worker:
         completer = _batcher.Completer(
             self.engine,
             self._report,
-            batch_size=self.batch_size,
+            batch_size=_batcher.FLUSH_SIZE,
             lock_timeout_ms=int(self.lock_timeout * 1000),
         )
         self._completer = completer
@@ -455,7 +466,7 @@ class Worker:
     def _worth_claim(self) -> bool:
         """Room for a claim that is worth its round trip: a full batch fits, or handlers starve."""
         capacity = self._capacity()
-        return capacity > 0 and (capacity >= self.batch_size or not self._pending)
+        return capacity > 0 and (capacity >= self._claim_at or not self._pending)
 
     def _wake_claimer(self) -> None:
         if self._worth_claim() or not self._jobs:
@@ -492,7 +503,10 @@ class Worker:
                     continue
             limit = min(self.batch_size, capacity)
             try:
-                with self.engine.begin() as conn:
+                # One statement in autocommit: committed before it returns, without the BEGIN
+                # and COMMIT round trips, and no session state for a transaction-mode pooler.
+                with self.engine.connect() as conn:
+                    conn.execution_options(isolation_level="AUTOCOMMIT")
                     claimed = repository.claim(conn, queue=queue, limit=limit, lease=self.lease)
             except Exception as exc:
                 if not _batcher.is_transient(exc):
