@@ -32,21 +32,23 @@ BACKLOG = 5_000
 ENQUEUE_BATCH = 500
 CLAIM = 10
 
-VARIANTS: dict[str, str | None] = {
+#: Variant -> the revision's parameters overridden or extended (``None``: all reset).
+VARIANTS: dict[str, dict[str, str] | None] = {
     "defaults": None,
-    "revision": "",
-    "revision+ff90": "fillfactor = 90",
-    "revision+ff70": "fillfactor = 70",
+    "revision": {},
+    "revision+ff90": {"fillfactor": "90"},
+    "revision+ff70": {"fillfactor": "70"},
+    "revision+cost_delay2": {"autovacuum_vacuum_cost_delay": "2"},
 }
 
 
-def _prepare(url: URL, extra: str | None) -> None:
+def _prepare(url: URL, overrides: dict[str, str] | None) -> None:
     with _db.admin_connect(url) as conn:
-        if extra is None:
+        if overrides is None:
             names = ", ".join(JOBS_STORAGE_PARAMETERS)
             conn.execute(f"ALTER TABLE jobs RESET ({names})")
         else:
-            clause = parameters_clause() + (f", {extra}" if extra else "")
+            clause = parameters_clause({**JOBS_STORAGE_PARAMETERS, **overrides})
             conn.execute(f"ALTER TABLE jobs SET ({clause})")
 
 
