@@ -375,7 +375,7 @@ class Worker:
         Periodic observers (the Prometheus gauges) skip their queries then, so an idle worker
         sends nothing and a serverless database can suspend.
 
-        .. versionadded:: 0.3.0
+        .. versionadded:: 0.1.0
         """
         with self._cond:
             return self._idle()
