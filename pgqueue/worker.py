@@ -478,7 +478,10 @@ class Worker:
     def _capacity(self) -> int:
         if self.mode == "transaction":
             return self.concurrency - len(self._tickets) - self._tx_running
-        return self.concurrency + self.prefetch - self._busy
+        window = self.concurrency + self.prefetch
+        # Finished jobs waiting for the completer still hold their rows (and memory): when it
+        # lags, claims wait for it rather than pile up more.
+        return min(window - self._busy, window + _batcher.FLUSH_SIZE - len(self._jobs))
 
     def _set_state(self, job_id: int, state: str) -> None:
         old = self._state.get(job_id)
