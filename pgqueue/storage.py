@@ -22,8 +22,6 @@ JOBS_STORAGE_PARAMETERS: Mapping[str, str] = {
     # Fresh statistics for the claim's plan when the queued/done mix swings.
     "autovacuum_analyze_scale_factor": "0.02",
     "autovacuum_analyze_threshold": "1000",
-    # The table is small: vacuum it at full speed rather than the default 2 ms naps.
-    "autovacuum_vacuum_cost_delay": "0",
 }
 
 
