@@ -366,3 +366,35 @@ def test_open_claim_transaction_holds_back_vacuum(engine: Engine) -> None:
     removed = int(re.search(r"tuples: (\d+) removed", freed).group(1))  # type: ignore[union-attr]
     assert removed > 0
     assert "0 are dead but not yet removable" in freed
+
+
+def test_guarded_update_probes_the_primary_key_under_stale_statistics(engine: Engine) -> None:
+    """Statistics taken while every job was queued make ``jobs_lease_idx`` look empty; the guard
+    must not imply its predicate, or a complete scans every running job instead of one row."""
+    _fill(engine, 5000)
+    with engine.begin() as conn:
+        conn.execute(text("ANALYZE jobs"))
+        conn.execute(
+            text(
+                "UPDATE jobs SET status = 'running', attempts = 1, "
+                "locked_until = now() + interval '5 minutes' WHERE id % 5 <> 0"
+            )
+        )
+    compiled = statements.COMPLETE.compile(dialect=engine.dialect)
+    positional = re.sub(
+        r"%\((\w+)\)s", lambda m: f"${list(compiled.params).index(m[1]) + 1}", compiled.string
+    )
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        raw.execute(f"PREPARE pgqueue_complete AS {positional}")
+        raw.execute("SET plan_cache_mode = force_generic_plan")
+        plan = "\n".join(
+            r[0] for r in raw.execute("EXPLAIN (COSTS OFF) EXECUTE pgqueue_complete(1, 1)")
+        )
+        raw.execute("RESET plan_cache_mode")
+        raw.execute("DEALLOCATE pgqueue_complete")
+        conn.rollback()
+    print(plan)
+    assert "Index Scan using jobs_pkey" in plan
+    assert "jobs_lease_idx" not in plan

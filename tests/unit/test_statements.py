@@ -42,7 +42,7 @@ def test_serialising_variant_has_no_skip_locked() -> None:
 
 def test_lifecycle_updates_carry_the_guard() -> None:
     guard = (
-        "WHERE jobs.id = %(job_id)s::BIGINT AND jobs.status = 'running' "
+        "WHERE jobs.id = %(job_id)s::BIGINT AND jobs.status IS NOT DISTINCT FROM 'running' "
         "AND jobs.attempts = %(claimed_attempts)s::INTEGER"
     )
     for stmt in (statements.COMPLETE, statements.FAIL, statements.EXTEND_LEASE):
