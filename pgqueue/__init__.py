@@ -13,26 +13,32 @@ from pgqueue.errors import (
     PgQueueError,
 )
 from pgqueue.hooks import WorkerHooks
+from pgqueue.jobs import JobContext, Outcome, Registry, WorkerStats
 from pgqueue.models import Job, JobStatus, metadata
 from pgqueue.pooler import pooled_engine_options
 from pgqueue.repository import (
+    cancel,
     claim,
     complete,
     enqueue,
     enqueue_many,
     extend_lease,
     fail,
+    purge,
     purge_done,
     reap_expired,
+    retry,
+    retry_failed,
 )
-from pgqueue.results import ClaimedJob, FailResult, ReapedJob
-from pgqueue.retry import RetryPolicy
+from pgqueue.results import CancelledJob, ClaimedJob, FailResult, ReapedJob
+from pgqueue.retry_policy import RetryPolicy
 from pgqueue.schema import channel_for, use_schema
-from pgqueue.worker import JobContext, Registry, Worker, WorkerStats
+from pgqueue.worker import Worker
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CancelledJob",
     "ClaimedJob",
     "FailResult",
     "InvalidArgumentError",
@@ -41,6 +47,7 @@ __all__ = [
     "Job",
     "JobContext",
     "JobStatus",
+    "Outcome",
     "PgQueueError",
     "ReapedJob",
     "Registry",
@@ -49,6 +56,7 @@ __all__ = [
     "WorkerHooks",
     "WorkerStats",
     "__version__",
+    "cancel",
     "channel_for",
     "claim",
     "complete",
@@ -58,7 +66,10 @@ __all__ = [
     "fail",
     "metadata",
     "pooled_engine_options",
+    "purge",
     "purge_done",
     "reap_expired",
+    "retry",
+    "retry_failed",
     "use_schema",
 ]

@@ -7,7 +7,7 @@ validation, parameter building and row mapping exist once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -25,8 +25,10 @@ from pgqueue._validation import (
     encode_payload,
     encode_payloads,
 )
+from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.models import JobStatus
-from pgqueue.results import ClaimedJob, FailResult, ReapedJob
+from pgqueue.results import CancelledJob, ClaimedJob, FailResult, ReapedJob, Settled
+from pgqueue.schema import CANCEL_HINT
 
 T = TypeVar("T")
 
@@ -126,11 +128,93 @@ def reap_expired() -> Call[list[ReapedJob]]:
 def purge_done(
     older_than: timedelta, batch_size: int, status: JobStatus = JobStatus.DONE
 ) -> Call[int]:
+    if status not in (JobStatus.DONE, JobStatus.FAILED):
+        raise InvalidArgumentError("status", f"only done or failed jobs are purged, got {status}")
     params = {
         "older_than": check_duration("older_than", older_than, allow_zero=True),
         "batch_size": check_positive_int("batch_size", batch_size),
     }
     return Call(statements.purge_statement(status), params, _rowcount)
+
+
+def retry(job_ids: Iterable[int], attempts: int) -> Call[list[int]]:
+    params = {
+        "job_ids": _ids(job_ids),
+        "extra_attempts": check_positive_int("attempts", attempts),
+    }
+    return Call(statements.retry_statement() if params["job_ids"] else None, params, _sorted_ids)
+
+
+def retry_failed(queue: str | None, attempts: int) -> Call[list[int]]:
+    params = {
+        "queue_name": None if queue is None else check_queue(queue),
+        "extra_attempts": check_positive_int("attempts", attempts),
+    }
+    return Call(statements.retry_statement(all_failed=True), params, _sorted_ids)
+
+
+def cancel(job_ids: Iterable[int], channel: str) -> Call[list[CancelledJob]]:
+    params = {"job_ids": _ids(job_ids), "channel": channel, "notify_payload": CANCEL_HINT}
+    return Call(statements.CANCEL if params["job_ids"] else None, params, _cancelled)
+
+
+def set_local_lock_timeout(milliseconds: int) -> Call[None]:
+    ms = check_positive_int("lock_timeout", milliseconds)
+    return Call(statements.SET_LOCAL_LOCK_TIMEOUT, {"lock_timeout": str(ms)}, _nothing)
+
+
+# -- batched lifecycle: the worker's completer, heartbeat and shutdown ---------------------------
+#
+# ``held`` is a sequence of ``(job_id, claimed_attempts)``; each returns what matched. The values
+# come from claims, not from users: they are not validated again on the hot path.
+
+
+def complete_many(held: Sequence[tuple[int, int]]) -> Call[set[int]]:
+    return _batch(statements.COMPLETE_MANY, held, {})
+
+
+def extend_leases(held: Sequence[tuple[int, int]], lease: timedelta) -> Call[set[int]]:
+    return _batch(statements.EXTEND_LEASE_MANY, held, {"lease": lease})
+
+
+def release_many(held: Sequence[tuple[int, int]]) -> Call[set[int]]:
+    return _batch(statements.RELEASE_MANY, held, {})
+
+
+def settled_among(held: Sequence[tuple[int, int]]) -> Call[dict[int, Settled]]:
+    params = _batch_params(held)
+    return Call(statements.SETTLED_AMONG if held else None, params, _settled)
+
+
+def fail_many(
+    failures: Sequence[tuple[int, int, str, bool]], base: timedelta, cap: timedelta
+) -> Call[dict[int, FailResult]]:
+    """``failures``: ``(job_id, claimed_attempts, error, retry)``, sharing one backoff."""
+    params = {
+        "batch_ids": [f[0] for f in failures],
+        "batch_attempts": [f[1] for f in failures],
+        "batch_errors": [f[2] for f in failures],
+        "batch_retry": [f[3] for f in failures],
+        "base_seconds": base.total_seconds(),
+        "cap_seconds": cap.total_seconds(),
+    }
+    return Call(statements.FAIL_MANY if failures else None, params, _fail_results)
+
+
+def _batch(
+    stmt: Executable, held: Sequence[tuple[int, int]], extra: dict[str, Any]
+) -> Call[set[int]]:
+    return Call(stmt if held else None, {**_batch_params(held), **extra}, _id_set)
+
+
+def _batch_params(held: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    return {"batch_ids": [h[0] for h in held], "batch_attempts": [h[1] for h in held]}
+
+
+def _ids(job_ids: Iterable[int]) -> list[int]:
+    if isinstance(job_ids, (str, bytes)) or not isinstance(job_ids, Iterable):
+        raise InvalidArgumentTypeError("job_ids", "an iterable of job ids", job_ids)
+    return [check_int("job_id", i) for i in job_ids]
 
 
 def _guard_params(job_id: int, attempts: int) -> dict[str, Any]:
@@ -156,6 +240,35 @@ def _sorted_ids(result: Result[Any] | None) -> list[int]:
     return sorted(result.scalars())
 
 
+def _id_set(result: Result[Any] | None) -> set[int]:
+    return set() if result is None else {int(row.id) for row in result}
+
+
+def _nothing(result: Result[Any] | None) -> None:
+    return None
+
+
+def _cancelled(result: Result[Any] | None) -> list[CancelledJob]:
+    if result is None:
+        return []
+    rows = sorted(result, key=lambda r: r.id)
+    return [CancelledJob(id=int(r.id), was_running=bool(r.was_running)) for r in rows]
+
+
+def _settled(result: Result[Any] | None) -> dict[int, Settled]:
+    if result is None:
+        return {}
+    return {
+        int(r.id): Settled.CANCELLED if r.cancelled else Settled.DONE_BY_HANDLER for r in result
+    }
+
+
+def _fail_results(result: Result[Any] | None) -> dict[int, FailResult]:
+    if result is None:
+        return {}
+    return {int(row.id): _fail_row(row) for row in result}
+
+
 def _claimed(result: Result[Any] | None) -> list[ClaimedJob]:
     # UPDATE ... RETURNING promises no order: restore the claim's run_at order.
     ordered = sorted(_executed(result), key=lambda r: (r.run_at, r.id))
@@ -168,8 +281,10 @@ def _matched(result: Result[Any] | None) -> bool:
 
 def _fail_result(result: Result[Any] | None) -> FailResult | None:
     row = _executed(result).first()
-    if row is None:
-        return None
+    return None if row is None else _fail_row(row)
+
+
+def _fail_row(row: Any) -> FailResult:
     failed = row.status == JobStatus.FAILED.value
     return FailResult(
         id=row.id,

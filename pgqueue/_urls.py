@@ -41,3 +41,9 @@ def mask_text(text: str) -> str:
     """Mask passwords in any text that may embed URLs or ``password=`` conninfo pairs."""
     text = _SECRET_IN_TEXT.sub(lambda m: m.group("pre") + "***", text)
     return _PASSWORD_KV.sub(lambda m: m.group("pre") + "***", text)
+
+
+def error_line(exc: BaseException) -> str:
+    """An exception's first line with passwords masked (its type name when it has no text)."""
+    text = str(exc).strip()
+    return mask_text(text.splitlines()[0] if text else type(exc).__name__)

@@ -11,9 +11,10 @@ Each function has the name, signature and behaviour of its twin in :mod:`pgqueue
 both build the same :class:`pgqueue._calls.Call` (validation, parameters, statement, row mapping)
 and differ only by ``await``. None of them commits: the caller owns the transaction.
 
-Workers: there is no asyncio worker. :class:`pgqueue.Worker` is synchronous and runs its
-handlers in threads; an async service enqueues with this module and runs the worker as its own
-process (``pgqueue worker``) or in a thread beside the event loop.
+Workers: :class:`pgqueue.Worker` runs ``async def`` handlers on an event loop of its own (and
+sync ones in threads); an async service enqueues with this module and runs the worker as its own
+process (``pgqueue worker``) or in a thread beside its event loop. An async handler completes its
+job in its own transaction with ``await pgqueue.aio.complete(conn, job.id, job.attempts)``.
 
 .. versionadded:: 0.1.0
 """
@@ -27,6 +28,7 @@ from typing import Any, TypeAlias, TypeVar, Union
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from pgqueue import _calls
+from pgqueue.models import JobStatus
 from pgqueue.repository import (
     DEFAULT_LEASE,
     DEFAULT_MAX_ATTEMPTS,
@@ -36,7 +38,8 @@ from pgqueue.repository import (
     DEFAULT_RETRY_BASE,
     DEFAULT_RETRY_CAP,
 )
-from pgqueue.results import ClaimedJob, FailResult, ReapedJob
+from pgqueue.results import CancelledJob, ClaimedJob, FailResult, ReapedJob
+from pgqueue.schema import channel_of
 
 #: What every async function accepts: an async Core connection or an async ORM session.
 AsyncExecutor: TypeAlias = Union[AsyncConnection, AsyncSession]  # noqa: UP007 (runtime alias on 3.10)
@@ -45,14 +48,19 @@ T = TypeVar("T")
 
 __all__ = [
     "AsyncExecutor",
+    "cancel",
+    "cancel_jobs",
     "claim",
     "complete",
     "enqueue",
     "enqueue_many",
     "extend_lease",
     "fail",
+    "purge",
     "purge_done",
     "reap_expired",
+    "retry",
+    "retry_failed",
 ]
 
 
@@ -136,6 +144,41 @@ async def purge_done(
 ) -> int:
     """Delete one batch of old ``done`` jobs; see :func:`pgqueue.repository.purge_done`."""
     return await _run(conn, _calls.purge_done(older_than, batch_size))
+
+
+async def purge(
+    conn: AsyncExecutor,
+    *,
+    status: JobStatus = JobStatus.DONE,
+    older_than: timedelta = DEFAULT_PURGE_AGE,
+    batch_size: int = DEFAULT_PURGE_BATCH,
+) -> int:
+    """Delete one batch of old finished jobs; see :func:`pgqueue.repository.purge`."""
+    return await _run(conn, _calls.purge_done(older_than, batch_size, status))
+
+
+async def retry(
+    conn: AsyncExecutor, job_ids: Iterable[int], *, attempts: int = DEFAULT_MAX_ATTEMPTS
+) -> list[int]:
+    """Requeue failed or waiting jobs now; see :func:`pgqueue.repository.retry`."""
+    return await _run(conn, _calls.retry(job_ids, attempts))
+
+
+async def retry_failed(
+    conn: AsyncExecutor, *, queue: str | None = None, attempts: int = DEFAULT_MAX_ATTEMPTS
+) -> list[int]:
+    """Requeue every failed job; see :func:`pgqueue.repository.retry_failed`."""
+    return await _run(conn, _calls.retry_failed(queue, attempts))
+
+
+async def cancel(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[int]:
+    """Cancel queued and running jobs; see :func:`pgqueue.repository.cancel`."""
+    return [job.id for job in await cancel_jobs(conn, job_ids)]
+
+
+async def cancel_jobs(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[CancelledJob]:
+    """Cancel, telling which jobs were running; see :func:`pgqueue.repository.cancel_jobs`."""
+    return await _run(conn, _calls.cancel(job_ids, channel_of(conn)))
 
 
 async def _run(conn: AsyncExecutor, call: _calls.Call[T]) -> T:

@@ -28,7 +28,7 @@ from sqlalchemy import exc as sa_exc
 import pgqueue
 from pgqueue import admin, repository
 from pgqueue._text import psql_table
-from pgqueue._urls import mask_text, mask_url, to_sqlalchemy_url
+from pgqueue._urls import error_line, mask_text, mask_url, to_sqlalchemy_url
 from pgqueue.errors import PgQueueError
 from pgqueue.models import JobStatus
 from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
@@ -189,8 +189,8 @@ def transaction(args: argparse.Namespace) -> Iterator[Connection]:
 def translate_error(exc: BaseException, url: str | None) -> str | None:
     """One line naming the problem and its fix for the database errors users cause."""
     where = f" ({mask_url(url)})" if url else ""
-    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) else exc
-    first_line = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None else exc
+    first_line = error_line(orig)
     if isinstance(orig, psycopg.errors.UndefinedTable):
         return (
             f"the database{where} has no pgqueue schema ({first_line}): run `pgqueue migrate` first"
@@ -432,22 +432,27 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    """Fail queued jobs with ``last_error = 'cancelled'``; running ones are refused."""
+    """Fail queued and running jobs with ``last_error = 'cancelled'``; say which were running."""
     with transaction(args) as conn:
-        done = repository.cancel(conn, args.ids)
+        cancelled = repository.cancel_jobs(conn, args.ids)
+        done = [c.id for c in cancelled]
         code = _report_untouched(
             conn,
             args.ids,
             done,
             "cancelled",
             {
-                "running": "it is running and cannot be cancelled: its worker holds a lease and "
-                "will finish or fail it",
+                "running": "its row is locked right now (held inside a transaction-mode worker's "
+                "transaction, or mid-claim); try again",
+                "queued": "its row is locked right now (mid-claim); try again",
                 "done": "it is already done",
                 "failed": "it has already failed",
             },
         )
     emit(f"cancelled {len(done)} job(s): {_ids(done)}")
+    running = [c.id for c in cancelled if c.was_running]
+    if running:
+        emit(f"of which running (their workers stop them): {_ids(running)}")
     return code
 
 
@@ -644,7 +649,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="attempts added to the budget (default 5)",
     )
 
-    p = add("cancel", cmd_cancel, "fail queued jobs with last_error 'cancelled'")
+    p = add("cancel", cmd_cancel, "fail queued or running jobs with last_error 'cancelled'")
     p.add_argument("ids", type=int, nargs="+", metavar="ID")
     return parser
 

@@ -320,8 +320,9 @@ def run_demo(url: str | URL | None, jobs: int = 10_000, out: TextIO | None = Non
 
 def worker_step(demo: Demo) -> None:
     """Step 4: a real :class:`~pgqueue.worker.Worker` over sample jobs, some of them failing."""
-    from pgqueue.retry import RetryPolicy
-    from pgqueue.worker import JobContext, Worker
+    from pgqueue.jobs import JobContext
+    from pgqueue.retry_policy import RetryPolicy
+    from pgqueue.worker import Worker
 
     def send_email(job: JobContext) -> None:
         time.sleep(0.002)

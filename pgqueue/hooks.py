@@ -37,12 +37,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pgqueue import _batcher
+from pgqueue._outcomes import OUTCOMES
 from pgqueue.errors import InvalidArgumentTypeError
+from pgqueue.jobs import JobContext, Outcome
+from pgqueue.jobs import WorkerView as Worker
 
 if TYPE_CHECKING:
     from pgqueue.results import ReapedJob
-    from pgqueue.worker import JobContext, Worker
 
 log = logging.getLogger("pgqueue.hooks")
 
@@ -59,8 +60,11 @@ class WorkerHooks:
     carry what the producer passed to ``enqueue(..., headers=...)``.
 
     Events of one job come in this order: ``on_claimed``, ``on_started``, ``on_handled``, then one
-    outcome (``on_succeeded``, ``on_retry``, ``on_failed`` or ``on_lost``); a job claimed and then
-    given back at shutdown has no outcome event.
+    outcome (``on_succeeded``, ``on_retry``, ``on_failed``, ``on_lost`` or ``on_cancelled``); a
+    job claimed and then given back at shutdown has no outcome event. For an ``async def``
+    handler, ``on_started`` and ``on_handled`` run inside its task on the worker's event loop (so
+    a tracing context attached in one is current in the coroutine and detached in the other);
+    keep them non-blocking there.
 
     .. versionadded:: 0.1.0
     """
@@ -96,6 +100,13 @@ class WorkerHooks:
     def on_lost(self, job: JobContext, reason: str) -> None:
         """``job`` is no longer this worker's (lease lost, guard matched nothing): outcome lost."""
 
+    def on_cancelled(self, job: JobContext, duration: float | None) -> None:
+        """``job`` was cancelled (:func:`pgqueue.cancel`) while this worker held it.
+
+        ``duration`` is ``None`` when its handler had not started. Nothing was written: the row
+        already says ``failed`` / ``'cancelled'``.
+        """
+
     def on_lease_extended(self, jobs: Sequence[JobContext]) -> None:
         """A heartbeat pushed the leases of ``jobs`` (only those still held)."""
 
@@ -113,6 +124,7 @@ _EVENTS = (
     "on_retry",
     "on_failed",
     "on_lost",
+    "on_cancelled",
     "on_lease_extended",
     "on_reaped",
 )
@@ -131,11 +143,7 @@ def check_hooks(hooks: object) -> list[WorkerHooks]:
 
 
 class HookDispatcher:
-    """Calls each event on the hooks that override it; keeps the timings the events report.
-
-    The worker holds one only when it has hooks. Timings are ``time.monotonic()`` values stored
-    on the job (``claimed_at``, ``started_at``, ``handler_seconds``).
-    """
+    """Calls each event on the hooks that override it (a worker has one only with hooks)."""
 
     def __init__(self, hooks: Sequence[WorkerHooks]) -> None:
         self._by_event: dict[str, list[Callable[..., object]]] = {}
@@ -184,31 +192,27 @@ class HookDispatcher:
         self._call("on_worker_stopped", worker)
 
     def claimed(self, job: JobContext) -> None:
-        job.claimed_at = time.monotonic()
         self._call("on_claimed", job)
 
-    def started(self, job: JobContext) -> None:
-        job.started_at = now = time.monotonic()
-        self._call("on_started", job, now - job.claimed_at if job.claimed_at else 0.0)
+    def started(self, job: JobContext, latency: float) -> None:
+        self._call("on_started", job, latency)
 
-    def handled(self, job: JobContext, error: BaseException | None) -> None:
-        duration = time.monotonic() - job.started_at if job.started_at else 0.0
-        job.handler_seconds = duration
+    def handled(self, job: JobContext, duration: float, error: BaseException | None) -> None:
         self._call("on_handled", job, duration, error)
 
-    def outcome(self, job: JobContext, outcome: str, detail: str) -> None:
-        """One of the completer's outcomes (``pgqueue._batcher``'s constants)."""
-        if outcome in (_batcher.DONE, _batcher.DONE_BY_HANDLER):
-            self._call("on_succeeded", job, job.handler_seconds)
-        elif outcome == _batcher.RETRY:
-            self._call("on_retry", job, job.handler_seconds, detail)
-        elif outcome == _batcher.FAILED:
-            self._call("on_failed", job, job.handler_seconds, detail)
-        elif outcome == _batcher.LOST:
-            self._call("on_lost", job, detail or "lost")
-
-    def lost(self, job: JobContext, reason: str) -> None:
-        self._call("on_lost", job, reason)
+    def outcome(
+        self, job: JobContext, outcome: Outcome, detail: str, duration: float | None
+    ) -> None:
+        """The event of ``outcome`` in :data:`pgqueue._outcomes.OUTCOMES`, if it has one."""
+        event = OUTCOMES[outcome].event
+        if event is None:
+            return
+        if event == "on_lost":
+            self._call(event, job, detail or "lost")
+        elif event in ("on_retry", "on_failed"):
+            self._call(event, job, duration, detail)
+        else:
+            self._call(event, job, duration)
 
     def lease_extended(self, jobs: Sequence[JobContext]) -> None:
         if jobs:

@@ -14,7 +14,7 @@ import psycopg
 import psycopg.sql
 from sqlalchemy.engine import URL
 
-from pgqueue._urls import mask_text, mask_url, to_libpq_url
+from pgqueue._urls import error_line, mask_url, to_libpq_url
 from pgqueue.schema import DEFAULT_CHANNEL
 
 log = logging.getLogger("pgqueue.listener")
@@ -103,7 +103,7 @@ class Listener:
                 log.warning(
                     "LISTEN connection to %s lost (%s); reconnecting in %.1fs",
                     self._masked,
-                    mask_text(str(exc).strip().splitlines()[0] if str(exc).strip() else "error"),
+                    error_line(exc),
                     backoff,
                 )
             finally:

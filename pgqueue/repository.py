@@ -7,22 +7,17 @@ together with its own writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias, TypeVar, Union
 
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from pgqueue import _calls, statements
-from pgqueue._validation import (
-    check_int,
-    check_positive_int,
-    check_queue,
-)
-from pgqueue.errors import InvalidArgumentError
+from pgqueue import _calls
 from pgqueue.models import JobStatus
-from pgqueue.results import ClaimedJob, FailResult, ReapedJob
+from pgqueue.results import CancelledJob, ClaimedJob, FailResult, ReapedJob, Settled
+from pgqueue.schema import channel_of
 
 #: What every repository function accepts: a Core connection or an ORM session.
 Executor: TypeAlias = Union[Connection, Session]  # noqa: UP007 (runtime alias on 3.10)
@@ -172,8 +167,6 @@ def purge(
 
     :func:`purge_done` for either finished status; loop while it returns ``batch_size``.
     """
-    if status not in (JobStatus.DONE, JobStatus.FAILED):
-        raise InvalidArgumentError("status", f"only done or failed jobs are purged, got {status}")
     return _run(conn, _calls.purge_done(older_than, batch_size, status))
 
 
@@ -185,29 +178,80 @@ def retry(
     ``max_attempts`` is raised to ``attempts_so_far + attempts``; ``attempts`` itself is never
     reset, since it is the token of every guarded update. Returns the ids requeued; running and
     done jobs are left as they are.
+
+    .. versionadded:: 0.1.0
     """
-    params = {
-        "job_ids": [check_int("job_id", i) for i in job_ids],
-        "extra_attempts": check_positive_int("attempts", attempts),
-    }
-    return sorted(conn.execute(statements.retry_statement(), params).scalars())
+    return _run(conn, _calls.retry(job_ids, attempts))
 
 
 def retry_failed(
     conn: Executor, *, queue: str | None = None, attempts: int = DEFAULT_MAX_ATTEMPTS
 ) -> list[int]:
-    """Requeue every ``failed`` job (of one queue, or all) like :func:`retry`; return their ids."""
-    params = {
-        "queue_name": None if queue is None else check_queue(queue),
-        "extra_attempts": check_positive_int("attempts", attempts),
-    }
-    return sorted(conn.execute(statements.retry_statement(all_failed=True), params).scalars())
+    """Requeue every ``failed`` job (of one queue, or all) like :func:`retry`; return their ids.
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _calls.retry_failed(queue, attempts))
 
 
 def cancel(conn: Executor, job_ids: Iterable[int]) -> list[int]:
-    """Fail queued jobs for good with ``last_error = 'cancelled'``; return the ids cancelled.
+    """Cancel queued and running jobs: they fail for good with ``last_error = 'cancelled'``.
 
-    Running jobs are not touched: their worker holds a lease and would finish them anyway.
+    The row changes at once, so no worker can complete the job afterwards (its guard no longer
+    matches). The worker running it learns on commit through a NOTIFY (or at its next heartbeat
+    when it does not listen): it sets ``job.stopping`` for a sync handler, cancels an async
+    handler's task, drops the outcome and counts it in ``WorkerStats.cancelled``. Never blocks:
+    a job whose row is locked at that moment (held inside an open transaction by a
+    ``mode="transaction"`` worker, or mid-claim) is skipped and not reported. Unknown and finished
+    ids are skipped too. Returns the ids cancelled, in id order.
+
+    .. versionadded:: 0.1.0
     """
-    params = {"job_ids": [check_int("job_id", i) for i in job_ids]}
-    return sorted(conn.execute(statements.CANCEL, params).scalars())
+    return [job.id for job in cancel_jobs(conn, job_ids)]
+
+
+def cancel_jobs(conn: Executor, job_ids: Iterable[int]) -> list[CancelledJob]:
+    """:func:`cancel`, telling for each cancelled job whether a worker was running it."""
+    return _run(conn, _calls.cancel(job_ids, channel_of(conn)))
+
+
+def set_local_lock_timeout(conn: Executor, milliseconds: int) -> None:
+    """``SET LOCAL lock_timeout`` for the rest of the caller's transaction (nothing outlives it)."""
+    _run(conn, _calls.set_local_lock_timeout(milliseconds))
+
+
+# -- batched lifecycle, for the worker: ``held`` is ``[(job_id, claimed_attempts), ...]`` -------
+
+
+def complete_many(conn: Executor, held: Sequence[tuple[int, int]]) -> set[int]:
+    """R10 for a batch: the ids that were still ours and are now ``done``."""
+    return _run(conn, _calls.complete_many(held))
+
+
+def fail_many(
+    conn: Executor,
+    failures: Sequence[tuple[int, int, str, bool]],
+    *,
+    base: timedelta = DEFAULT_RETRY_BASE,
+    cap: timedelta = DEFAULT_RETRY_CAP,
+) -> dict[int, FailResult]:
+    """R11 for a batch of ``(job_id, attempts, error, retry)`` sharing one backoff, by id."""
+    return _run(conn, _calls.fail_many(failures, base, cap))
+
+
+def extend_leases(
+    conn: Executor, held: Sequence[tuple[int, int]], lease: timedelta = DEFAULT_LEASE
+) -> set[int]:
+    """R14 for a batch: the ids whose lease now ends at ``now() + lease``; the rest are lost."""
+    return _run(conn, _calls.extend_leases(held, lease))
+
+
+def release_many(conn: Executor, held: Sequence[tuple[int, int]]) -> set[int]:
+    """Give claimed jobs that never started back to ``queued`` without charging the attempt."""
+    return _run(conn, _calls.release_many(held))
+
+
+def settled_among(conn: Executor, held: Sequence[tuple[int, int]]) -> dict[int, Settled]:
+    """Of jobs no longer ``running`` under these attempts: which were completed by their
+    handler's own transaction and which were cancelled (the others are lost)."""
+    return _run(conn, _calls.settled_among(held))

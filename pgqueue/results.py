@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -46,3 +47,21 @@ class ReapedJob:
     id: int
     status: str
     attempts: int
+
+
+@dataclass(frozen=True)
+class CancelledJob:
+    """A job :func:`pgqueue.cancel` failed for good; ``was_running``: a worker held it.
+
+    .. versionadded:: 0.1.0
+    """
+
+    id: int
+    was_running: bool
+
+
+class Settled(enum.Enum):
+    """How a job its worker still held left ``running`` without the worker's own write."""
+
+    DONE_BY_HANDLER = "done by handler"
+    CANCELLED = "cancelled"

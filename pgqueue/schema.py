@@ -20,6 +20,9 @@ from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 
 #: The NOTIFY channel of the default placement (``public.jobs``), as in the article.
 DEFAULT_CHANNEL = "jobs"
+#: The NOTIFY payload of :func:`pgqueue.cancel` on a placement's channel: a comma, which no queue
+#: name holds, so workers tell it from the insert trigger's queue names.
+CANCEL_HINT = ",cancel"
 #: Environment variable read at migration time when no ``-x pgqueue_schema`` is given.
 SCHEMA_ENV_VAR = "PGQUEUE_SCHEMA"
 
@@ -72,3 +75,16 @@ def schema_of(bind: Engine | Connection | AsyncEngine) -> str | None:
     translate = options.get("schema_translate_map") or {}
     schema = translate.get(None)
     return None if schema is None else str(schema)
+
+
+def channel_of(executor: object) -> str:
+    """The NOTIFY channel of whatever a repository function was given.
+
+    A ``Connection``, a ``Session`` (its bind), or their asyncio twins (their sync side).
+    """
+    get_bind = getattr(executor, "get_bind", None)
+    bind = get_bind() if callable(get_bind) else executor
+    bind = getattr(bind, "sync_connection", None) or getattr(bind, "sync_engine", None) or bind
+    if not isinstance(bind, (Engine, Connection)):
+        return DEFAULT_CHANNEL
+    return channel_for(schema_of(bind))

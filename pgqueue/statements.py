@@ -43,6 +43,9 @@ from pgqueue.models import JobStatus, jobs_table
 
 jobs = jobs_table
 
+#: ``last_error`` of a cancelled job (:data:`CANCEL`).
+CANCELLED_ERROR = "cancelled"
+
 #: Largest exponent of the backoff: keeps ``base * 2^attempts`` finite for any attempt count.
 _MAX_BACKOFF_EXPONENT = 60
 
@@ -354,23 +357,33 @@ RELEASE_MANY: Update = _batched_update(
     },
 ).returning(jobs.c.id)
 
-_done_batch = (
+_settled_batch = (
     func.unnest(_batch_ids(), _batch_attempts())
     .table_valued("id", "attempts")
     .render_derived(name="batch")
 )
 
-#: Which of a batch are ``done`` with the same attempts: completed by their handler's own
-#: transaction (``pgqueue.complete`` beside its writes), so not lost.
-DONE_AMONG: Select[Any] = (
-    select(jobs.c.id)
+#: Which of a batch left ``running`` with the same attempts, and how: ``done`` (completed by their
+#: handler's own transaction, ``pgqueue.complete`` beside its writes: not lost) or cancelled
+#: (``pgqueue.cancel`` while the worker held them). Returns ``id, cancelled``.
+SETTLED_AMONG: Select[Any] = (
+    select(
+        jobs.c.id,
+        (jobs.c.status == status_literal(JobStatus.FAILED)).label("cancelled"),
+    )
     .select_from(
         jobs.join(
-            _done_batch,
-            (jobs.c.id == _done_batch.c.id) & (jobs.c.attempts == _done_batch.c.attempts),
+            _settled_batch,
+            (jobs.c.id == _settled_batch.c.id) & (jobs.c.attempts == _settled_batch.c.attempts),
         )
     )
-    .where(jobs.c.status == status_literal(JobStatus.DONE))
+    .where(
+        (jobs.c.status == status_literal(JobStatus.DONE))
+        | (
+            (jobs.c.status == status_literal(JobStatus.FAILED))
+            & (jobs.c.last_error == literal_column(f"'{CANCELLED_ERROR}'", Text))
+        )
+    )
 )
 
 # -- observability ---------------------------------------------------------------------------------
@@ -420,9 +433,9 @@ SET_LOCAL_LOCK_TIMEOUT: Select[Any] = select(
 
 __all__ = [
     "CANCEL",
+    "CANCELLED_ERROR",
     "COMPLETE",
     "COMPLETE_MANY",
-    "DONE_AMONG",
     "ENQUEUE",
     "ENQUEUE_MANY",
     "EXTEND_LEASE",
@@ -432,6 +445,7 @@ __all__ = [
     "NAIVE_DOUBLE_CLAIMING_CLAIM",
     "REAP_EXPIRED",
     "RELEASE_MANY",
+    "SETTLED_AMONG",
     "SET_LOCAL_LOCK_TIMEOUT",
     "claim_statement",
     "purge_statement",
@@ -474,18 +488,43 @@ def retry_statement(*, all_failed: bool = False) -> Update:
     return jobs.update().where(where).values(**_RETRY_VALUES).returning(jobs.c.id)
 
 
-#: ``queued`` jobs become ``failed`` with ``last_error = 'cancelled'``; a running job is refused
-#: (its worker holds a lease and would not notice). Parameter ``job_ids``; returns ``id``.
+_cancellable = (
+    select(jobs.c.id, jobs.c.status)
+    .where(
+        jobs.c.id == func.any(bindparam("job_ids", type_=ARRAY(BigInteger))),
+        jobs.c.status.in_([status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)]),
+    )
+    .order_by(jobs.c.id)
+    # Never wait: a row locked by an open transaction (a transaction-mode worker, a claim in
+    # flight) is skipped, and not reported as cancelled.
+    .with_for_update(skip_locked=True)
+    .cte("target")
+    .prefix_with("MATERIALIZED")
+)
+
+#: Queued and running jobs become ``failed`` with ``last_error = 'cancelled'`` at once: no worker
+#: can complete them afterwards (their guard no longer matches). Parameters ``job_ids`` (an
+#: array), ``channel`` and ``notify_payload``: each running job sends that ``pg_notify``
+#: (folded into one per transaction, delivered on commit) so its worker stops it now. Returns
+#: ``id, was_running``.
 CANCEL: Update = (
     jobs.update()
-    .where(
-        jobs.c.id.in_(bindparam("job_ids", type_=BigInteger, expanding=True)),
-        jobs.c.status == status_literal(JobStatus.QUEUED),
-    )
+    .where(jobs.c.id == _cancellable.c.id)
     .values(
         status=status_literal(JobStatus.FAILED),
         locked_until=null(),
-        last_error=literal("cancelled", Text),
+        last_error=literal_column(f"'{CANCELLED_ERROR}'", Text),
     )
-    .returning(jobs.c.id)
+    .returning(
+        jobs.c.id,
+        (_cancellable.c.status == status_literal(JobStatus.RUNNING)).label("was_running"),
+        case(
+            (
+                _cancellable.c.status == status_literal(JobStatus.RUNNING),
+                func.pg_notify(
+                    bindparam("channel", type_=Text), bindparam("notify_payload", type_=Text)
+                ),
+            )
+        ).label("notified"),
+    )
 )

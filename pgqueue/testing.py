@@ -16,7 +16,8 @@ handlers through the real ``claim``/``complete``/``fail``, and reports what ran 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,12 +25,15 @@ from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.orm import Session
 
 from pgqueue import repository
+from pgqueue._executors import run_inline, settle
 from pgqueue._validation import check_positive_int, check_queue, encode_payload
+from pgqueue._window import Held, Lane
 from pgqueue.errors import InvalidArgumentError
+from pgqueue.jobs import Handler, JobContext, Outcome, is_async_handler
 from pgqueue.models import Job
 from pgqueue.repository import Executor
 from pgqueue.results import ClaimedJob
-from pgqueue.worker import JobContext
+from pgqueue.retry_policy import RetryPolicy
 
 __all__ = ["DrainResult", "DrainedJob", "assert_enqueued", "drain"]
 
@@ -111,8 +115,9 @@ class DrainedJob:
 
     Attributes:
         error: The exception its handler raised; ``None`` when it succeeded.
-        status: Where the job went: ``"done"``, ``"queued"`` (a retry is scheduled) or
-            ``"failed"`` (attempts spent).
+        status: Where the job went: ``"done"`` (also when its handler completed it),
+            ``"queued"`` (a retry is scheduled), ``"failed"`` (attempts spent, or cancelled
+            meanwhile) or ``"lost"`` (no longer this drain's: reaped and taken elsewhere).
     """
 
     id: int
@@ -148,7 +153,7 @@ class DrainResult:
 
 def drain(
     conn_or_engine: Engine | Connection | Session,
-    handlers: Mapping[str, Callable[[JobContext], object]],
+    handlers: Mapping[str, Handler],
     *,
     queues: Iterable[str] | None = None,
     max_jobs: int = DEFAULT_MAX_JOBS,
@@ -166,6 +171,9 @@ def drain(
             runs in a savepoint that is rolled back when it raises.
         handlers: ``{queue: handler}``, the same handlers a :class:`pgqueue.Worker` takes (they
             receive a :class:`pgqueue.JobContext`; ``connection`` is set in transaction mode).
+            They run through the worker's own executor: ``async def`` handlers too (each in
+            ``asyncio.run``, so call ``drain`` outside a running event loop), the same
+            ``last_error`` text, and a handler that completed its own job counts as done.
         queues: The queues to drain. Default: every queue of ``handlers``.
         max_jobs: Stop after this many jobs. Default 1000.
 
@@ -194,48 +202,52 @@ def drain(
     return result
 
 
-def _run_leased(
-    engine: Engine, queue: str, handler: Callable[[JobContext], object]
-) -> DrainedJob | None:
+def _run_leased(engine: Engine, queue: str, handler: Handler) -> DrainedJob | None:
     with engine.begin() as conn:
         claimed = repository.claim(conn, queue=queue, limit=1)
     if not claimed:
         return None
-    job = claimed[0]
-    try:
-        handler(JobContext(job.id, job.queue, job.payload, job.attempts, headers=job.headers))
-    except Exception as exc:
-        with engine.begin() as conn:
-            return _failed(conn, job, exc)
+    held = _held(claimed[0], None)
+    error = run_inline(handler, held, is_async_handler(handler))
     with engine.begin() as conn:
-        repository.complete(conn, job.id, job.attempts)
-    return DrainedJob(job.id, job.queue, job.payload, job.attempts, "done")
+        outcome, _ = settle(conn, held, error, RetryPolicy())
+    return _drained(claimed[0], outcome, error)
 
 
 def _run_in_transaction(
-    conn: Connection | Session, queue: str, handler: Callable[[JobContext], object]
+    conn: Connection | Session, queue: str, handler: Handler
 ) -> DrainedJob | None:
     claimed = repository.claim(conn, queue=queue, limit=1)
     if not claimed:
         return None
-    job = claimed[0]
-    core = conn.connection() if isinstance(conn, Session) else conn
+    held = _held(claimed[0], conn.connection() if isinstance(conn, Session) else conn)
     savepoint = conn.begin_nested()
-    try:
-        handler(
-            JobContext(
-                job.id, job.queue, job.payload, job.attempts, connection=core, headers=job.headers
-            )
-        )
-    except Exception as exc:
+    error = run_inline(handler, held, is_async_handler(handler))
+    if error is None:
+        savepoint.commit()
+    else:
         savepoint.rollback()
-        return _failed(conn, job, exc)
-    savepoint.commit()
-    repository.complete(conn, job.id, job.attempts)
-    return DrainedJob(job.id, job.queue, job.payload, job.attempts, "done")
+    outcome, _ = settle(conn, held, error, RetryPolicy())
+    return _drained(claimed[0], outcome, error)
 
 
-def _failed(conn: Executor, job: ClaimedJob, exc: Exception) -> DrainedJob:
-    outcome = repository.fail(conn, job.id, job.attempts, f"{type(exc).__name__}: {exc}")
-    status = "failed" if outcome is None else outcome.status
-    return DrainedJob(job.id, job.queue, job.payload, job.attempts, status, exc)
+def _held(job: ClaimedJob, connection: Connection | None) -> Held:
+    context = JobContext(
+        job.id, job.queue, job.payload, job.attempts, connection=connection, headers=job.headers
+    )
+    return Held(context, Lane.THREADS, time.monotonic())
+
+
+#: What ``DrainedJob.status`` says of each outcome.
+_STATUS = {
+    Outcome.DONE: "done",
+    Outcome.DONE_BY_HANDLER: "done",
+    Outcome.RETRY: "queued",
+    Outcome.FAILED: "failed",
+    Outcome.CANCELLED: "failed",
+    Outcome.LOST: "lost",
+}
+
+
+def _drained(job: ClaimedJob, outcome: Outcome, error: BaseException | None) -> DrainedJob:
+    return DrainedJob(job.id, job.queue, job.payload, job.attempts, _STATUS[outcome], error)

@@ -1,4 +1,9 @@
-"""The worker: runs handlers for claimed jobs, keeps their leases, and finishes them in batches.
+"""The worker: a facade over the components that claim, run, heartbeat, reap and complete jobs.
+
+Options and wiring live here; each concern is a private module of its own: the claim window
+(``_window``), the claiming loop (``_claimer``), the handler lanes (``_threads``,
+``_event_loop``), the completer (``_completer``), the heartbeat (``_heartbeat``), the reaper
+(``_reaper``) and the outcome table (``_outcomes``), meeting in ``_runtime``.
 
 .. versionadded:: 0.1.0
 """
@@ -10,131 +15,46 @@ import os
 import signal
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from types import FrameType
-from typing import Any, Literal
+from typing import Literal
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
-from pgqueue import _batcher, pooler, repository, statements
-from pgqueue._urls import mask_text, mask_url
-from pgqueue._validation import check_positive_int, check_queue
+from pgqueue import pooler, repository
+from pgqueue._claimer import Claimer, ClaimerOptions
+from pgqueue._completer import FLUSH_SIZE, Completer
+from pgqueue._event_loop import AsyncLane
+from pgqueue._heartbeat import Heartbeat
+from pgqueue._runtime import Runtime
+from pgqueue._threads import ThreadLane
+from pgqueue._transient import short_transaction
+from pgqueue._urls import mask_url
+from pgqueue._validation import check_positive_int
+from pgqueue._window import ClaimWindow, Held, Lane, State, keys
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.hooks import HookDispatcher, WorkerHooks, check_hooks
+from pgqueue.jobs import (
+    Handler,
+    JobContext,
+    Outcome,
+    Registry,
+    WorkerStats,
+    check_handlers,
+    is_async_handler,
+)
 from pgqueue.listener import Listener
-from pgqueue.retry import RetryPolicy, describe_error
-from pgqueue.schema import channel_for, schema_of
+from pgqueue.retry_policy import RetryPolicy
+from pgqueue.schema import CANCEL_HINT, channel_for, schema_of
 
 log = logging.getLogger("pgqueue.worker")
 
-#: What a handler is: called with the job, its return value ignored, an exception fails the job.
-Handler = Callable[["JobContext"], object]
+__all__ = ["Handler", "JobContext", "Registry", "Worker", "WorkerStats"]
 
-_PENDING = "pending"  # claimed, waiting for a handler thread
-_RUNNING = "running"  # its handler is running
-_FINISHING = "finishing"  # its outcome waits for the completer
-_SELF_DONE = "self-done"  # its handler completed it in its own transaction
-_BUSY = frozenset((_PENDING, _RUNNING))  # the states that take a slot of the claim window
-
-
-@dataclass(eq=False)
-class JobContext:
-    """What a handler receives: one claimed job.
-
-    Attributes:
-        id: The job's id.
-        queue: Its queue (the job kind that chose the handler).
-        payload: The decoded JSON payload.
-        attempts: This attempt's number, the token of every guarded update: a handler that
-            writes to the same database can finish the job in its own transaction with
-            ``pgqueue.complete(conn, job.id, job.attempts)`` (exactly-once effects).
-        stopping: Set when the lease was lost (the job is no longer ours) or when shutdown asks
-            handlers to stop; long loops should check ``job.stopping.is_set()``.
-        lease_lost: True once a heartbeat found the job no longer ours; its outcome is dropped.
-        connection: In ``mode="transaction"`` only, the connection whose open transaction
-            holds the job: write through it and your writes commit together with the completion.
-        headers: What the producer passed as ``enqueue(..., headers=...)`` (for example a trace
-            context), or ``None``.
-        claimed_at: ``time.monotonic()`` when it was claimed; kept only when the worker has
-            hooks (0.0 otherwise), like ``started_at`` and ``handler_seconds``.
-
-    .. versionadded:: 0.1.0
-    """
-
-    id: int
-    queue: str
-    payload: Any
-    attempts: int
-    stopping: threading.Event = field(default_factory=threading.Event)
-    lease_lost: bool = False
-    connection: Connection | None = None
-    headers: Mapping[str, str] | None = None
-    claimed_at: float = field(default=0.0, repr=False)
-    started_at: float = field(default=0.0, repr=False)
-    handler_seconds: float | None = field(default=None, repr=False)
-
-    def __repr__(self) -> str:
-        return f"JobContext(id={self.id}, queue={self.queue!r}, attempts={self.attempts})"
-
-
-class Registry(Mapping[str, Handler]):
-    """A decorator-style way to build the ``{queue: handler}`` mapping a :class:`Worker` takes.
-
-    Example::
-
-        registry = pgqueue.Registry()
-
-        @registry.handler("emails")
-        def send_email(job: pgqueue.JobContext) -> None: ...
-
-        pgqueue.Worker(engine, registry).run()
-
-    .. versionadded:: 0.1.0
-    """
-
-    def __init__(self) -> None:
-        self._handlers: dict[str, Handler] = {}
-
-    def handler(self, queue: str) -> Callable[[Handler], Handler]:
-        """Register the decorated function for ``queue``; it is returned unchanged."""
-        check_queue(queue)
-        if queue in self._handlers:
-            raise InvalidArgumentError("queue", f"a handler for {queue!r} is already registered")
-
-        def register(func: Handler) -> Handler:
-            self._handlers[queue] = func
-            return func
-
-        return register
-
-    def __getitem__(self, queue: str) -> Handler:
-        return self._handlers[queue]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._handlers)
-
-    def __len__(self) -> int:
-        return len(self._handlers)
-
-
-@dataclass
-class WorkerStats:
-    """Counters of one worker since it was created (read them after ``run()`` returns).
-
-    .. versionadded:: 0.1.0
-    """
-
-    claimed: int = 0
-    done: int = 0
-    done_by_handler: int = 0
-    retried: int = 0
-    failed: int = 0
-    lost: int = 0
-    released: int = 0
+#: Default of ``Worker(async_concurrency=...)``.
+DEFAULT_ASYNC_CONCURRENCY = 100
 
 
 def _seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
@@ -151,7 +71,8 @@ def _seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
 
 
 class Worker:
-    """Runs handlers for the jobs of one or more queues, N at a time, in threads.
+    """Runs handlers for the jobs of one or more queues: sync ones in threads, ``async def`` ones
+    as tasks on an event loop of its own.
 
     In the default lease mode (R9) a job is claimed and committed at once, its handler runs
     outside any transaction, and its outcome is written in a second short transaction, batched
@@ -165,8 +86,12 @@ class Worker:
             lease mode needs 3 connections (claimer, completer, heartbeat/reaper), transaction
             mode ``concurrency + 2``; add what the handlers themselves take from the same engine.
         handlers: ``{queue: handler}`` (or a :class:`Registry`); the worker claims from these
-            queues only. A handler takes one :class:`JobContext`.
-        concurrency: Handler threads. Default 4.
+            queues only. A handler takes one :class:`JobContext`; sync and ``async def``
+            handlers mix freely.
+        concurrency: Handler threads, for sync handlers. Default 4.
+        async_concurrency: Coroutines that may run at once on the worker's event loop (one
+            thread), for ``async def`` handlers; the loop starts only when there is one.
+            Default 100.
         lease: How long a claim holds a job before the reaper may hand it to another worker.
             ``timedelta`` or seconds; default 5 minutes.
         poll_interval: Seconds between fallback polls of every queue. Default 5.
@@ -176,6 +101,8 @@ class Worker:
             waiting and one claim serves many jobs. Default None: ``concurrency``, i.e. at most
             one waiting job per handler thread, so a claimed job waits for at most about one
             handler run; 0 claims only for idle threads. Transaction mode never prefetches.
+            Async handlers prefetch ``min(prefetch, async_concurrency)`` (default:
+            ``min(async_concurrency, batch_size)``).
         listen: Run ``LISTEN jobs`` on a dedicated connection. Default True; False polls only.
             An engine given a schema with :func:`pgqueue.use_schema` listens on that schema's
             channel, ``<schema>.jobs``.
@@ -183,7 +110,9 @@ class Worker:
             a ``postgresql[+driver]://`` string or SQLAlchemy URL. Default: the engine's URL.
         mode: ``"lease"`` (default) or ``"transaction"`` (R8: claim, handle and complete in one
             transaction, for jobs of a few milliseconds; the handler gets ``job.connection``).
-        shutdown_timeout: Seconds that running handlers get to finish after a stop. Default 30.
+            Transaction mode takes sync handlers only.
+        shutdown_timeout: Seconds that running handlers get to finish after a stop; async
+            handlers still running then are cancelled (a failed, retryable attempt). Default 30.
         retry: The retry policy of every queue without its own. Default :class:`RetryPolicy()`
             (10 s base, 1 h cap, every exception retryable).
         queue_retry: ``{queue: RetryPolicy}`` overrides. Default none.
@@ -199,6 +128,10 @@ class Worker:
         hooks: :class:`pgqueue.WorkerHooks` told of every job's claim, start, outcome, lease
             extension and reaping (metrics, tracing; see :mod:`pgqueue.hooks`). Default none.
 
+    Raises:
+        InvalidArgumentError: for a bad option, or an ``async def`` handler with
+            ``mode="transaction"`` (before anything runs).
+
     .. versionadded:: 0.1.0
     """
 
@@ -208,6 +141,7 @@ class Worker:
         handlers: Mapping[str, Handler],
         *,
         concurrency: int = 4,
+        async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY,
         lease: timedelta | float = repository.DEFAULT_LEASE,
         poll_interval: timedelta | float = 5.0,
         batch_size: int = 50,
@@ -225,21 +159,26 @@ class Worker:
         install_signal_handlers: bool = True,
         hooks: Sequence[WorkerHooks] | None = None,
     ) -> None:
-        if not isinstance(handlers, Mapping) or not handlers:
-            raise InvalidArgumentError("handlers", "give a non-empty {queue: handler} mapping")
-        for queue, func in handlers.items():
-            check_queue(queue)
-            if not callable(func):
-                raise InvalidArgumentTypeError(f"handlers[{queue!r}]", "a callable", func)
+        self.handlers = check_handlers(handlers)
         if mode not in ("lease", "transaction"):
             raise InvalidArgumentError("mode", f"must be 'lease' or 'transaction', got {mode!r}")
+        self._lanes = {
+            q: Lane.ASYNC if is_async_handler(h) else Lane.THREADS for q, h in self.handlers.items()
+        }
+        async_queues = [q for q, lane in self._lanes.items() if lane is Lane.ASYNC]
+        if mode == "transaction" and async_queues:
+            raise InvalidArgumentError(
+                "mode",
+                "transaction mode runs sync handlers only; async handlers for "
+                + ", ".join(map(repr, async_queues)),
+            )
         if prefetch is not None and (
             isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
         ):
             raise InvalidArgumentError("prefetch", f"must be an int >= 0, got {prefetch!r}")
         self.engine = engine
-        self.handlers = dict(handlers)
         self.concurrency = check_positive_int("concurrency", concurrency)
+        self.async_concurrency = check_positive_int("async_concurrency", async_concurrency)
         self.lease = timedelta(seconds=_seconds("lease", lease))
         self.poll_interval = _seconds("poll_interval", poll_interval)
         self.batch_size = check_positive_int("batch_size", batch_size)
@@ -247,9 +186,9 @@ class Worker:
             self.prefetch = 0
         else:
             self.prefetch = self.concurrency if prefetch is None else prefetch
-        # Claim when this many slots are free (or the handlers run dry): half the claim window,
-        # so one round trip serves many jobs while the other half keeps the handlers busy.
-        self._claim_at = max(1, min(self.batch_size, (self.concurrency + self.prefetch) // 2))
+        self._async_prefetch = min(
+            self.async_concurrency, self.batch_size if prefetch is None else prefetch
+        )
         self.listen = bool(listen)
         self.listen_url: str | URL = listen_url if listen_url is not None else engine.url
         self.mode = mode
@@ -272,25 +211,10 @@ class Worker:
         self.stats = WorkerStats()
         self.hooks = check_hooks(hooks)
         self._hooks = HookDispatcher(self.hooks) if self.hooks else None
-
-        lock = threading.RLock()
-        self._cond = threading.Condition(lock)  # wakes the claiming loop (and run's callers)
-        self._work = threading.Condition(lock)  # wakes handler threads, one per new job
         self._stop = threading.Event()
-        self._queues = list(self.handlers)
-        self._jobs: dict[int, JobContext] = {}  # claimed by this worker, not yet written back
-        self._state: dict[int, str] = {}
-        self._busy = 0  # jobs of _state that are _PENDING or _RUNNING, kept by _set_state
-        self._pending: deque[JobContext] = deque()
-        self._tickets: deque[str] = deque()  # transaction mode: "claim one job of this queue"
-        self._tx_running = 0
-        self._ready: dict[str, None] = {}  # queues worth a claim, in round-robin order
-        self._notified: dict[str, None] = {}
-        self._poll_requested = False
-        self._claimed_since_poll = 0
-        self._last_work = time.monotonic()
-        self._idle_polls = 0
+        self._state_lock = threading.Lock()
         self._running = False
+        self._claimer: Claimer | None = None
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -300,63 +224,77 @@ class Worker:
         ``until_empty=True`` drains what is ready now (batched claims), waits for the handlers,
         and returns: for cron-started or application-triggered runs (R19). Returns the stats.
         """
-        with self._cond:
+        with self._state_lock:
             if self._running:
                 raise RuntimeError("this worker is already running")
             self._running = True
-            self._stop.clear()
+        self._stop.clear()
+        runtime = self._runtime()
+        self._stop = runtime.stop
         restore = self._install_signals()
-        completer = _batcher.Completer(
-            self.engine,
-            self._report,
-            batch_size=_batcher.FLUSH_SIZE,
-            lock_timeout_ms=int(self.lock_timeout * 1000),
+        lock_timeout_ms = int(self.lock_timeout * 1000)
+        claimer = Claimer(runtime, self.engine, self._lanes, self._claimer_options())
+        self._claimer = claimer
+        completer = Completer(self.engine, runtime.report, lock_timeout_ms=lock_timeout_ms)
+        runtime.completer = completer
+        threads = ThreadLane(
+            runtime,
+            self.handlers,
+            self.concurrency if Lane.THREADS in runtime.window.lanes else 0,
+            transaction=(self.engine, self.lease, claimer) if self.mode == "transaction" else None,
         )
-        self._completer = completer
-        completer.start()
-        threads = [
-            threading.Thread(target=self._handler_loop, name=f"pgqueue-handler-{i}", daemon=True)
-            for i in range(self.concurrency)
-        ]
-        heartbeat = threading.Thread(target=self._heartbeat_loop, name="pgqueue-heartbeat")
-        heartbeat.daemon = True
+        coroutines = (
+            AsyncLane(runtime, self.handlers, self.async_concurrency)
+            if Lane.ASYNC in runtime.window.lanes
+            else None
+        )
+        heartbeat = Heartbeat(runtime, self.engine, self.lease, lock_timeout_ms=lock_timeout_ms)
         listener: Listener | None = None
         log.info(
-            "worker started: queues=%s mode=%s concurrency=%d lease=%s url=%s",
-            ",".join(self._queues),
+            "worker started: queues=%s mode=%s concurrency=%s async_concurrency=%s lease=%s url=%s",
+            ",".join(self.handlers),
             self.mode,
-            self.concurrency,
+            self.concurrency if Lane.THREADS in runtime.window.lanes else "-",
+            self.async_concurrency if coroutines is not None else "-",
             self.lease,
             mask_url(self.engine.url),
         )
         if self._hooks is not None:
             self._hooks.worker_started(self)
         try:
-            for t in threads:
-                t.start()
+            completer.start()
+            threads.start()
+            if coroutines is not None:
+                coroutines.start()
             heartbeat.start()
             if self.listen and not until_empty:
+
+                def on_notify(payload: str) -> None:
+                    if payload == CANCEL_HINT:
+                        heartbeat.poke()
+                    else:
+                        claimer.on_notify(payload)
+
                 listener = Listener(
                     self.listen_url,
-                    self._on_notify,
-                    self._on_listen_connected,
-                    min_reconnect_interval=self._idle_interval,
+                    on_notify,
+                    claimer.on_listen_connected,
+                    min_reconnect_interval=claimer.idle_interval,
                     channel=channel_for(schema_of(self.engine)),
                 )
                 listener.start()
                 # LISTEN through a transaction-mode pooler hears nothing: warn, never block.
-                pooler.start_listen_check(self.listen_url, self.engine, self._stop)
-            self._main_loop(until_empty)
+                pooler.start_listen_check(self.listen_url, self.engine, runtime.stop)
+            claimer.run(until_empty)
         finally:
-            self._shutdown(threads, completer)
-            self._stop.set()
+            self._shutdown(runtime, threads, coroutines, completer)
             if listener is not None:
                 listener.stop()
             heartbeat.join(5.0)
             restore()
             if self._hooks is not None:
                 self._hooks.worker_stopped(self)
-            with self._cond:
+            with self._state_lock:
                 self._running = False
             log.info("worker stopped: %s", self.stats)
         return self.stats
@@ -364,9 +302,11 @@ class Worker:
     def stop(self) -> None:
         """Ask :meth:`run` to stop claiming and shut down gracefully; callable from any thread."""
         self._stop.set()
-        with self._cond:
-            self._cond.notify_all()
-            self._work.notify_all()
+        runtime = self._current
+        if runtime is not None:
+            with runtime.lock:
+                runtime.claimer_wakeup.notify_all()
+                runtime.work_ready.notify_all()
 
     @property
     def idle(self) -> bool:
@@ -377,8 +317,43 @@ class Worker:
 
         .. versionadded:: 0.1.0
         """
-        with self._cond:
-            return self._idle()
+        runtime, claimer = self._current, self._claimer
+        if runtime is None or claimer is None:
+            return False
+        with runtime.lock:
+            return claimer.idle()
+
+    # -- wiring -----------------------------------------------------------------------------------
+
+    _current: Runtime | None = None
+
+    def _runtime(self) -> Runtime:
+        lanes = set(self._lanes.values())
+        slots = {Lane.THREADS: self.concurrency, Lane.ASYNC: self.async_concurrency}
+        prefetch = {Lane.THREADS: self.prefetch, Lane.ASYNC: self._async_prefetch}
+        window = ClaimWindow(
+            {lane: slots[lane] for lane in Lane if lane in lanes},
+            prefetch,
+            batch_size=self.batch_size,
+            backlog=FLUSH_SIZE,
+            transaction=self.mode == "transaction",
+        )
+        runtime = Runtime(
+            window, self.stats, self._hooks, lambda q: self.queue_retry.get(q, self.retry)
+        )
+        self._current = runtime
+        return runtime
+
+    def _claimer_options(self) -> ClaimerOptions:
+        return ClaimerOptions(
+            lease=self.lease,
+            batch_size=self.batch_size,
+            poll_interval=self.poll_interval,
+            reap_interval=self.reap_interval,
+            idle_poll_interval=self.idle_poll_interval,
+            idle_after=self.idle_after,
+            lock_timeout_ms=int(self.lock_timeout * 1000),
+        )
 
     # -- signals ----------------------------------------------------------------------------------
 
@@ -407,445 +382,57 @@ class Worker:
 
         return restore
 
-    # -- the claiming loop ------------------------------------------------------------------------
-
-    def _idle(self) -> bool:
-        return (
-            self.idle_poll_interval is not None
-            and not self._jobs
-            and time.monotonic() - self._last_work > self.idle_after
-        )
-
-    def _idle_interval(self) -> float:
-        return self.idle_poll_interval if self.idle_poll_interval and self._idle() else 0.0
-
-    def _next_poll_interval(self) -> float:
-        if self.idle_poll_interval is None or not self._idle():
-            self._idle_polls = 0
-            return self.poll_interval
-        self._idle_polls += 1
-        return min(self.idle_poll_interval, self.poll_interval * 2.0 ** min(self._idle_polls, 30))
-
-    def _main_loop(self, until_empty: bool) -> None:
-        next_poll = 0.0
-        next_reap = time.monotonic() + (0.0 if until_empty else self.reap_interval)
-        while not self._stop.is_set():
-            now = time.monotonic()
-            polling = now >= next_poll or self._poll_requested
-            if polling:
-                self._poll_requested = False
-                if now >= next_reap:
-                    self._reap()
-                    next_reap = now + max(self.reap_interval, self._idle_interval())
-                with self._cond:
-                    for q in self._queues:
-                        self._ready[q] = None
-                    self._claimed_since_poll = 0
-                next_poll = time.monotonic() + self._next_poll_interval()
-            elif now >= next_reap and not self._idle():
-                self._reap()
-                next_reap = now + self.reap_interval
-            self._claim_round()
-            with self._cond:
-                if self._stop.is_set():
-                    break
-                if until_empty and not self._ready and self._in_flight() == 0:
-                    # Everything claimed is finished: stop once a whole poll found nothing.
-                    if self._claimed_since_poll == 0:
-                        return
-                    self._poll_requested = True
-                    continue
-                if self._can_claim():
-                    continue
-                timeout = max(0.0, min(next_poll, next_reap) - time.monotonic())
-                self._cond.wait(timeout)
-
-    def _can_claim(self) -> bool:
-        return bool(self._ready or self._notified or self._poll_requested) and self._worth_claim()
-
-    def _worth_claim(self) -> bool:
-        """Room for a claim that is worth its round trip: a full batch fits, or handlers starve."""
-        capacity = self._capacity()
-        return capacity > 0 and (capacity >= self._claim_at or not self._pending)
-
-    def _wake_claimer(self) -> None:
-        if self._worth_claim() or not self._jobs:
-            self._cond.notify()
-
-    def _in_flight(self) -> int:
-        return len(self._jobs) + len(self._tickets) + self._tx_running
-
-    def _capacity(self) -> int:
-        if self.mode == "transaction":
-            return self.concurrency - len(self._tickets) - self._tx_running
-        window = self.concurrency + self.prefetch
-        # Finished jobs waiting for the completer still hold their rows (and memory): when it
-        # lags, claims wait for it rather than pile up more.
-        return min(window - self._busy, window + _batcher.FLUSH_SIZE - len(self._jobs))
-
-    def _set_state(self, job_id: int, state: str) -> None:
-        old = self._state.get(job_id)
-        self._state[job_id] = state
-        self._busy += (state in _BUSY) - (old in _BUSY)
-
-    def _claim_round(self) -> None:
-        """Visit ready queues round-robin while there is capacity: one claim per visit."""
-        while not self._stop.is_set():
-            with self._cond:
-                for q in self._notified:
-                    self._ready.setdefault(q, None)
-                self._notified.clear()
-                if not self._ready or not self._worth_claim():
-                    return
-                capacity = self._capacity()
-                queue = next(iter(self._ready))
-                del self._ready[queue]
-                if self.mode == "transaction":
-                    self._tickets.append(queue)
-                    self._work.notify()
-                    continue
-            limit = min(self.batch_size, capacity)
-            try:
-                # One statement in autocommit: committed before it returns, without the BEGIN
-                # and COMMIT round trips, and no session state for a transaction-mode pooler.
-                with self.engine.connect() as conn:
-                    conn.execution_options(isolation_level="AUTOCOMMIT")
-                    claimed = repository.claim(conn, queue=queue, limit=limit, lease=self.lease)
-            except Exception as exc:
-                if not _batcher.is_transient(exc):
-                    raise
-                log.warning("claim on queue %s failed: %s", queue, _first_line(exc))
-                with self._cond:
-                    self._ready.setdefault(queue, None)
-                self._stop.wait(1.0)
-                return
-            with self._cond:
-                if len(claimed) == limit:
-                    self._ready[queue] = None  # more may be waiting: back of the line
-                self._accept(queue, claimed)
-
-    def _accept(self, queue: str, claimed: list[Any]) -> None:
-        if not claimed:
-            return
-        self._last_work = time.monotonic()
-        self._claimed_since_poll += len(claimed)
-        self.stats.claimed += len(claimed)
-        for c in claimed:
-            job = JobContext(c.id, c.queue, c.payload, c.attempts, headers=c.headers)
-            if self._hooks is not None:
-                self._hooks.claimed(job)
-            self._jobs[job.id] = job
-            self._set_state(job.id, _PENDING)
-            self._pending.append(job)
-            log.debug("job %d queue=%s attempt=%d: claimed", job.id, queue, job.attempts)
-        self._work.notify(len(claimed))
-
-    def _on_notify(self, queue: str) -> None:
-        if queue in self.handlers:
-            with self._cond:
-                self._notified[queue] = None
-                self._cond.notify_all()
-
-    def _on_listen_connected(self) -> None:
-        with self._cond:
-            self._poll_requested = True  # whatever was sent while we were away is gone
-            self._cond.notify_all()
-
-    def _reap(self) -> None:
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(
-                    statements.SET_LOCAL_LOCK_TIMEOUT,
-                    {"lock_timeout": str(int(self.lock_timeout * 1000))},
-                )
-                reaped = repository.reap_expired(conn)
-        except Exception as exc:
-            if not _batcher.is_transient(exc):
-                raise
-            log.warning("reaper failed: %s", _first_line(exc))
-            return
-        for job in reaped:
-            log.warning(
-                "job %d attempt=%d: lease expired, now %s", job.id, job.attempts, job.status
-            )
-        if reaped and self._hooks is not None:
-            self._hooks.reaped(reaped)
-        if reaped:
-            with self._cond:
-                for q in self._queues:
-                    self._ready[q] = None
-
-    # -- handler threads --------------------------------------------------------------------------
-
-    def _handler_loop(self) -> None:
-        while True:
-            with self._cond:
-                while not (self._stop.is_set() or self._pending or self._tickets):
-                    self._work.wait()
-                if self._stop.is_set():
-                    return
-                if self.mode == "transaction":
-                    queue = self._tickets.popleft()
-                    self._tx_running += 1
-                else:
-                    job = self._pending.popleft()
-                    self._set_state(job.id, _RUNNING)
-                    if not self._pending:
-                        self._wake_claimer()
-            if self.mode == "transaction":
-                try:
-                    self._run_in_transaction(queue)
-                finally:
-                    with self._cond:
-                        self._tx_running -= 1
-                        self._cond.notify()
-            else:
-                self._run_leased(job)
-
-    def _policy(self, queue: str) -> RetryPolicy:
-        return self.queue_retry.get(queue, self.retry)
-
-    def _run_leased(self, job: JobContext) -> None:
-        log.debug("job %d queue=%s attempt=%d: start payload=%r", *_ids(job), job.payload)
-        error: BaseException | None = None
-        if self._hooks is not None:
-            self._hooks.started(job)
-        try:
-            self.handlers[job.queue](job)
-        except Exception as exc:
-            error = exc
-        if self._hooks is not None:
-            self._hooks.handled(job, error)
-        with self._cond:
-            if job.lease_lost:
-                self._forget(job)
-                self.stats.lost += 1
-                log.warning("job %d queue=%s attempt=%d: lost (lease); outcome dropped", *_ids(job))
-                if self._hooks is not None:
-                    self._hooks.lost(job, "lease lost")
-                return
-            if self._state.get(job.id) != _SELF_DONE:
-                self._set_state(job.id, _FINISHING)
-            self._wake_claimer()
-        if error is None:
-            self._completer.complete(job)
-        else:
-            policy = self._policy(job.queue)
-            retry = policy.should_retry(error)
-            self._completer.fail(job, describe_error(error), retry=retry, policy=policy)
-
-    def _run_in_transaction(self, queue: str) -> None:
-        outcome = ""
-        job: JobContext | None = None
-        try:
-            with self.engine.begin() as conn:
-                claimed = repository.claim(conn, queue=queue, limit=1, lease=self.lease)
-                if not claimed:
-                    return
-                c = claimed[0]
-                job = JobContext(
-                    c.id, c.queue, c.payload, c.attempts, connection=conn, headers=c.headers
-                )
-                with self._cond:
-                    self._accept_tx(queue)
-                if self._hooks is not None:
-                    self._hooks.claimed(job)
-                    self._hooks.started(job)
-                savepoint = conn.begin_nested()
-                try:
-                    self.handlers[queue](job)
-                except Exception as exc:
-                    if self._hooks is not None:
-                        self._hooks.handled(job, exc)
-                    savepoint.rollback()
-                    policy = self._policy(queue)
-                    result = repository.fail(
-                        conn,
-                        job.id,
-                        job.attempts,
-                        describe_error(exc),
-                        retry=policy.should_retry(exc),
-                        base=policy.base,
-                        cap=policy.cap,
-                    )
-                    outcome = _batcher.LOST if result is None else _fail_outcome(result.status)
-                    detail = describe_error(exc)
-                else:
-                    if self._hooks is not None:
-                        self._hooks.handled(job, None)
-                    savepoint.commit()
-                    done = repository.complete(conn, job.id, job.attempts)
-                    outcome, detail = (_batcher.DONE, "") if done else (_batcher.LOST, "")
-        except Exception as exc:
-            if job is None and _batcher.is_transient(exc):
-                log.warning("claim on queue %s failed: %s", queue, _first_line(exc))
-                self._stop.wait(1.0)
-                return
-            if job is None:
-                raise
-            outcome, detail = _batcher.LOST, f"transaction rolled back: {_first_line(exc)}"
-        finally:
-            job_connection_cleared = job
-            if job_connection_cleared is not None:
-                job_connection_cleared.connection = None
-        if job is not None:
-            self._count(job, outcome, detail)
-
-    def _accept_tx(self, queue: str) -> None:
-        self._last_work = time.monotonic()
-        self._claimed_since_poll += 1
-        self.stats.claimed += 1
-        self._ready.setdefault(queue, None)  # it had a job: more may be waiting
-        self._cond.notify()
-
-    # -- heartbeat --------------------------------------------------------------------------------
-
-    def _heartbeat_loop(self) -> None:
-        period = self.lease.total_seconds() / 3
-        while not self._stop.wait(period):
-            with self._cond:
-                jobs = [j for j in self._jobs.values() if self._state.get(j.id) != _SELF_DONE]
-            if jobs:
-                self._extend(jobs, deadline=time.monotonic() + period)
-
-    def _extend(self, jobs: list[JobContext], deadline: float) -> None:
-        params = _batcher.batch_params(jobs)
-        params["lease"] = self.lease
-
-        def work(conn: Connection) -> tuple[set[int], set[int]]:
-            kept = _batcher.matched_ids(conn, statements.EXTEND_LEASE_MANY, params)
-            missed = [j for j in jobs if j.id not in kept]
-            if not missed:
-                return kept, set()
-            done = _batcher.matched_ids(conn, statements.DONE_AMONG, _batcher.batch_params(missed))
-            return kept, done
-
-        result = _batcher.run_batch(
-            self.engine,
-            work,
-            lock_timeout_ms=int(self.lock_timeout * 1000),
-            keep_trying=lambda: not self._stop.is_set() and time.monotonic() < deadline,
-            what="heartbeat",
-        )
-        if result is None:
-            return
-        kept, self_done = result
-        if self._hooks is not None:
-            self._hooks.lease_extended([j for j in jobs if j.id in kept])
-        with self._cond:
-            for job in jobs:
-                if job.id in kept:
-                    continue
-                state = self._state.get(job.id)
-                if job.id in self_done:
-                    if state in _BUSY:
-                        self._set_state(job.id, _SELF_DONE)
-                elif state in _BUSY:
-                    job.lease_lost = True
-                    job.stopping.set()
-                    log.warning("job %d queue=%s attempt=%d: lease lost, stopping", *_ids(job))
-                    if state == _PENDING:
-                        self._pending.remove(job)
-                        self._forget(job)
-                        self.stats.lost += 1
-                        if self._hooks is not None:
-                            self._hooks.lost(job, "lease lost before it started")
-            self._cond.notify_all()
-
-    # -- outcomes ---------------------------------------------------------------------------------
-
-    def _forget(self, job: JobContext) -> None:
-        self._jobs.pop(job.id, None)
-        if self._state.pop(job.id, None) in _BUSY:
-            self._busy -= 1
-
-    def _report(self, outcomes: list[tuple[JobContext, str, str]]) -> None:
-        """Called by the completer once a batch's outcomes are written (or known to be lost)."""
-        with self._cond:
-            for job, outcome, detail in outcomes:
-                self._forget(job)
-                self._count(job, outcome, detail)
-            self._wake_claimer()
-
-    def _count(self, job: JobContext, outcome: str, detail: str) -> None:
-        with self._cond:
-            if outcome == _batcher.DONE:
-                self.stats.done += 1
-                log.info("job %d queue=%s attempt=%d: done", *_ids(job))
-            elif outcome == _batcher.DONE_BY_HANDLER:
-                self.stats.done_by_handler += 1
-                log.info("job %d queue=%s attempt=%d: done by its handler", *_ids(job))
-            elif outcome == _batcher.RETRY:
-                self.stats.retried += 1
-                log.warning("job %d queue=%s attempt=%d: %s", *_ids(job), mask_text(detail))
-            elif outcome == _batcher.FAILED:
-                self.stats.failed += 1
-                log.error("job %d queue=%s attempt=%d: failed: %s", *_ids(job), mask_text(detail))
-            elif outcome == _batcher.RELEASED:
-                self.stats.released += 1
-                log.info("job %d queue=%s attempt=%d: released to the queue", *_ids(job))
-            else:
-                self.stats.lost += 1
-                log.warning("job %d queue=%s attempt=%d: lost (%s)", *_ids(job), detail or "?")
-            if self._hooks is not None:
-                self._hooks.outcome(job, outcome, detail)
-
     # -- shutdown ---------------------------------------------------------------------------------
 
-    def _shutdown(self, threads: list[threading.Thread], completer: _batcher.Completer) -> None:
+    def _shutdown(
+        self,
+        runtime: Runtime,
+        threads: ThreadLane,
+        coroutines: AsyncLane | None,
+        completer: Completer,
+    ) -> None:
         deadline = time.monotonic() + self.shutdown_timeout
-        self._stop.set()
-        with self._cond:
-            unstarted = list(self._pending)
-            self._pending.clear()
-            self._tickets.clear()
-            for job in unstarted:
-                self._forget(job)  # out of the heartbeat before the release
-            running = list(self._jobs.values())
-            self._cond.notify_all()
-            self._work.notify_all()
-        for job in running:
-            job.stopping.set()
+        runtime.stop.set()
+        with runtime.lock:
+            unstarted = runtime.window.take_all_pending()  # out of the heartbeat first
+            runtime.window.tickets.clear()
+            running = runtime.window.in_state(State.RUNNING)
+            runtime.claimer_wakeup.notify_all()
+            runtime.work_ready.notify_all()
+        for held in running:
+            held.job.stopping.set()
         if unstarted:
-            self._release(unstarted, deadline)
-        for t in threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+            self._release(runtime, unstarted, deadline)
+        threads.join(deadline)
+        if coroutines is not None:
+            coroutines.shutdown(deadline)
         completer.close(deadline)
-        with self._cond:
-            left = [j for j in self._jobs.values() if self._state.get(j.id) == _RUNNING]
-        for job in left:
+        with runtime.lock:
+            left = runtime.window.in_state(State.RUNNING)
+        for held in left:
             log.warning(
                 "job %d queue=%s attempt=%d: still running at shutdown; left to its lease",
-                *_ids(job),
+                held.job.id,
+                held.job.queue,
+                held.job.attempts,
             )
 
-    def _release(self, jobs: list[JobContext], deadline: float) -> None:
-        released = _batcher.run_batch(
+    def _release(self, runtime: Runtime, held: list[Held], deadline: float) -> None:
+        released = short_transaction(
             self.engine,
-            lambda conn: _batcher.matched_ids(
-                conn, statements.RELEASE_MANY, _batcher.batch_params(jobs)
-            ),
-            lock_timeout_ms=int(self.lock_timeout * 1000),
-            keep_trying=lambda: time.monotonic() < deadline,
+            lambda conn: repository.release_many(conn, keys(held)),
             what="release",
+            keep_trying=lambda: time.monotonic() < deadline,
+            lock_timeout_ms=int(self.lock_timeout * 1000),
         )
-        for job in jobs:
-            if released is not None and job.id in released:
-                self._count(job, _batcher.RELEASED, "")
-            else:
-                log.warning(
-                    "job %d queue=%s attempt=%d: not released; left to its lease", *_ids(job)
-                )
-
-
-def _ids(job: JobContext) -> tuple[int, str, int]:
-    return job.id, job.queue, job.attempts
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return mask_text(text.splitlines()[0] if text else type(exc).__name__)
-
-
-def _fail_outcome(status: str) -> str:
-    return _batcher.FAILED if status == "failed" else _batcher.RETRY
+        with runtime.lock:
+            for h in held:
+                if released is not None and h.job.id in released:
+                    runtime.record(h, Outcome.RELEASED, "")
+                else:
+                    log.warning(
+                        "job %d queue=%s attempt=%d: not released; left to its lease",
+                        h.job.id,
+                        h.job.queue,
+                        h.job.attempts,
+                    )

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
+from contextvars import Token
 from typing import TYPE_CHECKING, Literal
 
 from pgqueue.contrib import missing_extra
@@ -32,7 +33,7 @@ from pgqueue.contrib import missing_extra
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import propagate, trace
-    from opentelemetry.trace import Link, SpanKind, Status, StatusCode
+    from opentelemetry.trace import Link, Span, SpanKind, Status, StatusCode
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     raise missing_extra("pgqueue.contrib.otel", "otel") from exc
 
@@ -41,7 +42,7 @@ from pgqueue.errors import InvalidArgumentError
 from pgqueue.hooks import WorkerHooks
 
 if TYPE_CHECKING:
-    from pgqueue.worker import JobContext
+    from pgqueue.jobs import JobContext
 
 #: ``messaging.system`` of every span.
 MESSAGING_SYSTEM = "pgqueue"
@@ -109,9 +110,11 @@ class OpenTelemetryHooks(WorkerHooks):
             )
         self.propagation = propagation
         self._tracer = trace.get_tracer("pgqueue", __version__, tracer_provider=tracer_provider)
-        # on_started and on_handled run on the handler's thread: the span and the context token
-        # it attached stay on that thread.
-        self._local = threading.local()
+        # on_started and on_handled run on the handler's thread, or inside an async handler's
+        # task: the context token attached in one is detached in the other, in the same context.
+        # Spans are kept by job id, since many coroutines share the event loop's thread.
+        self._open: dict[int, tuple[Span, Token[otel_context.Context]]] = {}
+        self._lock = threading.Lock()
 
     def on_started(self, job: JobContext, latency: float) -> None:
         parent = extract_context(job)
@@ -135,14 +138,15 @@ class OpenTelemetryHooks(WorkerHooks):
             },
         )
         token = otel_context.attach(trace.set_span_in_context(span))
-        self._local.current = (job.id, span, token)
+        with self._lock:
+            self._open[job.id] = (span, token)
 
     def on_handled(self, job: JobContext, duration: float, error: BaseException | None) -> None:
-        current = getattr(self._local, "current", None)
-        if current is None or current[0] != job.id:
+        with self._lock:
+            current = self._open.pop(job.id, None)
+        if current is None:
             return
-        self._local.current = None
-        _, span, token = current
+        span, token = current
         try:
             if error is not None:
                 span.set_attribute("error.type", type(error).__qualname__)

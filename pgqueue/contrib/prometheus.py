@@ -42,14 +42,15 @@ except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     raise missing_extra("pgqueue.contrib.prometheus", "prometheus") from exc
 
 from pgqueue import statements
-from pgqueue._urls import mask_text
+from pgqueue._urls import error_line
 from pgqueue._validation import check_positive_int
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.hooks import WorkerHooks
 
 if TYPE_CHECKING:
+    from pgqueue.jobs import JobContext
+    from pgqueue.jobs import WorkerView as Worker
     from pgqueue.results import ReapedJob
-    from pgqueue.worker import JobContext, Worker
 
 log = logging.getLogger("pgqueue.metrics")
 
@@ -226,15 +227,10 @@ class PrometheusHooks(WorkerHooks):
                     failing = False
                 except Exception as exc:
                     if not failing:  # once per failing streak: the next success resets it
-                        log.warning("queue depth query failed: %s", _first_line(exc))
+                        log.warning("queue depth query failed: %s", error_line(exc))
                     failing = True
             if stop.wait(interval):
                 return
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return mask_text(text.splitlines()[0] if text else type(exc).__name__)
 
 
 __all__ = ["DURATION_BUCKETS", "LATENCY_BUCKETS", "PrometheusHooks"]

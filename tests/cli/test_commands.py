@@ -53,17 +53,24 @@ def test_enqueue_list_show_stats(cli: Cli) -> None:
     assert set(stats["table"]) >= {"n_dead_tup", "n_live_tup", "last_autovacuum", "last_vacuum"}
 
 
-def test_cancel_queued_refuse_running(cli: Cli, db: Engine) -> None:
+def test_cancel_queued_and_running_says_which_were_running(cli: Cli, db: Engine) -> None:
+    # Running jobs are cancelled too since Worker v2 (their worker stops them): this test used to
+    # assert that a running job was refused.
     with db.begin() as conn:
-        pgqueue.enqueue_many(conn, [{}, {}])
+        pgqueue.enqueue_many(conn, [{}, {}, {}])
         running = pgqueue.claim(conn, limit=1)[0]
     result = cli("cancel", "1", "2", "77")
     assert result.code == 1
-    assert "job 1 not cancelled: it is running" in result.err
+    assert "cancelled 2 job(s): 1, 2" in result.out
+    assert "of which running (their workers stop them): 1" in result.out
     assert "job 77 not cancelled: no such job" in result.err
     jobs = _statuses(db)
-    assert jobs[running.id][0] == "running"
+    assert jobs[running.id] == ("failed", 1, 5, "cancelled")
     assert jobs[2] == ("failed", 0, 5, "cancelled")
+    assert jobs[3][0] == "queued"
+    done = cli("cancel", "1")
+    assert done.code == 1
+    assert "job 1 not cancelled: it has already failed" in done.err
 
 
 def test_retry_raises_the_budget_never_resets_attempts(cli: Cli, db: Engine) -> None:

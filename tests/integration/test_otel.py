@@ -111,3 +111,31 @@ def test_inject_headers_without_a_span_adds_nothing() -> None:
     assert inject_headers({"a": "b"}) == {"a": "b"}
     with pytest.raises(pgqueue.InvalidArgumentError):
         OpenTelemetryHooks(propagation="child")  # type: ignore[arg-type]
+
+
+def test_a_span_covers_each_coroutine_while_many_interleave(
+    engine: Engine, traced: tuple[Any, InMemorySpanExporter]
+) -> None:
+    import asyncio
+
+    provider, exporter = traced
+    with engine.begin() as conn:
+        ids = pgqueue.enqueue_many(conn, [{"n": n} for n in range(20)], queue="hooks")
+
+    async def handler(job: pgqueue.JobContext) -> None:
+        await asyncio.sleep(0.05)  # every coroutine is suspended here at once
+        with provider.get_tracer("app").start_as_current_span("call api"):
+            await asyncio.sleep(0)
+
+    hooks = OpenTelemetryHooks(tracer_provider=provider)
+    worker = pgqueue.Worker(engine, {"hooks": handler}, hooks=[hooks], listen=False)
+    assert worker.run(until_empty=True).done == 20
+
+    spans = exporter.get_finished_spans()
+    jobs = {s.attributes["messaging.message.id"]: s for s in spans if s.kind == SpanKind.CONSUMER}
+    assert set(jobs) == {str(i) for i in ids}
+    inner = [s for s in spans if s.name == "call api"]
+    assert len(inner) == 20
+    # Each inner span is the child of its own job's span, not of another coroutine's.
+    parents = {s.parent.span_id for s in inner if s.parent is not None}
+    assert parents == {s.context.span_id for s in jobs.values()}

@@ -2,20 +2,23 @@
 
 PGQUEUE_APP_URL (database URL), PGQUEUE_APP_CONCURRENCY, PGQUEUE_APP_LEASE (seconds),
 PGQUEUE_APP_POLL (seconds), PGQUEUE_APP_PREFETCH, PGQUEUE_APP_SHUTDOWN (seconds),
-PGQUEUE_APP_UNTIL_EMPTY (1 to drain and exit).
+PGQUEUE_APP_UNTIL_EMPTY (1 to drain and exit), PGQUEUE_APP_ASYNC_CONCURRENCY.
 
 Queues: ``effects`` inserts ``(job_id, attempts, pid)`` into ``effects``, then sleeps
-``payload["sleep"]`` seconds; ``crash`` kills its worker every time.
+``payload["sleep"]`` seconds; ``aeffects`` does the same from an ``async def`` handler through an
+``AsyncEngine`` and ``asyncio.sleep``; ``crash`` kills its worker every time.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import sys
 import time
 
 from sqlalchemy import create_engine, text
+from sqlalchemy.ext.asyncio import create_async_engine
 
 import pgqueue
 
@@ -40,13 +43,24 @@ def main() -> int:
         record(engine, job)  # first: a row means the handler started
         time.sleep(float((job.payload or {}).get("sleep", 0)))  # ignores job.stopping on purpose
 
+    aengine = create_async_engine(env["PGQUEUE_APP_URL"], pool_size=10)
+
+    async def aeffects(job: pgqueue.JobContext) -> None:
+        async with aengine.begin() as conn:  # first: a row means the handler started
+            await conn.execute(
+                text("INSERT INTO effects VALUES (:j, :a, :p)"),
+                {"j": job.id, "a": job.attempts, "p": os.getpid()},
+            )
+        await asyncio.sleep(float((job.payload or {}).get("sleep", 0)))
+
     def crash(job: pgqueue.JobContext) -> None:
         os._exit(3)
 
     worker = pgqueue.Worker(
         engine,
-        {"effects": effects, "crash": crash},
+        {"effects": effects, "aeffects": aeffects, "crash": crash},
         concurrency=concurrency,
+        async_concurrency=int(env.get("PGQUEUE_APP_ASYNC_CONCURRENCY", "100")),
         lease=float(env.get("PGQUEUE_APP_LEASE", "30")),
         poll_interval=float(env.get("PGQUEUE_APP_POLL", "1")),
         prefetch=int(env.get("PGQUEUE_APP_PREFETCH", "1")),

@@ -1,0 +1,195 @@
+"""The claimer: the worker's main loop, deciding when to claim from which queue.
+
+Queues are visited round-robin, one claim per visit (one queue per claim keeps the claim's plan
+on ``jobs_ready_idx``); a queue whose claim came back full goes to the back of the line, so no
+queue starves another. Notifications put their queue in line; the fallback poll puts every queue
+in line; reaping runs on its own schedule. An idle worker (scale-to-zero) stretches its poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import Connection, Engine
+
+from pgqueue import repository
+from pgqueue._reaper import reap
+from pgqueue._runtime import Runtime
+from pgqueue._transient import short_transaction
+from pgqueue._window import Lane
+from pgqueue.results import ClaimedJob
+
+log = logging.getLogger("pgqueue.worker")
+
+
+@dataclass(frozen=True)
+class ClaimerOptions:
+    lease: timedelta
+    batch_size: int
+    poll_interval: float
+    reap_interval: float
+    idle_poll_interval: float | None
+    idle_after: float
+    lock_timeout_ms: int
+
+
+class Claimer:
+    def __init__(
+        self,
+        runtime: Runtime,
+        engine: Engine,
+        lanes: Mapping[str, Lane],
+        options: ClaimerOptions,
+    ) -> None:
+        self._rt = runtime
+        self._engine = engine
+        self._lanes = dict(lanes)
+        self._opts = options
+        # All under the runtime's lock.
+        self._ready: dict[str, None] = {}  # queues worth a claim, in round-robin order
+        self._notified: dict[str, None] = {}
+        self._poll_requested = False
+        self._claimed_since_poll = 0
+        self._idle_polls = 0
+
+    # -- called from other threads ----------------------------------------------------------------
+
+    def on_notify(self, queue: str) -> None:
+        if queue in self._lanes:
+            with self._rt.lock:
+                self._notified[queue] = None
+                self._rt.claimer_wakeup.notify_all()
+
+    def on_listen_connected(self) -> None:
+        with self._rt.lock:
+            self._poll_requested = True  # whatever was sent while we were away is gone
+            self._rt.claimer_wakeup.notify_all()
+
+    def queue_had_job(self, queue: str) -> None:
+        """Transaction mode: a ticket found a job, so more may wait. Lock held."""
+        self._claimed_since_poll += 1
+        self._ready.setdefault(queue, None)
+        self._rt.claimer_wakeup.notify()
+
+    def idle(self) -> bool:
+        """Scale-to-zero: nothing held and no work for ``idle_after`` seconds. Lock held."""
+        return (
+            self._opts.idle_poll_interval is not None
+            and not self._rt.window.in_flight()
+            and time.monotonic() - self._rt.last_work > self._opts.idle_after
+        )
+
+    def idle_interval(self) -> float:
+        """How long reconnects and reaping wait while idle (0 when not idle)."""
+        with self._rt.lock:
+            idle = self.idle()
+        return self._opts.idle_poll_interval if self._opts.idle_poll_interval and idle else 0.0
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def run(self, until_empty: bool) -> None:
+        """Claim until stopped; with ``until_empty``, until a whole poll found nothing."""
+        rt, opts = self._rt, self._opts
+        next_poll = 0.0
+        next_reap = time.monotonic() + (0.0 if until_empty else opts.reap_interval)
+        while not rt.stop.is_set():
+            now = time.monotonic()
+            if now >= next_poll or self._poll_requested:
+                self._poll_requested = False
+                if now >= next_reap:
+                    self._reap()
+                    next_reap = now + max(opts.reap_interval, self.idle_interval())
+                with rt.lock:
+                    self._ready.update(dict.fromkeys(self._lanes))
+                    self._claimed_since_poll = 0
+                    interval = self._next_poll_interval()
+                next_poll = time.monotonic() + interval
+            elif now >= next_reap and not self.idle_interval():
+                self._reap()
+                next_reap = now + opts.reap_interval
+            self._claim_round()
+            with rt.lock:
+                if rt.stop.is_set():
+                    return
+                if until_empty and not self._ready and rt.window.in_flight() == 0:
+                    # Everything claimed is finished: stop once a whole poll found nothing.
+                    if self._claimed_since_poll == 0:
+                        return
+                    self._poll_requested = True
+                    continue
+                if self._next_queue() is not None or (
+                    (self._notified or self._poll_requested) and self._any_lane_worth()
+                ):
+                    continue
+                rt.claimer_wakeup.wait(max(0.0, min(next_poll, next_reap) - time.monotonic()))
+
+    def _next_poll_interval(self) -> float:
+        opts = self._opts
+        if opts.idle_poll_interval is None or not self.idle():
+            self._idle_polls = 0
+            return opts.poll_interval
+        self._idle_polls += 1
+        return min(opts.idle_poll_interval, opts.poll_interval * 2.0 ** min(self._idle_polls, 30))
+
+    def _reap(self) -> None:
+        reaped = reap(
+            self._engine, lock_timeout_ms=self._opts.lock_timeout_ms, hooks=self._rt.hooks
+        )
+        if reaped:
+            with self._rt.lock:
+                self._ready.update(dict.fromkeys(self._lanes))
+
+    def _any_lane_worth(self) -> bool:
+        return any(self._rt.window.worth_claim(lane) for lane in self._rt.window.lanes)
+
+    def _next_queue(self) -> str | None:
+        """The first queue in line whose lane has room for a claim. Lock held."""
+        window = self._rt.window
+        for queue in self._ready:
+            if window.worth_claim(self._lanes[queue]):
+                return queue
+        return None
+
+    def _claim_round(self) -> None:
+        """Visit ready queues round-robin while there is capacity: one claim per visit."""
+        rt = self._rt
+        while not rt.stop.is_set():
+            with rt.lock:
+                for q in self._notified:
+                    self._ready.setdefault(q, None)
+                self._notified.clear()
+                queue = self._next_queue()
+                if queue is None:
+                    return
+                lane = self._lanes[queue]
+                del self._ready[queue]
+                if rt.window.transaction:
+                    rt.window.tickets.append(queue)
+                    rt.work_ready.notify()
+                    continue
+                limit = min(self._opts.batch_size, rt.window.capacity(lane))
+            claimed = self._claim(queue, limit)
+            with rt.lock:
+                if claimed is None:
+                    self._ready.setdefault(queue, None)
+                else:
+                    if len(claimed) == limit:
+                        self._ready[queue] = None  # more may be waiting: back of the line
+                    self._claimed_since_poll += rt.accept(lane, claimed)
+            if claimed is None:
+                rt.stop.wait(1.0)
+                return
+
+    def _claim(self, queue: str, limit: int) -> list[ClaimedJob] | None:
+        def work(conn: Connection) -> list[ClaimedJob]:
+            return repository.claim(conn, queue=queue, limit=limit, lease=self._opts.lease)
+
+        # One statement in autocommit: committed before it returns, without the BEGIN and COMMIT
+        # round trips, and no session state for a transaction-mode pooler.
+        return short_transaction(
+            self._engine, work, what=f"claim on queue {queue}", autocommit=True
+        )

@@ -1,0 +1,181 @@
+"""The completer: batches the outcomes of finished jobs into one guarded statement each.
+
+Handlers hand their outcome over and return at once; one thread turns everything that arrived
+within a few milliseconds into one short transaction (``complete_many``, ``fail_many`` per retry
+policy, then one ``settled_among`` for any job whose guard matched nothing), retried on a lost
+connection, a deadlock or a lock timeout, so a finished job is not run again for want of its
+write.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import partial
+
+from sqlalchemy import Connection, Engine
+
+from pgqueue import repository
+from pgqueue._transient import short_transaction
+from pgqueue._window import Held, keys
+from pgqueue.jobs import Outcome
+from pgqueue.results import Settled
+from pgqueue.retry_policy import RetryPolicy
+
+log = logging.getLogger("pgqueue.worker")
+
+#: Most outcomes per flush: one statement of 500 ids costs little more than one of 10, and a
+#: completer that keeps up keeps the worker's bookkeeping small. Also the claim window's backlog
+#: bound: finished jobs waiting beyond the window before claims pause.
+FLUSH_SIZE = 500
+
+#: ``(held job, outcome, detail)`` as the completer reports them.
+Report = Callable[[list[tuple[Held, Outcome, str]]], None]
+
+_SETTLED = {Settled.DONE_BY_HANDLER: Outcome.DONE_BY_HANDLER, Settled.CANCELLED: Outcome.CANCELLED}
+
+
+def settled_outcome(settled: Settled | None) -> Outcome:
+    """A job whose guard matched nothing: done by its handler, cancelled, or else lost."""
+    return Outcome.LOST if settled is None else _SETTLED[settled]
+
+
+@dataclass
+class Failure:
+    held: Held
+    error: str
+    retry: bool
+    policy: RetryPolicy
+
+
+class Completer:
+    """One thread that flushes finished jobs within ``flush_delay`` seconds, ``batch_size`` at most.
+
+    ``report([(held, outcome, detail), ...])`` is called once per batch after its write committed
+    (or once it is known that the write could not be made: those jobs are lost).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        report: Report,
+        *,
+        lock_timeout_ms: int,
+        batch_size: int = FLUSH_SIZE,
+        flush_delay: float = 0.002,
+    ) -> None:
+        self._engine = engine
+        self._report = report
+        self._batch_size = batch_size
+        self._lock_timeout_ms = lock_timeout_ms
+        self._flush_delay = flush_delay
+        self._cond = threading.Condition()
+        self._done: list[Held] = []
+        self._failed: list[Failure] = []
+        self._closing = False
+        self._give_up_at: float | None = None
+        self._thread = threading.Thread(target=self._run, name="pgqueue-completer", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def complete(self, held: Held) -> None:
+        with self._cond:
+            self._done.append(held)
+            self._wake()
+
+    def fail(self, held: Held, error: str, *, retry: bool, policy: RetryPolicy) -> None:
+        with self._cond:
+            self._failed.append(Failure(held, error, retry, policy))
+            self._wake()
+
+    def _wake(self) -> None:
+        queued = len(self._done) + len(self._failed)
+        if queued == 1 or queued >= self._batch_size:
+            self._cond.notify()  # the first wakes the thread, a full batch ends its wait
+
+    def close(self, deadline: float) -> None:
+        """Flush what is buffered, retrying until ``deadline`` (a ``time.monotonic()`` value)."""
+        with self._cond:
+            self._closing = True
+            self._give_up_at = deadline
+            self._cond.notify_all()
+        self._thread.join(max(0.0, deadline - time.monotonic()) + 1.0)
+
+    def _keep_trying(self) -> bool:
+        return self._give_up_at is None or time.monotonic() < self._give_up_at
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not (self._done or self._failed or self._closing):
+                    self._cond.wait()
+                if not (self._done or self._failed):
+                    return
+                # Let a burst gather: one statement for many jobs.
+                if len(self._done) + len(self._failed) < self._batch_size and not self._closing:
+                    self._cond.wait(self._flush_delay)
+                done, self._done = self._done[: self._batch_size], self._done[self._batch_size :]
+                failed = self._failed[: self._batch_size]
+                self._failed = self._failed[self._batch_size :]
+            try:
+                outcomes = short_transaction(
+                    self._engine,
+                    partial(write_outcomes, done=done, failed=failed),
+                    what="flush",
+                    keep_trying=self._keep_trying,
+                    lock_timeout_ms=self._lock_timeout_ms,
+                )
+            except Exception:
+                log.exception("flushing %d job outcomes failed", len(done) + len(failed))
+                outcomes = None
+            if outcomes is None:
+                outcomes = [(h, Outcome.LOST, "completion not written") for h in done]
+                outcomes += [(f.held, Outcome.LOST, "failure not written") for f in failed]
+            self._report(outcomes)
+
+
+def write_outcomes(
+    conn: Connection, *, done: list[Held], failed: list[Failure]
+) -> list[tuple[Held, Outcome, str]]:
+    """Write a batch in the caller's transaction; tell each job's outcome."""
+    outcomes: list[tuple[Held, Outcome, str]] = []
+    missed: list[tuple[Held, str]] = []
+    if done:
+        matched = repository.complete_many(conn, keys(done))
+        for held in done:
+            if held.job.id in matched:
+                outcomes.append((held, Outcome.DONE, ""))
+            else:
+                missed.append((held, "guard matched no row at completion"))
+    for policy, group in _by_policy(failed):
+        rows = repository.fail_many(
+            conn,
+            [(f.held.job.id, f.held.job.attempts, f.error, f.retry) for f in group],
+            base=policy.base,
+            cap=policy.cap,
+        )
+        for f in group:
+            row = rows.get(f.held.job.id)
+            if row is None:
+                missed.append((f.held, "guard matched no row at failure"))
+            elif row.retry_in is None:
+                outcomes.append((f.held, Outcome.FAILED, f.error))
+            else:
+                outcomes.append((f.held, Outcome.RETRY, f"retry in {row.retry_in}: {f.error}"))
+    if missed:
+        settled = repository.settled_among(conn, keys(h for h, _ in missed))
+        for held, detail in missed:
+            outcome = settled_outcome(settled.get(held.job.id))
+            outcomes.append((held, outcome, detail if outcome is Outcome.LOST else ""))
+    return outcomes
+
+
+def _by_policy(failed: Iterable[Failure]) -> list[tuple[RetryPolicy, list[Failure]]]:
+    groups: dict[RetryPolicy, list[Failure]] = {}
+    for f in failed:
+        groups.setdefault(f.policy, []).append(f)
+    return list(groups.items())

@@ -1,0 +1,102 @@
+"""Running one handler on one job, and writing one job's outcome in the caller's transaction.
+
+The worker's lanes (threads, the event loop, transaction mode) and :func:`pgqueue.testing.drain`
+all call handlers and decide outcomes through these functions, so tests and production agree:
+the same error text (:func:`describe_error`), the same "done by its handler" and "cancelled"
+recognition when a guard matches nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from pgqueue import repository
+from pgqueue._completer import settled_outcome
+from pgqueue._window import Held
+from pgqueue.hooks import HookDispatcher
+from pgqueue.jobs import Handler, Outcome
+from pgqueue.repository import Executor
+from pgqueue.retry_policy import RetryPolicy, describe_error
+
+
+class HandlerCancelled(Exception):
+    """An ``async def`` handler's task was cancelled other than by a cancel or a lost lease: at
+    the shutdown deadline, or by the coroutine itself. The attempt counts as failed."""
+
+
+def call_sync(handler: Handler, held: Held, hooks: HookDispatcher | None) -> Exception | None:
+    """Run a sync handler; return what it raised (``None``: it returned)."""
+    _started(held, hooks)
+    error: Exception | None = None
+    try:
+        handler(held.job)
+    except Exception as exc:
+        error = exc
+    _handled(held, hooks, error)
+    return error
+
+
+async def call_async(
+    handler: Handler, held: Held, hooks: HookDispatcher | None
+) -> BaseException | None:
+    """Await a coroutine handler inside its task; a cancellation is returned, not raised.
+
+    The task is the worker's own and ends here, so swallowing ``CancelledError`` is safe: the
+    caller tells a cancel, a lost lease and a shutdown apart by the job's flags.
+    """
+    _started(held, hooks)
+    error: BaseException | None = None
+    try:
+        await handler(held.job)  # type: ignore[misc]
+    except (Exception, asyncio.CancelledError) as exc:
+        error = exc
+    _handled(held, hooks, error)
+    return error
+
+
+def run_inline(handler: Handler, held: Held, is_async: bool) -> BaseException | None:
+    """Run a handler of either kind on the calling thread (``asyncio.run`` for a coroutine)."""
+    if is_async:
+        return asyncio.run(call_async(handler, held, None))
+    return call_sync(handler, held, None)
+
+
+def settle(
+    conn: Executor, held: Held, error: BaseException | None, policy: RetryPolicy
+) -> tuple[Outcome, str]:
+    """Complete or fail one job in the caller's transaction and say what became of it."""
+    job = held.job
+    if error is None:
+        if repository.complete(conn, job.id, job.attempts):
+            return Outcome.DONE, ""
+        detail = "guard matched no row at completion"
+    else:
+        detail = describe_error(error)
+        result = repository.fail(
+            conn,
+            job.id,
+            job.attempts,
+            detail,
+            retry=policy.should_retry(error),
+            base=policy.base,
+            cap=policy.cap,
+        )
+        if result is not None and result.retry_in is None:
+            return Outcome.FAILED, detail
+        if result is not None:
+            return Outcome.RETRY, f"retry in {result.retry_in}: {detail}"
+    outcome = settled_outcome(repository.settled_among(conn, [held.key]).get(job.id))
+    return outcome, detail if outcome is Outcome.LOST else ""
+
+
+def _started(held: Held, hooks: HookDispatcher | None) -> None:
+    held.started_at = time.monotonic()
+    if hooks is not None:
+        hooks.started(held.job, held.started_at - held.claimed_at)
+
+
+def _handled(held: Held, hooks: HookDispatcher | None, error: BaseException | None) -> None:
+    held.handler_seconds = time.monotonic() - held.started_at
+    if hooks is not None:
+        hooks.handled(held.job, held.handler_seconds, error)

@@ -1,0 +1,80 @@
+"""The heartbeat: keeps the leases of every job the worker holds, and learns which it lost.
+
+Every ``lease / 3`` (or at once when :meth:`Heartbeat.poke` says a job was cancelled) it extends
+all held leases in one statement. A job the extension misses was completed by its handler's own
+transaction, cancelled, or reaped and perhaps claimed by another worker; one more statement tells
+which, and the runtime stops the handler of a job that is no longer worth running. It is a thread
+of its own, so it keeps beating while handlers block, run CPU-bound Python or await.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+
+from sqlalchemy import Connection, Engine
+
+from pgqueue import repository
+from pgqueue._runtime import Runtime
+from pgqueue._transient import short_transaction
+from pgqueue._window import Held, keys
+from pgqueue.results import Settled
+
+
+class Heartbeat:
+    def __init__(
+        self, runtime: Runtime, engine: Engine, lease: timedelta, *, lock_timeout_ms: int
+    ) -> None:
+        self._runtime = runtime
+        self._engine = engine
+        self._lease = lease
+        self._period = lease.total_seconds() / 3
+        self._lock_timeout_ms = lock_timeout_ms
+        self._poked = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pgqueue-heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def poke(self) -> None:
+        """Beat now: a job may have been cancelled (the cancel NOTIFY)."""
+        self._poked.set()
+
+    def join(self, timeout: float) -> None:
+        self._poked.set()
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        stop = self._runtime.stop
+        while not stop.is_set():
+            self._poked.wait(self._period)
+            self._poked.clear()
+            if stop.is_set():
+                return
+            with self._runtime.lock:
+                held = self._runtime.window.leased()
+            if held:
+                self.beat(held, deadline=time.monotonic() + self._period)
+
+    def beat(self, held: list[Held], deadline: float) -> None:
+        def work(conn: Connection) -> tuple[set[int], dict[int, Settled]]:
+            kept = repository.extend_leases(conn, keys(held), self._lease)
+            missed = [h for h in held if h.job.id not in kept]
+            return kept, repository.settled_among(conn, keys(missed)) if missed else {}
+
+        result = short_transaction(
+            self._engine,
+            work,
+            what="heartbeat",
+            keep_trying=lambda: not self._runtime.stop.is_set() and time.monotonic() < deadline,
+            lock_timeout_ms=self._lock_timeout_ms,
+        )
+        if result is None:
+            return
+        kept, settled = result
+        hooks = self._runtime.hooks
+        if hooks is not None:
+            hooks.lease_extended([h.job for h in held if h.job.id in kept])
+        if len(kept) < len(held):
+            self._runtime.leases_checked(held, kept, settled)

@@ -1,0 +1,172 @@
+"""What a running worker's components share: one lock, the claim window, and how a job ends.
+
+The claimer, the handler lanes, the heartbeat and the completer each run on threads of their
+own and meet here. Everything in :class:`Runtime` that touches the window or the stats runs under
+its one (non-reentrant) lock; the completer's hand-over happens outside it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+
+from pgqueue._completer import Completer
+from pgqueue._executors import HandlerCancelled
+from pgqueue._outcomes import count_and_log
+from pgqueue._window import ClaimWindow, Held, Lane, State
+from pgqueue.hooks import HookDispatcher
+from pgqueue.jobs import JobContext, Outcome, WorkerStats
+from pgqueue.results import ClaimedJob, Settled
+from pgqueue.retry_policy import RetryPolicy, describe_error
+
+log = logging.getLogger("pgqueue.worker")
+
+
+class Runtime:
+    """The shared state of one ``Worker.run()``.
+
+    Attributes:
+        lock: Guards the window, the stats and the claimer's queue bookkeeping.
+        claimer_wakeup: Wakes the claiming loop (capacity freed, a notification, a stop).
+        work_ready: Wakes handler threads, one per new job (or ticket).
+        stop: Set once shutdown began: nothing new is claimed or started.
+    """
+
+    def __init__(
+        self,
+        window: ClaimWindow,
+        stats: WorkerStats,
+        hooks: HookDispatcher | None,
+        policies: Callable[[str], RetryPolicy],
+    ) -> None:
+        self.lock = threading.Lock()
+        self.claimer_wakeup = threading.Condition(self.lock)
+        self.work_ready = threading.Condition(self.lock)
+        self.stop = threading.Event()
+        self.window = window
+        self.stats = stats
+        self.hooks = hooks
+        self.policy = policies
+        self.completer: Completer | None = None
+        #: Called (under the lock) when async jobs are waiting: the event loop's wake-up.
+        self.wake_async: Callable[[], None] = lambda: None
+        self.last_work = time.monotonic()
+
+    # -- claims -----------------------------------------------------------------------------------
+
+    def accept(self, lane: Lane, claimed: Iterable[ClaimedJob]) -> int:
+        """Hold freshly claimed jobs and wake their lane; call with the lock held."""
+        jobs = [
+            JobContext(c.id, c.queue, c.payload, c.attempts, headers=c.headers) for c in claimed
+        ]
+        if not jobs:
+            return 0
+        self.last_work = time.monotonic()
+        self.stats.claimed += len(jobs)
+        for held in self.window.accept(lane, jobs, self.last_work):
+            if self.hooks is not None:
+                self.hooks.claimed(held.job)
+            log.debug(
+                "job %d queue=%s attempt=%d: claimed",
+                held.job.id,
+                held.job.queue,
+                held.job.attempts,
+            )
+        if lane is Lane.THREADS:
+            self.work_ready.notify(len(jobs))
+        else:
+            self.wake_async()
+        return len(jobs)
+
+    def wake_claimer(self) -> None:
+        """Capacity changed: wake the claiming loop if a claim is now worth it. Lock held."""
+        window = self.window
+        if not len(window) or any(window.worth_claim(lane) for lane in window.lanes):
+            self.claimer_wakeup.notify()
+
+    # -- outcomes ---------------------------------------------------------------------------------
+
+    def finish(self, held: Held, error: BaseException | None) -> None:
+        """A handler returned or raised: drop the outcome of a job no longer ours, else hand it to
+        the completer. Takes the lock."""
+        job = held.job
+        with self.lock:
+            if job.lease_lost or job.cancelled:
+                self.window.forget(held)
+                if job.cancelled:
+                    self.record(held, Outcome.CANCELLED, "")
+                else:
+                    self.record(held, Outcome.LOST, "lease lost")
+                self.wake_claimer()
+                return
+            self.window.finishing(held)
+            self.wake_claimer()
+        assert self.completer is not None, "the completer starts before any handler"
+        if error is None:
+            self.completer.complete(held)
+            return
+        if not isinstance(error, Exception):
+            # A task cancelled at the shutdown deadline, or by the coroutine itself: a failed,
+            # retryable attempt, so a job that always outlasts the deadline spends its attempts.
+            error = HandlerCancelled("the handler's task was cancelled")
+        policy = self.policy(job.queue)
+        self.completer.fail(
+            held, describe_error(error), retry=policy.should_retry(error), policy=policy
+        )
+
+    def report(self, outcomes: list[tuple[Held, Outcome, str]]) -> None:
+        """The completer's callback: a batch's outcomes are written (or known to be lost)."""
+        with self.lock:
+            for held, outcome, detail in outcomes:
+                self.window.forget(held)
+                self.record(held, outcome, detail)
+            self.wake_claimer()
+
+    def record(self, held: Held, outcome: Outcome, detail: str) -> None:
+        """Count, log and tell hooks of one job's end. Lock held."""
+        count_and_log(self.stats, held.job, outcome, detail)
+        if self.hooks is not None:
+            self.hooks.outcome(held.job, outcome, detail, held.handler_seconds)
+
+    # -- what the heartbeat learnt ----------------------------------------------------------------
+
+    def leases_checked(
+        self, checked: list[Held], kept: set[int], settled: Mapping[int, Settled]
+    ) -> None:
+        """Jobs whose lease extension matched nothing: self-done, cancelled, or lost."""
+        with self.lock:
+            for held in checked:
+                if held.job.id in kept or not self.window.holds(held):
+                    continue
+                how = settled.get(held.job.id)
+                if how is Settled.DONE_BY_HANDLER:
+                    self.window.self_done(held)
+                elif held.state.busy:
+                    self._stop_job(held, cancelled=how is Settled.CANCELLED)
+            self.claimer_wakeup.notify_all()
+
+    def _stop_job(self, held: Held, *, cancelled: bool) -> None:
+        job = held.job
+        what = "cancelled" if cancelled else "lease lost"
+        if cancelled:
+            job.cancelled = True
+        else:
+            job.lease_lost = True
+        job.stopping.set()
+        if held.state is State.PENDING:
+            self.window.drop_pending(held)
+            self.record(
+                held, Outcome.CANCELLED if cancelled else Outcome.LOST, f"{what}, unstarted"
+            )
+            return
+        log.warning(
+            "job %d queue=%s attempt=%d: %s, stopping its handler",
+            job.id,
+            job.queue,
+            job.attempts,
+            what,
+        )
+        if held.cancel_task is not None:
+            held.cancel_task()

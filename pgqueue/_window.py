@@ -1,0 +1,197 @@
+"""The claim window: the claimed jobs a worker holds, their states, and how much more it may claim.
+
+Pure bookkeeping, no I/O and no lock of its own: the worker's components call it while holding
+the worker's one lock, and the unit tests call it directly.
+
+Each job runs in a lane: ``THREADS`` (sync handlers on the worker's threads) or ``ASYNC``
+(coroutine handlers on its event loop). A lane holds at most ``slots + prefetch`` jobs that are
+pending or running; jobs whose outcome waits for the completer count against a further backlog
+bound, so claims wait for a lagging completer instead of piling up rows and memory.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from pgqueue.jobs import JobContext
+
+
+class Lane(enum.Enum):
+    THREADS = "threads"
+    ASYNC = "asyncio"
+
+
+class State(enum.Enum):
+    PENDING = "pending"  # claimed, waiting for a thread or a task
+    RUNNING = "running"  # its handler is running
+    FINISHING = "finishing"  # its outcome waits for the completer
+    SELF_DONE = "self-done"  # its handler completed it in its own transaction
+
+    @property
+    def busy(self) -> bool:
+        """Takes a slot of its lane: pending or running."""
+        return self in (State.PENDING, State.RUNNING)
+
+
+@dataclass(eq=False)
+class Held:
+    """One job the worker holds, with the timings the hooks report (``time.monotonic()``)."""
+
+    job: JobContext
+    lane: Lane
+    claimed_at: float
+    state: State = State.PENDING
+    started_at: float = 0.0
+    handler_seconds: float | None = None
+    #: Cancels an async handler's task (thread-safe); ``None`` for threads and unstarted jobs.
+    cancel_task: Callable[[], None] | None = field(default=None, repr=False)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """``(job id, claimed attempts)``: what every guarded batch statement takes."""
+        return self.job.id, self.job.attempts
+
+
+def keys(held: Iterable[Held]) -> list[tuple[int, int]]:
+    return [h.key for h in held]
+
+
+class ClaimWindow:
+    """Capacity and job states of one worker.
+
+    Args:
+        slots: Handlers that may run at once, per lane.
+        prefetch: Jobs claimed beyond the free slots, per lane.
+        batch_size: Most jobs per claim.
+        backlog: Finished jobs that may wait for the completer beyond the window.
+        transaction: Transaction mode: handler threads claim for themselves, one job each, on
+            a "ticket" (a queue name); nothing is prefetched.
+    """
+
+    def __init__(
+        self,
+        slots: Mapping[Lane, int],
+        prefetch: Mapping[Lane, int],
+        *,
+        batch_size: int,
+        backlog: int,
+        transaction: bool = False,
+    ) -> None:
+        self.transaction = transaction
+        self.lanes = tuple(slots)
+        self._window = {
+            lane: slots[lane] + (0 if transaction else prefetch[lane]) for lane in slots
+        }
+        self._slots = dict(slots)
+        self._backlog = backlog
+        # Claim when this many slots are free (or the lane runs dry): half the window, so one
+        # round trip serves many jobs while the other half keeps the handlers busy.
+        self._claim_at = {lane: max(1, min(batch_size, w // 2)) for lane, w in self._window.items()}
+        self._held: dict[int, Held] = {}
+        self._pending: dict[Lane, deque[Held]] = {lane: deque() for lane in slots}
+        self._busy = dict.fromkeys(slots, 0)
+        self._count = dict.fromkeys(slots, 0)
+        self.tickets: deque[str] = deque()
+        self.tx_running = 0
+
+    # -- capacity ---------------------------------------------------------------------------------
+
+    def capacity(self, lane: Lane) -> int:
+        """How many more jobs this lane may claim now."""
+        if self.transaction:
+            return self._slots[lane] - len(self.tickets) - self.tx_running
+        window = self._window[lane]
+        return min(window - self._busy[lane], window + self._backlog - self._count[lane])
+
+    def worth_claim(self, lane: Lane) -> bool:
+        """Room for a claim worth its round trip: half the window is free, or the lane ran dry."""
+        capacity = self.capacity(lane)
+        if self.transaction:
+            return capacity > 0
+        return capacity > 0 and (capacity >= self._claim_at[lane] or not self._pending[lane])
+
+    def in_flight(self) -> int:
+        """Jobs held plus transaction-mode tickets and handlers: zero once all is finished."""
+        return len(self._held) + len(self.tickets) + self.tx_running
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    # -- transitions ------------------------------------------------------------------------------
+
+    def accept(self, lane: Lane, jobs: Iterable[JobContext], now: float) -> list[Held]:
+        """Hold freshly claimed jobs as pending."""
+        added = [Held(job, lane, now) for job in jobs]
+        for held in added:
+            self._held[held.job.id] = held
+            self._count[lane] += 1
+            self._busy[lane] += 1
+            self._pending[lane].append(held)
+        return added
+
+    def has_pending(self, lane: Lane) -> bool:
+        return bool(self._pending[lane])
+
+    def start_next(self, lane: Lane) -> Held | None:
+        """The oldest pending job of ``lane``, now running; ``None`` when none waits."""
+        pending = self._pending[lane]
+        if not pending:
+            return None
+        held = pending.popleft()
+        self._set(held, State.RUNNING)
+        return held
+
+    def finishing(self, held: Held) -> None:
+        """Its handler returned: the outcome goes to the completer (a self-done job stays so)."""
+        if held.state is not State.SELF_DONE:
+            self._set(held, State.FINISHING)
+
+    def self_done(self, held: Held) -> None:
+        """A heartbeat found it completed by its handler's own transaction."""
+        if held.state.busy:
+            self._set(held, State.SELF_DONE)
+
+    def drop_pending(self, held: Held) -> None:
+        """Forget a job that never started (lost or cancelled before its turn)."""
+        self._pending[held.lane].remove(held)
+        self.forget(held)
+
+    def take_all_pending(self) -> list[Held]:
+        """Shutdown: every job that never started, forgotten (out of the heartbeat) in one go."""
+        taken = [h for lane in self._pending for h in self._pending[lane]]
+        for pending in self._pending.values():
+            pending.clear()
+        for held in taken:
+            self.forget(held)
+        return taken
+
+    def forget(self, held: Held) -> None:
+        if self._held.get(held.job.id) is not held:
+            return
+        del self._held[held.job.id]
+        self._count[held.lane] -= 1
+        if held.state.busy:
+            self._busy[held.lane] -= 1
+
+    # -- views ------------------------------------------------------------------------------------
+
+    def holds(self, held: Held) -> bool:
+        return self._held.get(held.job.id) is held
+
+    def leased(self) -> list[Held]:
+        """Jobs whose lease the heartbeat keeps (all but those their handler completed)."""
+        return [h for h in self._held.values() if h.state is not State.SELF_DONE]
+
+    def in_state(self, state: State) -> list[Held]:
+        return [h for h in self._held.values() if h.state is state]
+
+    def _set(self, held: Held, state: State) -> None:
+        counted = self.holds(held)
+        if counted and held.state.busy:
+            self._busy[held.lane] -= 1
+        held.state = state
+        if counted and state.busy:
+            self._busy[held.lane] += 1

@@ -1,0 +1,198 @@
+"""What handlers and the worker's components share: the job a handler gets, handlers, outcomes.
+
+Nothing here imports the worker, so the worker's components, the hooks and the test helpers all
+take their types from this module (``pgqueue.JobContext``, ``pgqueue.Registry`` and
+``pgqueue.WorkerStats`` are the public names).
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sqlalchemy import Connection, Engine
+
+from pgqueue._validation import check_queue
+from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
+
+#: What a handler is: called with the job, its return value ignored, an exception fails the job.
+#: An ``async def`` handler (a coroutine function) runs on the worker's event loop instead of a
+#: thread.
+Handler = Callable[["JobContext"], object]
+
+
+@dataclass(eq=False)
+class JobContext:
+    """What a handler receives: one claimed job.
+
+    Attributes:
+        id: The job's id.
+        queue: Its queue (the job kind that chose the handler).
+        payload: The decoded JSON payload.
+        attempts: This attempt's number, the token of every guarded update: a handler that
+            writes to the same database can finish the job in its own transaction with
+            ``pgqueue.complete(conn, job.id, job.attempts)`` (or ``await pgqueue.aio.complete``)
+            for exactly-once effects.
+        stopping: Set when the job is no longer worth running: its lease was lost, it was
+            cancelled (:func:`pgqueue.cancel`), or shutdown asks handlers to stop. Long loops
+            should check ``job.stopping.is_set()``; an async handler's task is also cancelled
+            (``asyncio.CancelledError``) on a lost lease or a cancel.
+        lease_lost: True once a heartbeat found the job no longer ours; its outcome is dropped.
+        cancelled: True once the worker learnt that the job was cancelled while it held it; its
+            outcome is dropped (the row already says ``failed`` / ``'cancelled'``).
+        connection: In ``mode="transaction"`` only, the connection whose open transaction
+            holds the job: write through it and your writes commit together with the completion.
+        headers: What the producer passed as ``enqueue(..., headers=...)`` (for example a trace
+            context), or ``None``.
+
+    .. versionadded:: 0.1.0
+    """
+
+    id: int
+    queue: str
+    payload: Any
+    attempts: int
+    stopping: threading.Event = field(default_factory=threading.Event)
+    lease_lost: bool = False
+    cancelled: bool = False
+    connection: Connection | None = None
+    headers: Mapping[str, str] | None = None
+
+    def __repr__(self) -> str:
+        return f"JobContext(id={self.id}, queue={self.queue!r}, attempts={self.attempts})"
+
+
+def is_async_handler(handler: object) -> bool:
+    """A coroutine function (or an object whose ``__call__`` is one): runs on the event loop."""
+    if inspect.iscoroutinefunction(handler):
+        return True
+    call = getattr(handler, "__call__", None)  # noqa: B004 (a callable instance's method)
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def check_handlers(handlers: object) -> dict[str, Handler]:
+    """The worker's ``handlers`` argument: a non-empty ``{queue: callable}`` mapping."""
+    if not isinstance(handlers, Mapping) or not handlers:
+        raise InvalidArgumentError("handlers", "give a non-empty {queue: handler} mapping")
+    checked: dict[str, Handler] = {}
+    for queue, func in handlers.items():
+        check_queue(queue)
+        if not callable(func):
+            raise InvalidArgumentTypeError(f"handlers[{queue!r}]", "a callable", func)
+        checked[queue] = func
+    return checked
+
+
+class Registry(Mapping[str, Handler]):
+    """A decorator-style way to build the ``{queue: handler}`` mapping a :class:`Worker` takes.
+
+    Sync and ``async def`` handlers mix freely. Example::
+
+        registry = pgqueue.Registry()
+
+        @registry.handler("emails")
+        def send_email(job: pgqueue.JobContext) -> None: ...
+
+        @registry.handler("webhooks")
+        async def call_webhook(job: pgqueue.JobContext) -> None: ...
+
+        pgqueue.Worker(engine, registry).run()
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self) -> None:
+        self._handlers: dict[str, Handler] = {}
+
+    def handler(self, queue: str) -> Callable[[Handler], Handler]:
+        """Register the decorated function for ``queue``; it is returned unchanged."""
+        check_queue(queue)
+        if queue in self._handlers:
+            raise InvalidArgumentError("queue", f"a handler for {queue!r} is already registered")
+
+        def register(func: Handler) -> Handler:
+            self._handlers[queue] = func
+            return func
+
+        return register
+
+    def __getitem__(self, queue: str) -> Handler:
+        return self._handlers[queue]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._handlers)
+
+    def __len__(self) -> int:
+        return len(self._handlers)
+
+
+class Outcome(enum.Enum):
+    """How one claimed job ended for the worker that held it.
+
+    .. versionadded:: 0.1.0
+    """
+
+    DONE = "done"
+    #: Completed by its handler's own transaction (``pgqueue.complete`` beside its writes).
+    DONE_BY_HANDLER = "done by handler"
+    RETRY = "retry"
+    FAILED = "failed"
+    #: No longer ours (lease lost, guard matched nothing): nothing was written.
+    LOST = "lost"
+    #: Claimed, never started, given back at shutdown without charging the attempt.
+    RELEASED = "released"
+    #: Cancelled by :func:`pgqueue.cancel` while this worker held it: nothing was written.
+    CANCELLED = "cancelled"
+
+
+@dataclass
+class WorkerStats:
+    """Counters of one worker since it was created (read them after ``run()`` returns).
+
+    ``cancelled`` counts jobs cancelled (:func:`pgqueue.cancel`) while this worker held them.
+
+    .. versionadded:: 0.1.0
+    """
+
+    claimed: int = 0
+    done: int = 0
+    done_by_handler: int = 0
+    retried: int = 0
+    failed: int = 0
+    lost: int = 0
+    released: int = 0
+    cancelled: int = 0
+
+
+class WorkerView(Protocol):
+    """What hooks may read of the worker that calls them (``on_worker_started``/``_stopped``)."""
+
+    @property
+    def engine(self) -> Engine: ...
+
+    @property
+    def handlers(self) -> Mapping[str, Handler]: ...
+
+    @property
+    def stats(self) -> WorkerStats: ...
+
+    @property
+    def idle(self) -> bool: ...
+
+
+__all__ = [
+    "Handler",
+    "JobContext",
+    "Outcome",
+    "Registry",
+    "WorkerStats",
+    "WorkerView",
+    "check_handlers",
+    "is_async_handler",
+]
