@@ -122,7 +122,7 @@ class Claimer:
                     self._poll_requested = True
                     continue
                 if self._next_queue() is not None or (
-                    (self._notified or self._poll_requested) and self._any_lane_worth()
+                    (self._notified or self._poll_requested) and self._rt.window.any_worth_claim()
                 ):
                     continue
                 rt.claimer_wakeup.wait(max(0.0, min(next_poll, next_reap) - time.monotonic()))
@@ -142,9 +142,6 @@ class Claimer:
         if reaped:
             with self._rt.lock:
                 self._ready.update(dict.fromkeys(self._lanes))
-
-    def _any_lane_worth(self) -> bool:
-        return any(self._rt.window.worth_claim(lane) for lane in self._rt.window.lanes)
 
     def _next_queue(self) -> str | None:
         """The first queue in line whose lane has room for a claim. Lock held."""

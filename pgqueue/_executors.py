@@ -9,6 +9,7 @@ recognition when a guard matches nothing.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 from pgqueue import repository
@@ -18,6 +19,8 @@ from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import Handler, Outcome
 from pgqueue.repository import Executor
 from pgqueue.retry_policy import RetryPolicy, describe_error
+
+log = logging.getLogger("pgqueue.worker")
 
 
 class HandlerCancelled(Exception):
@@ -91,6 +94,10 @@ def settle(
 
 
 def _started(held: Held, hooks: HookDispatcher | None) -> None:
+    job = held.job
+    log.debug(
+        "job %d queue=%s attempt=%d: start payload=%r", job.id, job.queue, job.attempts, job.payload
+    )
     held.started_at = time.monotonic()
     if hooks is not None:
         hooks.started(held.job, held.started_at - held.claimed_at)

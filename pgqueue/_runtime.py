@@ -2,7 +2,7 @@
 
 The claimer, the handler lanes, the heartbeat and the completer each run on threads of their
 own and meet here. Everything in :class:`Runtime` that touches the window or the stats runs under
-its one (non-reentrant) lock; the completer's hand-over happens outside it.
+its one lock; the completer's hand-over happens outside it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pgqueue._completer import Completer
 from pgqueue._executors import HandlerCancelled
 from pgqueue._outcomes import count_and_log
-from pgqueue._window import ClaimWindow, Held, Lane, State
+from pgqueue._window import ClaimWindow, Held, Lane, State, busy
 from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import JobContext, Outcome, WorkerStats
 from pgqueue.results import ClaimedJob, Settled
@@ -41,7 +41,9 @@ class Runtime:
         hooks: HookDispatcher | None,
         policies: Callable[[str], RetryPolicy],
     ) -> None:
-        self.lock = threading.Lock()
+        # An RLock although nothing re-enters it: a Condition over one tests ownership in C,
+        # which measured faster on the per-job wake-ups than over a plain Lock.
+        self.lock = threading.RLock()
         self.claimer_wakeup = threading.Condition(self.lock)
         self.work_ready = threading.Condition(self.lock)
         self.stop = threading.Event()
@@ -82,8 +84,7 @@ class Runtime:
 
     def wake_claimer(self) -> None:
         """Capacity changed: wake the claiming loop if a claim is now worth it. Lock held."""
-        window = self.window
-        if not len(window) or any(window.worth_claim(lane) for lane in window.lanes):
+        if not len(self.window) or self.window.any_worth_claim():
             self.claimer_wakeup.notify()
 
     # -- outcomes ---------------------------------------------------------------------------------
@@ -141,9 +142,9 @@ class Runtime:
                 if held.job.id in kept or not self.window.holds(held):
                     continue
                 how = settled.get(held.job.id)
-                if how is Settled.DONE_BY_HANDLER:
-                    self.window.self_done(held)
-                elif held.state.busy:
+                if how is Settled.DONE_BY_HANDLER and held.state is not State.PENDING:
+                    self.window.self_done(held)  # its handler finished it: stop extending
+                elif busy(held.state):  # lost, cancelled, or done elsewhere before it started
                     self._stop_job(held, cancelled=how is Settled.CANCELLED)
             self.claimer_wakeup.notify_all()
 

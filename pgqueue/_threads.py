@@ -72,6 +72,14 @@ class ThreadLane:
                     if not window.has_pending(Lane.THREADS):
                         rt.wake_claimer()
             if held is not None:
+                job = held.job
+                log.debug(
+                    "job %d queue=%s attempt=%d: start payload=%r",
+                    job.id,
+                    job.queue,
+                    job.attempts,
+                    job.payload,
+                )
                 error = call_sync(self._handlers[held.job.queue], held, rt.hooks)
                 rt.finish(held, error)
                 continue

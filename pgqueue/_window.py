@@ -18,22 +18,25 @@ from dataclasses import dataclass, field
 
 from pgqueue.jobs import JobContext
 
-
-class Lane(enum.Enum):
-    THREADS = "threads"
-    ASYNC = "asyncio"
+# IntEnums: they key dicts and compare on the hot path, where int's own hash and comparison cost
+# a fraction of a plain Enum's (whose __hash__ is Python code).
 
 
-class State(enum.Enum):
-    PENDING = "pending"  # claimed, waiting for a thread or a task
-    RUNNING = "running"  # its handler is running
-    FINISHING = "finishing"  # its outcome waits for the completer
-    SELF_DONE = "self-done"  # its handler completed it in its own transaction
+class Lane(enum.IntEnum):
+    THREADS = 0
+    ASYNC = 1
 
-    @property
-    def busy(self) -> bool:
-        """Takes a slot of its lane: pending or running."""
-        return self in (State.PENDING, State.RUNNING)
+
+class State(enum.IntEnum):
+    PENDING = 0  # claimed, waiting for a thread or a task
+    RUNNING = 1  # its handler is running
+    FINISHING = 2  # its outcome waits for the completer
+    SELF_DONE = 3  # its handler completed it in its own transaction
+
+
+def busy(state: State) -> bool:
+    """Takes a slot of its lane: pending or running."""
+    return state <= State.RUNNING
 
 
 @dataclass(eq=False)
@@ -106,6 +109,13 @@ class ClaimWindow:
         window = self._window[lane]
         return min(window - self._busy[lane], window + self._backlog - self._count[lane])
 
+    def any_worth_claim(self) -> bool:
+        """Some lane has room for a claim worth its round trip."""
+        for lane in self.lanes:  # noqa: SIM110 (no generator: this runs once per job)
+            if self.worth_claim(lane):
+                return True
+        return False
+
     def worth_claim(self, lane: Lane) -> bool:
         """Room for a claim worth its round trip: half the window is free, or the lane ran dry."""
         capacity = self.capacity(lane)
@@ -141,22 +151,24 @@ class ClaimWindow:
         if not pending:
             return None
         held = pending.popleft()
-        self._set(held, State.RUNNING)
+        held.state = State.RUNNING  # still busy: it keeps its slot
         return held
 
     def finishing(self, held: Held) -> None:
         """Its handler returned: the outcome goes to the completer (a self-done job stays so)."""
-        if held.state is not State.SELF_DONE:
-            self._set(held, State.FINISHING)
+        if held.state is State.RUNNING:
+            if self.holds(held):
+                self._busy[held.lane] -= 1
+            held.state = State.FINISHING
 
     def self_done(self, held: Held) -> None:
-        """A heartbeat found it completed by its handler's own transaction."""
-        if held.state.busy:
-            self._set(held, State.SELF_DONE)
+        """A heartbeat found its running job completed by its handler's own transaction."""
+        if held.state is State.RUNNING and self.holds(held):
+            self._busy[held.lane] -= 1
+            held.state = State.SELF_DONE
 
     def drop_pending(self, held: Held) -> None:
         """Forget a job that never started (lost or cancelled before its turn)."""
-        self._pending[held.lane].remove(held)
         self.forget(held)
 
     def take_all_pending(self) -> list[Held]:
@@ -165,16 +177,22 @@ class ClaimWindow:
         for pending in self._pending.values():
             pending.clear()
         for held in taken:
-            self.forget(held)
+            self._forget(held)
         return taken
 
     def forget(self, held: Held) -> None:
+        """Drop a job from the window (a pending one from its lane's line too); idempotent."""
+        if self._forget(held) and held.state is State.PENDING:
+            self._pending[held.lane].remove(held)
+
+    def _forget(self, held: Held) -> bool:
         if self._held.get(held.job.id) is not held:
-            return
+            return False
         del self._held[held.job.id]
         self._count[held.lane] -= 1
-        if held.state.busy:
+        if busy(held.state):
             self._busy[held.lane] -= 1
+        return True
 
     # -- views ------------------------------------------------------------------------------------
 
@@ -187,11 +205,3 @@ class ClaimWindow:
 
     def in_state(self, state: State) -> list[Held]:
         return [h for h in self._held.values() if h.state is state]
-
-    def _set(self, held: Held, state: State) -> None:
-        counted = self.holds(held)
-        if counted and held.state.busy:
-            self._busy[held.lane] -= 1
-        held.state = state
-        if counted and state.busy:
-            self._busy[held.lane] += 1

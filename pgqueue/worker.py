@@ -275,10 +275,16 @@ class Worker:
                     else:
                         claimer.on_notify(payload)
 
+                def on_connected() -> None:
+                    # Whatever was sent while not listening is gone: poll, and check the held
+                    # leases for a cancel that was missed.
+                    claimer.on_listen_connected()
+                    heartbeat.poke()
+
                 listener = Listener(
                     self.listen_url,
                     on_notify,
-                    claimer.on_listen_connected,
+                    on_connected,
                     min_reconnect_interval=claimer.idle_interval,
                     channel=channel_for(schema_of(self.engine)),
                 )
