@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("environment", "enqueue", "drain", "latency", "scale", "rss")
+SECTIONS = ("environment", "enqueue", "drain", "io", "latency", "scale", "rss")
 
 
 @pytest.mark.db
@@ -35,4 +35,15 @@ def test_smoke_run_reports_every_section(pg_server: Any, tmp_path: Path) -> None
     assert results["drain"]["pgbench"]["jobs_per_s"] > 0
     assert [w["concurrency"] for w in results["drain"]["worker"]] == [1, 4]
     assert all(w["done"] == results["drain"]["jobs"] for w in results["drain"]["worker"])
+    coroutines = results["drain"]["worker_async"]
+    assert (coroutines["handler"], coroutines["done"]) == ("async-noop", results["drain"]["jobs"])
+    io = results["io"]
+    assert [io[lane]["handler"] for lane in ("threads", "coroutines")] == [
+        "sync-sleep",
+        "async-sleep",
+    ]
+    assert all(io[lane]["done"] == io["jobs"] for lane in ("threads", "coroutines"))
+    assert io["ratio"] > 0
+    assert all(io[lane]["peak_threads"] >= 1 for lane in ("threads", "coroutines"))
     assert "| drain |" in proc.stdout
+    assert "| io |" in proc.stdout

@@ -6,8 +6,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -15,7 +14,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
-from worker_helpers import scalar, until
+from worker_helpers import running, scalar, until
 
 import pgqueue
 from pgqueue._urls import to_libpq_url
@@ -31,19 +30,6 @@ def _job(engine: Engine, job_id: int) -> Any:
 def _enqueue(engine: Engine, payloads: list[Any], queue: str, **kw: Any) -> list[int]:
     with engine.begin() as conn:
         return pgqueue.enqueue_many(conn, payloads, queue=queue, **kw)
-
-
-@contextmanager
-def running(worker: pgqueue.Worker, **kw: Any) -> Iterator[threading.Thread]:
-    """Run the worker in a thread; stop it and wait (bounded) on the way out."""
-    thread = threading.Thread(target=worker.run, kwargs=kw, daemon=True)
-    thread.start()
-    try:
-        yield thread
-    finally:
-        worker.stop()
-        thread.join(30)
-        assert not thread.is_alive(), "worker did not stop"
 
 
 def _listening(db_url: URL) -> Callable[[], bool]:

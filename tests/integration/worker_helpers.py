@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy import Engine, text
+
+import pgqueue
 
 
 def until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -21,3 +25,16 @@ def until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 def scalar(engine: Engine, sql: str, **params: Any) -> Any:
     with engine.connect() as conn:
         return conn.execute(text(sql), params).scalar_one()
+
+
+@contextmanager
+def running(worker: pgqueue.Worker, **kw: Any) -> Iterator[threading.Thread]:
+    """Run the worker in a thread; stop it and wait (bounded) on the way out."""
+    thread = threading.Thread(target=worker.run, kwargs=kw, daemon=True)
+    thread.start()
+    try:
+        yield thread
+    finally:
+        worker.stop()
+        thread.join(30)
+        assert not thread.is_alive(), "worker did not stop"

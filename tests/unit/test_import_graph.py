@@ -1,0 +1,304 @@
+"""The package's import graph has no circle, and every module imports on its own.
+
+The worker was split into components that import each other's types; a circle among them works or
+breaks depending on which module is imported first. The graph is read from the source with
+:mod:`ast`, counting imports inside functions and ``if TYPE_CHECKING:`` blocks too, so a circle is
+caught even where today's import order happens to hide it.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import pgqueue
+
+PACKAGE_DIR = Path(pgqueue.__file__).parent
+
+#: The only modules allowed to import the worker: the public ``pgqueue.Worker`` and the commands
+#: that run one. The components get their types from ``pgqueue.jobs`` and ``pgqueue._window``.
+WORKER_IMPORTERS = {"pgqueue", "pgqueue.cli", "pgqueue.demo"}
+
+#: Scripts, not libraries: importing them runs them.
+SCRIPTS = {
+    "pgqueue.__main__": "runs the command line",
+    "pgqueue.migrations.env": "runs inside an Alembic EnvironmentContext only",
+}
+
+#: Optional integrations and the package each needs.
+EXTRAS = {
+    "pgqueue.contrib.prometheus": "prometheus_client",
+    "pgqueue.contrib.otel": "opentelemetry",
+}
+
+
+# -- the graph -------------------------------------------------------------------------------------
+
+
+def module_files(package_dir: Path) -> dict[str, Path]:
+    """Every module of the package by dotted name (a package's ``__init__`` is the package)."""
+    root = package_dir.parent
+    found: dict[str, Path] = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def known_names(package_dir: Path, modules: dict[str, Path]) -> set[str]:
+    """Modules plus every folder (a namespace package such as ``migrations.versions``)."""
+    root = package_dir.parent
+    folders = {
+        ".".join(p.relative_to(root).parts)
+        for p in [package_dir, *package_dir.rglob("*")]
+        if p.is_dir() and p.name != "__pycache__"
+    }
+    return set(modules) | folders
+
+
+def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement anywhere: top level, functions, ``if TYPE_CHECKING:``, ``try``."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+
+
+def _deepest_known(name: str, known: set[str]) -> str | None:
+    """``import a.b.c`` depends on ``a.b.c``; fall back to the longest prefix that is a module."""
+    parts = name.split(".")
+    while parts:
+        candidate = ".".join(parts)
+        if candidate in known:
+            return candidate
+        parts.pop()
+    return None
+
+
+def _targets(
+    node: ast.Import | ast.ImportFrom, module: str, is_package: bool, known: set[str]
+) -> Iterator[str]:
+    """The package's modules one import statement names."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            target = _deepest_known(alias.name, known)
+            if target is not None:
+                yield target
+        return
+    if node.level:  # relative: from the module's own package, one level up per extra dot
+        package = module.split(".") if is_package else module.split(".")[:-1]
+        base_parts = package[: len(package) - (node.level - 1)]
+        base = ".".join([*base_parts, *([node.module] if node.module else [])])
+    else:
+        base = node.module or ""
+    for alias in node.names:
+        # ``from pgqueue import jobs`` names the module pgqueue.jobs; ``from pgqueue import
+        # Worker`` names an attribute of pgqueue itself.
+        submodule = f"{base}.{alias.name}"
+        target = submodule if submodule in known else _deepest_known(base, known)
+        if target is not None:
+            yield target
+
+
+def import_graph(package_dir: Path) -> dict[str, set[str]]:
+    """``{module: modules of the same package it imports}`` (self-imports left out)."""
+    modules = module_files(package_dir)
+    known = known_names(package_dir, modules)
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        is_package = path.name == "__init__.py"
+        graph[module] = {
+            target
+            for node in _imports(tree)
+            for target in _targets(node, module, is_package, known)
+            if target != module
+        }
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle as a path ``[a, b, ..., a]``, or ``None`` (depth-first, deterministic)."""
+    done: set[str] = set()
+    for start in sorted(graph):
+        if start in done:
+            continue
+        path: list[str] = [start]
+        on_path = {start}
+        stack = [iter(sorted(graph.get(start, ())))]
+        while stack:
+            nxt = next(stack[-1], None)
+            if nxt is None:
+                stack.pop()
+                done.add(path[-1])
+                on_path.discard(path.pop())
+                continue
+            if nxt in on_path:
+                return [*path[path.index(nxt) :], nxt]
+            if nxt in done:
+                continue
+            path.append(nxt)
+            on_path.add(nxt)
+            stack.append(iter(sorted(graph.get(nxt, ()))))
+    return None
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    """A circle makes some import orders fail with a partly initialised module."""
+    graph = import_graph(PACKAGE_DIR)
+    assert "pgqueue.worker" in graph
+    assert "pgqueue._window" in graph
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_only_the_package_and_its_commands_import_the_worker() -> None:
+    """Components depending on the worker would pull it in, and circle back through it."""
+    graph = import_graph(PACKAGE_DIR)
+    importers = {module for module, targets in graph.items() if "pgqueue.worker" in targets}
+    assert importers <= WORKER_IMPORTERS, sorted(importers - WORKER_IMPORTERS)
+
+
+# -- the checker itself ----------------------------------------------------------------------------
+
+
+def write_package(root: Path, files: dict[str, str]) -> Path:
+    for name, source in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source), encoding="utf-8")
+    return root / "pkg"
+
+
+def test_the_checker_finds_a_cycle_hidden_in_functions_and_type_checking(tmp_path: Path) -> None:
+    """A checker that never fails proves nothing: it must see every kind of import."""
+    package = write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": "from pkg import b\n",
+            "pkg/b.py": """\
+                from typing import TYPE_CHECKING
+                if TYPE_CHECKING:
+                    from pkg.c import Thing
+                """,
+            "pkg/c.py": """\
+                def late():
+                    from . import a
+                """,
+        },
+    )
+    graph = import_graph(package)
+    assert graph == {
+        "pkg": set(),
+        "pkg.a": {"pkg.b"},
+        "pkg.b": {"pkg.c"},
+        "pkg.c": {"pkg.a"},
+    }
+    assert find_cycle(graph) == ["pkg.a", "pkg.b", "pkg.c", "pkg.a"]
+
+
+def test_the_checker_finds_a_cycle_through_a_subpackage_init(tmp_path: Path) -> None:
+    """A submodule may import its package, unless the package's ``__init__`` imports it back."""
+    files = {
+        "pkg/__init__.py": "",
+        "pkg/contrib/__init__.py": "",
+        "pkg/contrib/x.py": "from pkg.contrib import helper\nfrom .. import util\n",
+        "pkg/util.py": "",
+    }
+    package = write_package(tmp_path, files)
+    graph = import_graph(package)
+    assert graph["pkg.contrib.x"] == {"pkg.contrib", "pkg.util"}  # helper: an attribute
+    assert find_cycle(graph) is None
+
+    (tmp_path / "pkg/contrib/__init__.py").write_text("import pkg.contrib.x\n", encoding="utf-8")
+    cycle = find_cycle(import_graph(package))
+    assert cycle == ["pkg.contrib", "pkg.contrib.x", "pkg.contrib"]
+
+
+def test_the_checker_resolves_each_import_form(tmp_path: Path) -> None:
+    """Attributes resolve to their module, submodules to themselves, other packages to nothing."""
+    package = write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.a import A\nfrom pkg import sub\nimport os\n",
+            "pkg/a.py": "import pkg.sub.deep as d\nfrom pkg import a\nfrom .sub import deep\n",
+            "pkg/sub/__init__.py": "from .. import A\nfrom . import deep\n",
+            "pkg/sub/deep.py": "from ..a import A\nimport pkg\n",
+        },
+    )
+    assert import_graph(package) == {
+        "pkg": {"pkg.a", "pkg.sub"},
+        "pkg.a": {"pkg.sub.deep"},  # ``from pkg import a`` in pkg.a is a self-import
+        "pkg.sub": {"pkg", "pkg.sub.deep"},
+        "pkg.sub.deep": {"pkg.a", "pkg"},
+    }
+
+
+def test_find_cycle_on_small_graphs() -> None:
+    """Diamonds are fine; self-loops and long circles are reported with their path."""
+    assert find_cycle({"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}) is None
+    assert find_cycle({"a": {"a"}}) == ["a", "a"]
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"d"}, "d": {"b"}}) == ["b", "c", "d", "b"]
+
+
+# -- every module imports alone --------------------------------------------------------------------
+
+
+def _importable_modules() -> list[str]:
+    return [m for m in sorted(module_files(PACKAGE_DIR)) if m not in SCRIPTS]
+
+
+def _import_alone(module: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
+    """Import order decides whether a circle bites: each module must work as the first import.
+
+    ``import pgqueue.X`` first runs ``pgqueue/__init__`` in full, so for every module that
+    ``import pgqueue`` already loads, the fresh import is the same run as ``import pgqueue``
+    itself; one interpreter checks those, and every other module gets its own.
+    """
+    missing_extras = [m for m, dep in EXTRAS.items() if importlib.util.find_spec(dep) is None]
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, pgqueue; print(*(m for m in sys.modules if m.startswith('pgqueue.')))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert probe.returncode == 0, probe.stderr
+    loaded_by_package = {"pgqueue", *probe.stdout.split()}
+    assert "pgqueue.worker" in loaded_by_package
+
+    modules = [
+        m for m in _importable_modules() if m not in loaded_by_package and m not in missing_extras
+    ]
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        results = dict(zip(modules, pool.map(_import_alone, modules), strict=True))
+    failures = {
+        module: proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "no output"
+        for module, proc in results.items()
+        if proc.returncode != 0
+    }
+    assert not failures, failures
+    covered = loaded_by_package | set(results)
+    assert covered >= set(_importable_modules()) - set(missing_extras)
+    if missing_extras:
+        pytest.skip(f"optional packages missing, not imported: {missing_extras}")
