@@ -12,8 +12,10 @@ from typing import Any
 
 import psycopg
 import sqlalchemy
+from sqlalchemy import Engine
+from sqlalchemy.engine import URL
 
-from bench import _db, drain, enqueue, latency, report, scale
+from bench import _db, drain, drain_worker, enqueue, latency, report, scale
 from pgqueue._urls import mask_url
 
 
@@ -31,6 +33,10 @@ class Sizes:
     pgbench_repeats: int = 3
     #: One more drain with claims bigger than the free threads: (concurrency, batch_size, prefetch).
     tuned: tuple[int, int, int] = (8, 50, 50)
+    #: The I/O-bound drain: jobs, handler threads, coroutines at once (``async_concurrency``).
+    io_jobs: int = 4_000
+    io_threads: int = 16
+    io_coroutines: int = 200
     timeout: float = 900.0
 
 
@@ -43,6 +49,7 @@ SMOKE = Sizes(
     done_rows=10_000,
     scale_claims=20,
     pgbench_repeats=1,
+    io_jobs=100,
     timeout=120.0,
 )
 
@@ -90,31 +97,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             results["enqueue"] = enqueue.run(
                 url, engine, single=sizes.enqueue_single, many=sizes.enqueue_many
             )
-            _section("drain: pgbench", started)
-            pgbench = drain.run_pgbench(
-                url, engine, sizes.drain_jobs, out, sizes.pgbench_repeats, sizes.timeout
-            )
-            workers = []
-            for c in sizes.concurrency:
-                _section(f"drain: worker concurrency {c}", started)
-                workers.append(drain.run_worker(url, sizes.drain_jobs, c, sizes.timeout))
-            c, batch, prefetch = sizes.tuned
-            _section(
-                f"drain: worker concurrency {c}, batch_size {batch}, prefetch {prefetch}", started
-            )
-            tuned = drain.run_worker(url, sizes.drain_jobs, c, sizes.timeout, batch, prefetch)
-            results["drain"] = {
-                "jobs": sizes.drain_jobs,
-                "pgbench": pgbench,
-                "worker": workers,
-                "worker_tuned": tuned,
-            }
-            biggest = max(workers, key=lambda w: w["concurrency"])
+            results["drain"] = _drain(url, engine, sizes, out, started)
+            biggest = max(results["drain"]["worker"], key=lambda w: w["concurrency"])
             results["rss"] = {
                 "concurrency": biggest["concurrency"],
                 "rss_kb": biggest["rss_kb"],
                 "hwm_kb": biggest["hwm_kb"],
             }
+            _section(
+                f"io: {sizes.io_jobs} jobs of {drain_worker.SLEEP_S * 1000:.0f} ms, "
+                f"threads {sizes.io_threads} vs coroutines {sizes.io_coroutines}",
+                started,
+            )
+            results["io"] = drain.run_io(
+                url, sizes.io_jobs, sizes.io_threads, sizes.io_coroutines, sizes.timeout
+            )
             _section("latency", started)
             results["latency"] = {
                 "worker": latency.run_worker(url, sizes.latency_samples),
@@ -128,6 +125,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             engine.dispose()
     results["seconds"] = time.perf_counter() - started
     return results
+
+
+def _drain(url: URL, engine: Engine, sizes: Sizes, out: Path, started: float) -> dict[str, Any]:
+    """pgbench's limit, the no-op drain at every concurrency, the tuned one, the async one."""
+    n = sizes.drain_jobs
+    _section("drain: pgbench", started)
+    pgbench = drain.run_pgbench(url, engine, n, out, sizes.pgbench_repeats, sizes.timeout)
+    workers = []
+    for c in sizes.concurrency:
+        _section(f"drain: worker concurrency {c}", started)
+        workers.append(drain.run_worker(url, n, c, sizes.timeout))
+    c, batch, prefetch = sizes.tuned
+    _section(f"drain: worker concurrency {c}, batch_size {batch}, prefetch {prefetch}", started)
+    tuned = drain.run_worker(url, n, c, sizes.timeout, batch, prefetch)
+    _section("drain: worker, async handler, default async_concurrency", started)
+    coroutines = drain.run_worker(url, n, 1, sizes.timeout, handler="async-noop")
+    return {
+        "jobs": n,
+        "pgbench": pgbench,
+        "worker": workers,
+        "worker_tuned": tuned,
+        "worker_async": coroutines,
+    }
 
 
 def _cpus() -> int:

@@ -1,5 +1,5 @@
 """Drain throughput: one ``Worker`` process per concurrency, beside pgbench running the same claim
-and batched completion that pgqueue compiles."""
+and batched completion that pgqueue compiles; and an I/O-bound drain, threads against coroutines."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
 from bench import _db, _sql
+from bench.drain_worker import SLEEP_S
 from pgqueue._urls import to_libpq_url
 
 #: Jobs per claim of the raw limit (the issue's "claim 10, complete the 10").
@@ -32,35 +33,77 @@ def run_worker(
     timeout: float,
     batch: int | None = None,
     prefetch: int | None = None,
+    *,
+    handler: str = "sync-noop",
+    async_concurrency: int | None = None,
 ) -> dict[str, Any]:
     """Fill ``n`` jobs, drain them with a fresh worker process; jobs/s and the process's memory.
 
-    ``batch`` and ``prefetch`` are the worker's ``batch_size`` and ``prefetch``; None: its defaults.
+    ``batch``, ``prefetch`` and ``async_concurrency`` are the worker's options of those names;
+    None: its defaults. ``handler`` is one of :data:`bench.drain_worker.HANDLERS`; an ``async-*``
+    one starts no handler thread, so ``concurrency`` only sizes the engine's pool there. What
+    the worker process logs (its warnings) goes to this process's stderr.
     """
     _db.reset(url)
     _db.fill(url, n)
     url_text = url.render_as_string(hide_password=False)
+    cmd = [
+        sys.executable,
+        "-m",
+        "bench.drain_worker",
+        url_text,
+        str(concurrency),
+        _option(batch),
+        _option(prefetch),
+        "--handler",
+        handler,
+        "--async-concurrency",
+        _option(async_concurrency),
+    ]
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.drain_worker",
-            url_text,
-            str(concurrency),
-            "default" if batch is None else str(batch),
-            "default" if prefetch is None else str(prefetch),
-        ],
+        cmd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        check=True,
+        check=False,
         cwd=Path(__file__).resolve().parent.parent,
     )
+    if proc.stderr:
+        sys.stderr.write(proc.stderr)
+    if proc.returncode != 0:
+        raise RuntimeError(
+            f"drain worker ({handler}, concurrency {concurrency}) exited {proc.returncode}; "
+            "its stderr is above"
+        )
     result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     result["concurrency"] = concurrency  # batch_size and prefetch: what the worker used
     result["jobs_per_s"] = result["done"] / result["seconds"]
     result["left_queued"] = _db.count(url, "queued")
     return result
+
+
+def _option(value: int | None) -> str:
+    return "default" if value is None else str(value)
+
+
+def run_io(url: URL, n: int, threads: int, coroutines: int, timeout: float) -> dict[str, Any]:
+    """The I/O-bound drain: ``n`` jobs of :data:`~bench.drain_worker.SLEEP_S` each, on ``threads``
+    handler threads (``time.sleep``), then as coroutines (``await asyncio.sleep``), at most
+    ``coroutines`` at once. ``ideal_jobs_per_s``: the slots over the wait, no overhead at all.
+    """
+    on_threads = run_worker(url, n, threads, timeout, handler="sync-sleep")
+    as_coroutines = run_worker(
+        url, n, 1, timeout, handler="async-sleep", async_concurrency=coroutines
+    )
+    on_threads["ideal_jobs_per_s"] = threads / SLEEP_S
+    as_coroutines["ideal_jobs_per_s"] = coroutines / SLEEP_S
+    return {
+        "jobs": n,
+        "sleep_ms": SLEEP_S * 1000,
+        "threads": on_threads,
+        "coroutines": as_coroutines,
+        "ratio": as_coroutines["jobs_per_s"] / on_threads["jobs_per_s"],
+    }
 
 
 def find_pgbench() -> str:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 #: (section, metric, pgqueue figure, raw-limit figure, target ratio or None, higher is better).
+#: The I/O-bound drain's "raw limit" is its ideal: slots / wait, as if pgqueue cost nothing.
 Row = tuple[str, str, float, "float | None", "float | None", bool]
 
 
@@ -50,6 +51,13 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 f"prefetch={tuned['prefetch']}, jobs/s"
             )
             out.append(("drain", metric, tuned["jobs_per_s"], limit, None, True))
+        coroutines = drain.get("worker_async")
+        if coroutines:
+            metric = f"worker async async_concurrency={coroutines['async_concurrency']}, jobs/s"
+            out.append(("drain", metric, coroutines["jobs_per_s"], limit, None, True))
+    io = results.get("io")
+    if io:
+        out.extend(_io_rows(io))
     lat = results.get("latency")
     if lat:
         for p in ("p50", "p90", "p99"):
@@ -82,12 +90,37 @@ def rows(results: dict[str, Any]) -> list[Row]:
     if rss:
         metric = f"worker c={rss['concurrency']} peak RSS, MB"
         out.append(("memory", metric, rss["hwm_kb"] / 1024, None, None, False))
+    coroutines = (drain or {}).get("worker_async")
+    if coroutines:
+        metric = f"worker async async_concurrency={coroutines['async_concurrency']} peak RSS, MB"
+        out.append(("memory", metric, coroutines["hwm_kb"] / 1024, None, None, False))
+    return out
+
+
+def _io_rows(io: dict[str, Any]) -> list[Row]:
+    """The I/O-bound drain: each lane against its ideal (slots / wait), their ratio, threads."""
+    lanes = {
+        f"threads c={io['threads']['concurrency']}": io["threads"],
+        f"coroutines async_concurrency={io['coroutines']['async_concurrency']}": io["coroutines"],
+    }
+    wait = f"{io['sleep_ms']:.0f} ms jobs"
+    out: list[Row] = [
+        ("io", f"{name}, {wait}, jobs/s", run["jobs_per_s"], run["ideal_jobs_per_s"], None, True)
+        for name, run in lanes.items()
+    ]
+    out.append(("io", "coroutines / threads, jobs/s ratio", io["ratio"], None, None, True))
+    out.extend(
+        ("io", f"{name}, peak threads", run["peak_threads"], None, None, False)
+        for name, run in lanes.items()
+    )
     return out
 
 
 def _fmt(value: float | None) -> str:
     if value is None:
         return "-"
+    if isinstance(value, int):
+        return f"{value:,}"
     return f"{value:,.0f}" if abs(value) >= 100 else f"{value:,.2f}"
 
 
