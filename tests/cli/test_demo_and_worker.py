@@ -49,6 +49,13 @@ def _app(tmp_path: Path) -> str:
                 if job.payload.get("fail"):
                     raise ValueError("bad address")
 
+            @registry.handler("webhooks")
+            async def call(job):
+                import asyncio
+                await asyncio.sleep(0)
+                if job.payload.get("fail"):
+                    raise ValueError("bad address")
+
             handlers = {"emails": send, "reports": send}
             ready = pgqueue.Worker(create_engine("postgresql+psycopg://nobody@127.0.0.1:1/x"),
                                    handlers)
@@ -62,13 +69,15 @@ def _app(tmp_path: Path) -> str:
 def test_worker_burst(cli: Cli, db: Engine, tmp_path: Path) -> None:
     with db.begin() as conn:
         pgqueue.enqueue_many(conn, [{}, {}, {"fail": True}], queue="emails", max_attempts=1)
+        pgqueue.enqueue_many(conn, [{}, {"fail": True}], queue="webhooks", max_attempts=1)
         pgqueue.enqueue(conn, {}, queue="reports")
     cwd = _app(tmp_path)
     result = cli("worker", "cli_app:registry", "--burst", "--concurrency", "2", cwd=cwd)
     assert result.code == 0, result.err
     with db.connect() as conn:
         rows = dict(conn.execute(text("SELECT status, count(*) FROM jobs GROUP BY status")).all())
-    assert rows == {"done": 2, "failed": 1, "queued": 1}  # reports has no handler here
+    # The async handler of webhooks runs unchanged; reports has no handler here.
+    assert rows == {"done": 3, "failed": 2, "queued": 1}
 
     only = cli("worker", "cli_app:handlers", "--queues", "reports", "--burst", cwd=cwd)
     assert only.code == 0, only.err

@@ -252,3 +252,58 @@ def test_headers_travel_beside_the_payload_to_the_claim(q: Runner) -> None:
     assert stored == {one: trace, many[0]: {"k": "v"}, many[1]: {"k": "v"}, plain: None}
     claimed = {c.id: c.headers for c in q.run("claim", queue="h", limit=10)}
     assert claimed == stored
+
+
+def test_cancel_fails_queued_and_running_jobs_and_skips_the_rest(q: Runner) -> None:
+    finished, running, waiting = q.run("enqueue_many", ["f", "r", "w"])
+    claimed = {j.id: j for j in q.run("claim", limit=2)}
+    assert set(claimed) == {finished, running}
+    assert q.run("complete", finished, claimed[finished].attempts) is True
+    assert q.run("cancel", [waiting, finished, running, 99_999]) == [running, waiting]
+    assert q.run("cancel", [running]) == []  # already failed
+    assert q.run("cancel", []) == []
+    rows = {r["id"]: r for r in _jobs(q.engine)}
+    assert (rows[running]["status"], rows[running]["last_error"]) == ("failed", "cancelled")
+    assert (rows[waiting]["status"], rows[waiting]["last_error"]) == ("failed", "cancelled")
+    assert rows[finished]["status"] == "done"
+    # Its worker's guard no longer matches: it cannot complete the cancelled job.
+    assert q.run("complete", running, claimed[running].attempts) is False
+
+
+def test_cancel_jobs_tells_which_were_running(q: Runner) -> None:
+    waiting, held = q.run("enqueue_many", ["w", "h"], queue="c")
+    _sql(q.engine, "UPDATE jobs SET status = 'running', attempts = 1 WHERE id = :id", id=held)
+    cancelled = q.run("cancel_jobs", [held, waiting])
+    assert [(c.id, c.was_running) for c in cancelled] == [(waiting, False), (held, True)]
+
+
+def test_retry_and_retry_failed_raise_the_budget(q: Runner) -> None:
+    a, b, c = q.run("enqueue_many", [1, 2, 3], queue="r", max_attempts=1)
+    for job in q.run("claim", queue="r", limit=3):
+        q.run("fail", job.id, job.attempts, "boom")
+    assert q.run("retry", [a, 77]) == [a]
+    assert q.run("retry_failed", queue="other") == []
+    assert q.run("retry_failed", queue="r", attempts=2) == [b, c]
+    rows = {r["id"]: r for r in _jobs(q.engine)}
+    assert [
+        (rows[i]["status"], rows[i]["attempts"], rows[i]["max_attempts"]) for i in (a, b, c)
+    ] == [
+        ("queued", 1, 6),
+        ("queued", 1, 3),
+        ("queued", 1, 3),
+    ]
+
+
+def test_purge_takes_done_or_failed(q: Runner) -> None:
+    done, _failed = q.run("enqueue_many", [1, 2])
+    _sql(
+        q.engine,
+        "UPDATE jobs SET status = CASE WHEN id = :d THEN 'done' ELSE 'failed' END, "
+        "created_at = now() - interval '8 days'",
+        d=done,
+    )
+    assert q.run("purge", status=pgqueue.JobStatus.FAILED) == 1
+    assert [r["id"] for r in _jobs(q.engine)] == [done]
+    with pytest.raises(InvalidArgumentError):
+        q.run("purge", status=pgqueue.JobStatus.QUEUED)
+    assert q.run("purge") == 1
