@@ -6,11 +6,13 @@ lease, and finish them with updates guarded by the claimed attempt number.
 
 from __future__ import annotations
 
+from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY
 from pgqueue.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
     InvalidPayloadError,
     PgQueueError,
+    UniqueKeyError,
 )
 from pgqueue.hooks import WorkerHooks
 from pgqueue.jobs import JobContext, Outcome, Registry, WorkerStats
@@ -38,6 +40,8 @@ from pgqueue.worker import Worker
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_PRIORITY",
+    "MIN_PRIORITY",
     "CancelledJob",
     "ClaimedJob",
     "FailResult",
@@ -52,6 +56,7 @@ __all__ = [
     "ReapedJob",
     "Registry",
     "RetryPolicy",
+    "UniqueKeyError",
     "Worker",
     "WorkerHooks",
     "WorkerStats",

@@ -7,30 +7,56 @@ validation, parameter building and row mapping exist once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import re
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Executable, Result
+from sqlalchemy.exc import IntegrityError
 
 from pgqueue import statements
 from pgqueue._validation import (
     check_duration,
     check_int,
     check_positive_int,
+    check_priority,
     check_queue,
     check_schedule,
+    check_unique_key,
+    check_unique_keys,
     encode_headers,
     encode_payload,
     encode_payloads,
 )
-from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
+from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, UniqueKeyError
 from pgqueue.models import JobStatus
 from pgqueue.results import CancelledJob, ClaimedJob, FailResult, ReapedJob, Settled
 from pgqueue.schema import CANCEL_HINT
 
 T = TypeVar("T")
+
+
+@contextmanager
+def translated_errors() -> Iterator[None]:
+    """Turn the database's refusal of a second live job with a key into :class:`UniqueKeyError`
+    (a retry or a hand-made update; enqueue itself never conflicts)."""
+    try:
+        yield
+    except IntegrityError as exc:
+        diag = getattr(exc.orig, "diag", None)
+        if getattr(diag, "constraint_name", None) != "jobs_unique_key_idx":
+            raise
+        found = _KEY_DETAIL.search(getattr(diag, "message_detail", None) or "")
+        queue, key = found.groups() if found else ("?", "?")
+        raise UniqueKeyError(
+            queue, key, "another queued or running job holds it (retry them one at a time)"
+        ) from exc
+
+
+_KEY_DETAIL = re.compile(r"\(queue, unique_key\)=\((.*), (.*)\) already exists")
 
 
 @dataclass(frozen=True)
@@ -46,6 +72,16 @@ class Call(Generic[T]):
     finish: Callable[[Result[Any] | None], T]
 
 
+#: A repository operation of several statements: a generator that yields each :class:`Call` and is
+#: sent its result; its return value is the operation's. The sync and the async runner drive the
+#: same generator, so the logic between the statements exists once.
+Plan = Generator[Call[Any], Any, T]
+
+#: Rounds of "insert, else find the holder" before a unique enqueue gives up: a round fails only
+#: when the holder finished between the two statements, so two rounds nearly always suffice.
+_KEY_ROUNDS = 5
+
+
 def enqueue(
     payload: Any,
     queue: str,
@@ -53,10 +89,23 @@ def enqueue(
     delay: timedelta | None,
     max_attempts: int,
     headers: Mapping[str, str] | None = None,
-) -> Call[int]:
-    params = _insert_params(queue, run_at, delay, max_attempts, headers)
+    priority: int = 0,
+    unique_key: str | None = None,
+) -> Plan[int]:
+    params = _insert_params(queue, run_at, delay, max_attempts, headers, priority)
     params["payload_json"] = encode_payload(payload)
-    return Call(statements.ENQUEUE, params, _scalar_int)
+    if unique_key is None:
+        new_id: int = yield Call(statements.ENQUEUE, params, _scalar_int)
+        return new_id
+    key = params["key"] = check_unique_key(unique_key)
+    for _ in range(_KEY_ROUNDS):
+        inserted: list[int] = yield Call(statements.ENQUEUE_UNIQUE, params, _inserted_ids)
+        if inserted:
+            return inserted[0]
+        holders: dict[str, int] = yield _holders_call(params["queue_name"], [key])
+        if key in holders:
+            return holders[key]
+    raise UniqueKeyError(params["queue_name"], key, "kept changing hands; try again")
 
 
 def enqueue_many(
@@ -66,10 +115,67 @@ def enqueue_many(
     delay: timedelta | None,
     max_attempts: int,
     headers: Mapping[str, str] | None = None,
-) -> Call[list[int]]:
-    params = _insert_params(queue, run_at, delay, max_attempts, headers)
-    params["payloads"] = encode_payloads(payloads)
-    return Call(statements.ENQUEUE_MANY if params["payloads"] else None, params, _sorted_ids)
+    priority: int = 0,
+    unique_keys: Iterable[str | None] | None = None,
+) -> Plan[list[int]]:
+    params = _insert_params(queue, run_at, delay, max_attempts, headers, priority)
+    encoded = params["payloads"] = encode_payloads(payloads)
+    if unique_keys is None:
+        stmt = statements.ENQUEUE_MANY if encoded else None
+        new_ids: list[int] = yield Call(stmt, params, _sorted_ids)
+        return new_ids
+    keys = check_unique_keys(unique_keys, len(encoded))
+    ids: list[int | None] = [None] * len(encoded)
+    todo = list(range(len(encoded)))
+    for _ in range(_KEY_ROUNDS):
+        if not todo:
+            break
+        batch = {"payloads": [encoded[i] for i in todo], "keys": [keys[i] for i in todo]}
+        rows = yield Call(statements.ENQUEUE_MANY_UNIQUE, {**params, **batch}, _id_key_rows)
+        held = _assign_inserted(todo, keys, rows, ids)
+        if not held:
+            break
+        holders = yield _holders_call(params["queue_name"], sorted({keys[i] or "" for i in held}))
+        for i in held:
+            ids[i] = holders.get(keys[i] or "")
+        todo = [i for i in held if ids[i] is None]
+    if todo:
+        key = keys[todo[0]] or ""
+        raise UniqueKeyError(params["queue_name"], key, "kept changing hands; try again")
+    return [int(i) for i in ids if i is not None]
+
+
+def _assign_inserted(
+    todo: list[int], keys: list[str | None], rows: list[Any], ids: list[int | None]
+) -> list[int]:
+    """Give each input row of ``todo`` its id; return those whose key an outside job holds.
+
+    ``rows`` are the inserted ``(id, unique_key)`` in id order, which is input order: a keyless
+    row always takes the next one, a key's first occurrence takes it when it was inserted, and
+    later occurrences of a key in the batch share the first one's job.
+    """
+    inserted = iter(rows)
+    upcoming = next(inserted, None)
+    first: dict[str, int] = {}
+    held: list[int] = []
+    for i in todo:
+        key = keys[i]
+        if key is not None and key in first:
+            ids[i] = first[key]
+        elif upcoming is not None and upcoming.unique_key == key:
+            ids[i] = new_id = int(upcoming.id)
+            if key is not None:
+                first[key] = new_id
+            upcoming = next(inserted, None)
+        elif key is None:
+            raise AssertionError("a keyless row of the batch was not inserted")
+        else:
+            held.append(i)
+    return held
+
+
+def _holders_call(queue: str, keys: list[str]) -> Call[dict[str, int]]:
+    return Call(statements.KEY_HOLDERS, {"queue_name": queue, "keys": keys}, _holders)
 
 
 def _insert_params(
@@ -78,6 +184,7 @@ def _insert_params(
     delay: timedelta | None,
     max_attempts: int,
     headers: Mapping[str, str] | None,
+    priority: int,
 ) -> dict[str, Any]:
     at, after = check_schedule(run_at, delay)
     return {
@@ -86,6 +193,7 @@ def _insert_params(
         "delay": after,
         "attempt_budget": check_positive_int("max_attempts", max_attempts),
         "headers_json": encode_headers(headers),
+        "priority_level": check_priority(priority),
     }
 
 
@@ -240,6 +348,18 @@ def _sorted_ids(result: Result[Any] | None) -> list[int]:
     return sorted(result.scalars())
 
 
+def _inserted_ids(result: Result[Any] | None) -> list[int]:
+    return [int(i) for i in _executed(result).scalars()]
+
+
+def _id_key_rows(result: Result[Any] | None) -> list[Any]:
+    return sorted(_executed(result).all(), key=lambda r: r.id)
+
+
+def _holders(result: Result[Any] | None) -> dict[str, int]:
+    return {str(r.unique_key): int(r.id) for r in _executed(result)}
+
+
 def _id_set(result: Result[Any] | None) -> set[int]:
     return set() if result is None else {int(row.id) for row in result}
 
@@ -270,9 +390,11 @@ def _fail_results(result: Result[Any] | None) -> dict[int, FailResult]:
 
 
 def _claimed(result: Result[Any] | None) -> list[ClaimedJob]:
-    # UPDATE ... RETURNING promises no order: restore the claim's run_at order.
-    ordered = sorted(_executed(result), key=lambda r: (r.run_at, r.id))
-    return [ClaimedJob(r.id, r.queue, r.payload, r.attempts, r.headers) for r in ordered]
+    # UPDATE ... RETURNING promises no order: restore the claim's order.
+    ordered = sorted(_executed(result), key=lambda r: (-r.priority, r.run_at, r.id))
+    return [
+        ClaimedJob(r.id, r.queue, r.payload, r.attempts, r.headers, r.priority) for r in ordered
+    ]
 
 
 def _matched(result: Result[Any] | None) -> bool:

@@ -104,7 +104,13 @@ class ThreadLane:
                     return
                 c = claimed[0]
                 job = JobContext(
-                    c.id, c.queue, c.payload, c.attempts, connection=conn, headers=c.headers
+                    c.id,
+                    c.queue,
+                    c.payload,
+                    c.attempts,
+                    connection=conn,
+                    headers=c.headers,
+                    priority=c.priority,
                 )
                 with rt.lock:
                     rt.last_work = time.monotonic()

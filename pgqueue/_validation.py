@@ -123,3 +123,53 @@ def check_schedule(
     if delay is not None:
         return None, check_duration("delay", delay, allow_zero=True)
     return None, timedelta(0)
+
+
+#: Priorities run from 0 (the default, lowest) to 9 (highest, claimed first): ten levels, which the
+#: claim reads one at a time (see ``statements.claim_statement``).
+MIN_PRIORITY = 0
+MAX_PRIORITY = 9
+#: Most bytes (UTF-8) of a unique key: an index key, not a payload.
+MAX_UNIQUE_KEY_BYTES = 1000
+
+
+def check_priority(priority: object) -> int:
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgumentTypeError("priority", "int", priority)
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidArgumentError(
+            "priority", f"must be from {MIN_PRIORITY} to {MAX_PRIORITY}, got {priority}"
+        )
+    return priority
+
+
+def check_unique_key(key: object, *, name: str = "unique_key") -> str:
+    """A non-empty ``str`` of at most :data:`MAX_UNIQUE_KEY_BYTES` bytes, without U+0000."""
+    if not isinstance(key, str):
+        raise InvalidArgumentTypeError(name, "str", key)
+    if not key:
+        raise InvalidArgumentError(name, "must not be empty")
+    if "\x00" in key:
+        raise InvalidArgumentError(name, "must not contain the character U+0000")
+    try:
+        size = len(key.encode())
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(name, f"not valid Unicode ({exc.reason})") from exc
+    if size > MAX_UNIQUE_KEY_BYTES:
+        raise InvalidArgumentError(name, f"{size} bytes, more than {MAX_UNIQUE_KEY_BYTES}")
+    return key
+
+
+def check_unique_keys(keys: object, count: int) -> list[str | None]:
+    """One key (or ``None``) per payload of a batch; one bad key rejects the batch."""
+    if isinstance(keys, (str, bytes, Mapping)) or not isinstance(keys, Iterable):
+        raise InvalidArgumentTypeError("unique_keys", "a sequence of str or None", keys)
+    checked = [
+        None if k is None else check_unique_key(k, name=f"unique_keys[{i}]")
+        for i, k in enumerate(keys)
+    ]
+    if len(checked) != count:
+        raise InvalidArgumentError(
+            "unique_keys", f"{len(checked)} keys for {count} payloads: give one per payload"
+        )
+    return checked

@@ -32,6 +32,7 @@ from pgqueue.models import JobStatus
 from pgqueue.repository import (
     DEFAULT_LEASE,
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
     DEFAULT_PURGE_AGE,
     DEFAULT_PURGE_BATCH,
     DEFAULT_QUEUE,
@@ -73,9 +74,14 @@ async def enqueue(
     delay: timedelta | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     headers: Mapping[str, str] | None = None,
+    priority: int = DEFAULT_PRIORITY,
+    unique_key: str | None = None,
 ) -> int:
     """Insert one job in the caller's transaction; see :func:`pgqueue.repository.enqueue`."""
-    return await _run(conn, _calls.enqueue(payload, queue, run_at, delay, max_attempts, headers))
+    return await _drive(
+        conn,
+        _calls.enqueue(payload, queue, run_at, delay, max_attempts, headers, priority, unique_key),
+    )
 
 
 async def enqueue_many(
@@ -87,10 +93,15 @@ async def enqueue_many(
     delay: timedelta | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     headers: Mapping[str, str] | None = None,
+    priority: int = DEFAULT_PRIORITY,
+    unique_keys: Iterable[str | None] | None = None,
 ) -> list[int]:
     """Insert a batch in one round trip; see :func:`pgqueue.repository.enqueue_many`."""
-    return await _run(
-        conn, _calls.enqueue_many(payloads, queue, run_at, delay, max_attempts, headers)
+    return await _drive(
+        conn,
+        _calls.enqueue_many(
+            payloads, queue, run_at, delay, max_attempts, headers, priority, unique_keys
+        ),
     )
 
 
@@ -184,4 +195,17 @@ async def cancel_jobs(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[Cance
 async def _run(conn: AsyncExecutor, call: _calls.Call[T]) -> T:
     if call.statement is None:
         return call.finish(None)
-    return call.finish(await conn.execute(call.statement, call.params))
+    with _calls.translated_errors():
+        result = await conn.execute(call.statement, call.params)
+    return call.finish(result)
+
+
+async def _drive(conn: AsyncExecutor, plan: _calls.Plan[T]) -> T:
+    """Run a plan's statements in turn, sending each result back into it."""
+    call = next(plan)
+    while True:
+        result = await _run(conn, call)
+        try:
+            call = plan.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]

@@ -39,3 +39,17 @@ class InvalidArgumentTypeError(PgQueueError, TypeError):
     def __init__(self, argument: str, expected: str, got: object) -> None:
         super().__init__(f"{argument}: expected {expected}, got {type(got).__name__}")
         self.argument = argument
+
+
+class UniqueKeyError(PgQueueError):
+    """A unique key could not be given to a job: its queue already has a live job with that key.
+
+    Attributes:
+        queue: The job's queue.
+        key: The unique key.
+    """
+
+    def __init__(self, queue: str, key: str, problem: str) -> None:
+        super().__init__(f"unique key {key!r} of queue {queue!r}: {problem}")
+        self.queue = queue
+        self.key = key

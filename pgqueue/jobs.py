@@ -50,6 +50,7 @@ class JobContext:
             holds the job: write through it and your writes commit together with the completion.
         headers: What the producer passed as ``enqueue(..., headers=...)`` (for example a trace
             context), or ``None``.
+        priority: The job's priority, 0-9 (higher runs first).
 
     .. versionadded:: 0.1.0
     """
@@ -63,6 +64,7 @@ class JobContext:
     cancelled: bool = False
     connection: Connection | None = None
     headers: Mapping[str, str] | None = None
+    priority: int = 0
 
     def __repr__(self) -> str:
         return f"JobContext(id={self.id}, queue={self.queue!r}, attempts={self.attempts})"

@@ -18,6 +18,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     Table,
     Text,
     func,
@@ -71,6 +72,10 @@ class Job(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
     #: Producer metadata (``{str: str}``, a trace context for example), never inside the payload.
     headers: Mapped[dict[str, str] | None] = mapped_column(JSONB)
+    #: 0-9, higher runs first (:data:`pgqueue.MAX_PRIORITY`).
+    priority: Mapped[int] = mapped_column(SmallInteger, server_default=text("0"))
+    #: While a job with this key is queued or running, no other job of its queue takes the key.
+    unique_key: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
     __table_args__ = (
@@ -78,8 +83,24 @@ class Job(Base):
             "status IN ('queued', 'running', 'done', 'failed')",
             name="status",
         ),
-        # R2: only ready-able rows, so it stays small however much history the table holds.
-        Index("jobs_ready_idx", "queue", "run_at", postgresql_where=text("status = 'queued'")),
+        CheckConstraint("priority >= 0 AND priority <= 9", name="priority"),
+        # R2: only ready-able rows, so it stays small however much history the table holds; the
+        # claim reads it one priority level at a time (pgqueue_0006).
+        Index(
+            "jobs_ready_idx",
+            "queue",
+            "priority",
+            "run_at",
+            postgresql_where=text("status = 'queued'"),
+        ),
+        # One live job per (queue, key); jobs without a key add no entry.
+        Index(
+            "jobs_unique_key_idx",
+            "queue",
+            "unique_key",
+            unique=True,
+            postgresql_where=text("unique_key IS NOT NULL AND status IN ('queued', 'running')"),
+        ),
         # Leases of running jobs only: the reaper never scans finished history.
         Index("jobs_lease_idx", "locked_until", postgresql_where=text("status = 'running'")),
     )

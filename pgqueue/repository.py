@@ -27,6 +27,7 @@ T = TypeVar("T")
 DEFAULT_QUEUE = "default"
 DEFAULT_LEASE = timedelta(minutes=5)
 DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_PRIORITY = 0
 DEFAULT_RETRY_BASE = timedelta(seconds=10)
 DEFAULT_RETRY_CAP = timedelta(hours=1)
 DEFAULT_PURGE_AGE = timedelta(days=7)
@@ -42,6 +43,8 @@ def enqueue(
     delay: timedelta | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     headers: Mapping[str, str] | None = None,
+    priority: int = DEFAULT_PRIORITY,
+    unique_key: str | None = None,
 ) -> int:
     """Insert one job in the caller's transaction and return its id.
 
@@ -55,11 +58,23 @@ def enqueue(
             handed to the handler as ``job.headers``: ``{str: str}`` of at most 8 KiB as JSON,
             for example ``pgqueue.contrib.otel.inject_headers()``. Default ``None``.
             (``.. versionadded:: 0.1.0``)
+        priority: 0 (the default, lowest) to 9 (highest): a worker claims a queue's ready jobs
+            highest priority first, oldest ``run_at`` first within a priority.
+        unique_key: While a job of the same queue with this key is ``queued`` or ``running``, no
+            second one is inserted: the id of the job holding the key is returned instead. The
+            key frees once that job is ``done`` or ``failed``; a retried job keeps it. An enqueue
+            of a key that another open transaction is inserting waits for it: if it commits, its
+            job is returned; if it rolls back, this one is inserted. At most 1,000 bytes.
+            Default ``None``: no key, and no cost.
 
     Raises:
-        InvalidArgumentError: before any SQL, for a bad payload, queue or schedule.
+        InvalidArgumentError: before any SQL, for a bad payload, queue, schedule, priority or
+            key.
     """
-    return _run(conn, _calls.enqueue(payload, queue, run_at, delay, max_attempts, headers))
+    return _drive(
+        conn,
+        _calls.enqueue(payload, queue, run_at, delay, max_attempts, headers, priority, unique_key),
+    )
 
 
 def enqueue_many(
@@ -71,13 +86,23 @@ def enqueue_many(
     delay: timedelta | None = None,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     headers: Mapping[str, str] | None = None,
+    priority: int = DEFAULT_PRIORITY,
+    unique_keys: Iterable[str | None] | None = None,
 ) -> list[int]:
     """Insert a batch of jobs in one round trip; return their ids in input order.
 
-    Every payload is checked before the statement runs: one bad payload rejects the whole batch.
-    ``headers`` (default ``None``) are stored on every job of the batch; see :func:`enqueue`.
+    Every payload (and key) is checked before the statement runs: one bad one rejects the whole
+    batch. ``headers`` and ``priority`` (one value for the batch) are stored on every job; see
+    :func:`enqueue`. ``unique_keys`` gives one key or ``None`` per payload: a payload whose key a
+    live job holds gets that job's id, and equal keys within the batch collapse into one job
+    (equal keys, equal ids). Still one round trip, plus one lookup when some key was held.
     """
-    return _run(conn, _calls.enqueue_many(payloads, queue, run_at, delay, max_attempts, headers))
+    return _drive(
+        conn,
+        _calls.enqueue_many(
+            payloads, queue, run_at, delay, max_attempts, headers, priority, unique_keys
+        ),
+    )
 
 
 def claim(
@@ -153,7 +178,20 @@ def purge_done(
 def _run(conn: Executor, call: _calls.Call[T]) -> T:
     if call.statement is None:
         return call.finish(None)
-    return call.finish(conn.execute(call.statement, call.params))
+    with _calls.translated_errors():
+        result = conn.execute(call.statement, call.params)
+    return call.finish(result)
+
+
+def _drive(conn: Executor, plan: _calls.Plan[T]) -> T:
+    """Run a plan's statements in turn, sending each result back into it."""
+    call = next(plan)
+    while True:
+        result = _run(conn, call)
+        try:
+            call = plan.send(result)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
 
 
 def purge(
@@ -177,7 +215,9 @@ def retry(
 
     ``max_attempts`` is raised to ``attempts_so_far + attempts``; ``attempts`` itself is never
     reset, since it is the token of every guarded update. Returns the ids requeued; running and
-    done jobs are left as they are.
+    done jobs are left as they are, and so is a failed job whose unique key another queued or
+    running job holds now (two failed jobs with the same key in one call raise
+    :class:`pgqueue.errors.UniqueKeyError`).
 
     .. versionadded:: 0.1.0
     """

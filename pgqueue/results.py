@@ -14,7 +14,7 @@ class ClaimedJob:
     """A job this caller now holds. ``attempts`` is the token every later update must present.
 
     ``headers`` is what the producer passed as ``enqueue(..., headers=...)``, or ``None``
-    (``.. versionadded:: 0.1.0``).
+    (``.. versionadded:: 0.1.0``); ``priority`` its priority, 0-9.
     """
 
     id: int
@@ -22,6 +22,7 @@ class ClaimedJob:
     payload: Any
     attempts: int
     headers: Mapping[str, str] | None = None
+    priority: int = 0
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Integer,
     Interval,
     Select,
+    SmallInteger,
     Text,
     Update,
     bindparam,
@@ -34,11 +35,14 @@ from sqlalchemy import (
     literal_column,
     null,
     select,
+    text,
     true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnClause
 
+from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY
 from pgqueue.models import JobStatus, jobs_table
 
 jobs = jobs_table
@@ -93,6 +97,10 @@ def _headers() -> ColumnElement[Any]:
     return cast(bindparam("headers_json", type_=Text), JSONB)
 
 
+def _priority() -> ColumnElement[Any]:
+    return bindparam("priority_level", type_=SmallInteger)
+
+
 ENQUEUE: Insert = (
     insert(jobs)
     .values(
@@ -101,7 +109,30 @@ ENQUEUE: Insert = (
         run_at=_schedule(),
         max_attempts=bindparam("attempt_budget", type_=Integer),
         headers=_headers(),
+        priority=_priority(),
     )
+    .returning(jobs.c.id)
+)
+
+#: The predicate of ``jobs_unique_key_idx``, spelled as the index spells it: the arbiter of
+#: ``ON CONFLICT`` and the key lookups must match it for the planner to use the index.
+_LIVE_KEY = text("unique_key IS NOT NULL AND status IN ('queued', 'running')")
+
+#: ENQUEUE with ``unique_key``: inserts nothing while a live job of the queue holds the key
+#: (a concurrent enqueue of the same key waits for the first transaction to end). Returns ``id``
+#: of an inserted job, else no row.
+ENQUEUE_UNIQUE: Insert = (
+    pg_insert(jobs)
+    .values(
+        queue=bindparam("queue_name", type_=Text),
+        payload=cast(bindparam("payload_json", type_=Text), JSONB),
+        run_at=_schedule(),
+        max_attempts=bindparam("attempt_budget", type_=Integer),
+        headers=_headers(),
+        priority=_priority(),
+        unique_key=bindparam("key", type_=Text),
+    )
+    .on_conflict_do_nothing(index_elements=["queue", "unique_key"], index_where=_LIVE_KEY)
     .returning(jobs.c.id)
 )
 
@@ -115,16 +146,51 @@ _batch = (
 ENQUEUE_MANY: Insert = (
     insert(jobs)
     .from_select(
-        ["queue", "payload", "run_at", "max_attempts", "headers"],
+        ["queue", "payload", "run_at", "max_attempts", "headers", "priority"],
         select(
             bindparam("queue_name", type_=Text),
             cast(_batch.c.payload, JSONB),
             _schedule(),
             bindparam("attempt_budget", type_=Integer),
             _headers(),
+            _priority(),
         ).order_by(_batch.c.ord),
     )
     .returning(jobs.c.id)
+)
+
+_keyed_batch = (
+    func.unnest(bindparam("payloads", type_=ARRAY(Text)), bindparam("keys", type_=ARRAY(Text)))
+    .table_valued("payload", "unique_key", with_ordinality="ord")
+    .render_derived()
+)
+
+#: ENQUEUE_MANY with one key (or NULL) per payload: a row whose key a live job holds, or an
+#: earlier row of the same batch, is skipped. Returns ``id, unique_key`` of the inserted rows
+#: (ids in input order, as ENQUEUE_MANY).
+ENQUEUE_MANY_UNIQUE: Insert = (
+    pg_insert(jobs)
+    .from_select(
+        ["queue", "payload", "run_at", "max_attempts", "headers", "priority", "unique_key"],
+        select(
+            bindparam("queue_name", type_=Text),
+            cast(_keyed_batch.c.payload, JSONB),
+            _schedule(),
+            bindparam("attempt_budget", type_=Integer),
+            _headers(),
+            _priority(),
+            _keyed_batch.c.unique_key,
+        ).order_by(_keyed_batch.c.ord),
+    )
+    .on_conflict_do_nothing(index_elements=["queue", "unique_key"], index_where=_LIVE_KEY)
+    .returning(jobs.c.id, jobs.c.unique_key)
+)
+
+#: The live job holding each of ``keys`` in the queue. Returns ``id, unique_key``.
+KEY_HOLDERS: Select[Any] = select(jobs.c.id, jobs.c.unique_key).where(
+    jobs.c.queue == bindparam("queue_name", type_=Text),
+    jobs.c.unique_key == func.any(bindparam("keys", type_=ARRAY(Text))),
+    _LIVE_KEY,
 )
 
 
@@ -132,29 +198,50 @@ ENQUEUE_MANY: Insert = (
 
 
 def _ready_ids(limit: int, *, skip_locked: bool) -> Any:
-    return (
+    """Up to ``limit`` ready ids, highest priority first, oldest ``run_at`` first within one.
+
+    One bounded range scan of ``jobs_ready_idx`` per priority level, from 9 down to 0 (a
+    ``LATERAL`` subquery per level, each Limit over LockRows over an index scan, under one outer
+    Limit that stops once it has ``limit`` rows): a level's future jobs (``run_at > now()``) end
+    its scan, so a backlog of retries or delayed jobs at a high priority is never walked, as a
+    single scan of ``(queue, priority, run_at)`` would walk it.
+    """
+    levels = (
+        func.generate_series(
+            literal_column(str(MAX_PRIORITY)),
+            literal_column(str(MIN_PRIORITY)),
+            literal_column("-1"),
+        )
+        .table_valued("level")
+        .render_derived(name="levels")
+    )
+    limit_literal = literal(limit, Integer, literal_execute=True)
+    level = (
         select(jobs.c.id)
         .where(
             jobs.c.queue == bindparam("queue_name", type_=Text),
+            jobs.c.priority == levels.c.level,
             jobs.c.status == status_literal(JobStatus.QUEUED),
             jobs.c.run_at <= func.now(),
         )
         .order_by(jobs.c.run_at)
         # Inline LIMIT: with a bound one the generic plan hash-joins over a seq scan of jobs.
-        .limit(literal(limit, Integer, literal_execute=True))
+        .limit(limit_literal)
         .with_for_update(skip_locked=skip_locked)
+        .lateral("ready")
     )
+    return select(level.c.id).select_from(levels.join(level, true())).limit(limit_literal)
 
 
 @lru_cache(maxsize=64)
 def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
-    """The article's claim (R7): lock up to ``limit`` ready jobs of one queue, lease them.
+    """The article's claim (R7) with priorities: lock up to ``limit`` ready jobs, lease them.
 
     Parameters: ``queue_name``, ``lease``. Returns ``id, queue, payload, attempts, run_at,
-    headers``.
-    The CTE is ``MATERIALIZED`` so the planner keeps LockRows inside it (Limit over LockRows
-    over an index scan of ``jobs_ready_idx``). ``skip_locked=False`` is the serialising variant
-    of R5, kept for the demo and the tests.
+    headers, priority``.
+    The CTE is ``MATERIALIZED`` so the planner keeps LockRows inside it (per priority level:
+    Limit over LockRows over an index scan of ``jobs_ready_idx``). ``skip_locked=False`` is the
+    serialising variant of R5, kept for the demo and the tests.
     """
     nxt = _ready_ids(limit, skip_locked=skip_locked).cte("next").prefix_with("MATERIALIZED")
     return (
@@ -166,7 +253,13 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
             locked_until=_lease_end(),
         )
         .returning(
-            jobs.c.id, jobs.c.queue, jobs.c.payload, jobs.c.attempts, jobs.c.run_at, jobs.c.headers
+            jobs.c.id,
+            jobs.c.queue,
+            jobs.c.payload,
+            jobs.c.attempts,
+            jobs.c.run_at,
+            jobs.c.headers,
+            jobs.c.priority,
         )
     )
 
@@ -438,10 +531,13 @@ __all__ = [
     "COMPLETE_MANY",
     "ENQUEUE",
     "ENQUEUE_MANY",
+    "ENQUEUE_MANY_UNIQUE",
+    "ENQUEUE_UNIQUE",
     "EXTEND_LEASE",
     "EXTEND_LEASE_MANY",
     "FAIL",
     "FAIL_MANY",
+    "KEY_HOLDERS",
     "NAIVE_DOUBLE_CLAIMING_CLAIM",
     "REAP_EXPIRED",
     "RELEASE_MANY",
@@ -468,14 +564,32 @@ _RETRY_VALUES: dict[str, Any] = {
 }
 
 
+def _key_is_free() -> ColumnElement[bool]:
+    """No other live job of the queue holds this job's unique key (or it has none)."""
+    other = jobs.alias("holder")
+    held = (
+        select(other.c.id)
+        .where(
+            other.c.queue == jobs.c.queue,
+            other.c.unique_key == jobs.c.unique_key,
+            other.c.status.in_(
+                [status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)]
+            ),
+            other.c.id != jobs.c.id,
+        )
+        .exists()
+    )
+    return jobs.c.unique_key.is_(None) | ~held
+
+
 @lru_cache(maxsize=2)
 def retry_statement(*, all_failed: bool = False) -> Update:
     """Requeue jobs with a fresh budget of attempts, by raising ``max_attempts``.
 
     With ``all_failed=False`` (parameters ``job_ids``, ``extra_attempts``) the listed jobs that are
     ``failed`` or ``queued`` are retried now; with ``all_failed=True`` (parameters ``queue_name``,
-    which may be ``NULL`` for every queue, and ``extra_attempts``) every ``failed`` job is.
-    Returns ``id`` of each requeued job.
+    which may be ``NULL`` for every queue, and ``extra_attempts``) every ``failed`` job is. A job
+    whose unique key another live job holds is left alone. Returns ``id`` of each requeued job.
     """
     if all_failed:
         where = (jobs.c.status == status_literal(JobStatus.FAILED)) & (
@@ -485,7 +599,7 @@ def retry_statement(*, all_failed: bool = False) -> Update:
         where = jobs.c.id.in_(bindparam("job_ids", type_=BigInteger, expanding=True)) & (
             jobs.c.status.in_([status_literal(JobStatus.FAILED), status_literal(JobStatus.QUEUED)])
         )
-    return jobs.update().where(where).values(**_RETRY_VALUES).returning(jobs.c.id)
+    return jobs.update().where(where, _key_is_free()).values(**_RETRY_VALUES).returning(jobs.c.id)
 
 
 _cancellable = (

@@ -233,7 +233,13 @@ def _run_in_transaction(
 
 def _held(job: ClaimedJob, connection: Connection | None) -> Held:
     context = JobContext(
-        job.id, job.queue, job.payload, job.attempts, connection=connection, headers=job.headers
+        job.id,
+        job.queue,
+        job.payload,
+        job.attempts,
+        connection=connection,
+        headers=job.headers,
+        priority=job.priority,
     )
     return Held(context, Lane.THREADS, time.monotonic())
 

@@ -225,6 +225,7 @@ def _assert_article_shape(plan: list[str]) -> None:
     assert any(ln.startswith("->  Index Scan using jobs_pkey") for ln in lines)
     assert "Seq Scan" not in text_plan
     assert "Hash Join" not in text_plan
+    assert "Sort" not in text_plan  # priorities come from the index, one level at a time
 
 
 def test_claim_plan_custom(engine: Engine, few_thousand_rows: None) -> None:

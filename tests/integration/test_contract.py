@@ -307,3 +307,37 @@ def test_purge_takes_done_or_failed(q: Runner) -> None:
     with pytest.raises(InvalidArgumentError):
         q.run("purge", status=pgqueue.JobStatus.QUEUED)
     assert q.run("purge") == 1
+
+
+def test_priority_orders_the_claim_and_travels_to_the_claimed_job(q: Runner) -> None:
+    low = q.run("enqueue", "low", queue="p")
+    high = q.run("enqueue_many", ["h1", "h2"], queue="p", priority=9)
+    claimed = q.run("claim", queue="p", limit=3)
+    assert [(c.id, c.priority) for c in claimed] == [(high[0], 9), (high[1], 9), (low, 0)]
+
+
+def test_unique_keys_give_the_live_holder_and_align_batches(q: Runner) -> None:
+    first = q.run("enqueue", {"n": 1}, queue="u", unique_key="k1")
+    assert q.run("enqueue", {"n": 2}, queue="u", unique_key="k1") == first
+    ids = q.run("enqueue_many", [1, 2, 3, 4], queue="u", unique_keys=["k1", "k2", None, "k2"])
+    assert ids[0] == first
+    assert ids[1] == ids[3] != ids[2]
+    rows = _jobs(q.engine)
+    assert len(rows) == 3
+    with q.engine.connect() as conn:
+        keys = dict(conn.execute(text("SELECT id, unique_key FROM jobs")).all())
+    assert keys == {first: "k1", ids[1]: "k2", ids[2]: None}
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        op("enqueue", {}, priority=10),
+        op("enqueue", {}, unique_key=""),
+        op("enqueue_many", [1, 2], unique_keys=["a", "b" * 1001]),
+    ],
+)
+def test_bad_priority_or_key_writes_nothing(q: Runner, call: Op) -> None:
+    with pytest.raises(InvalidArgumentError):
+        q.tx([op("enqueue", {"first": True}), call])
+    assert _jobs(q.engine) == []

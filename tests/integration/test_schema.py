@@ -76,7 +76,7 @@ def test_objects_live_in_the_schema(placed: tuple[Engine, Engine]) -> None:
         public_options = conn.execute(
             text("SELECT reloptions FROM pg_class WHERE oid = 'public.jobs'::regclass")
         ).scalar_one()
-    assert indexes == {"jobs_pkey", "jobs_ready_idx", "jobs_lease_idx"}
+    assert indexes == {"jobs_pkey", "jobs_ready_idx", "jobs_lease_idx", "jobs_unique_key_idx"}
     assert f"ON {SCHEMA}.jobs" in trigger
     assert f"EXECUTE FUNCTION {SCHEMA}.jobs_notify()" in trigger
     assert f"pg_notify('{SCHEMA}.jobs', NEW.queue)" in function
@@ -119,6 +119,27 @@ def test_notify_uses_the_schema_channel(placed: tuple[Engine, Engine], empty_db_
             pgqueue.enqueue(conn, {}, queue="mail")
         got = [(n.channel, n.payload) for n in listener.notifies(timeout=1.0)]
     assert got == [(f"{SCHEMA}.jobs", "mail")]
+
+
+def test_priorities_keys_and_cancel_follow_the_schema(
+    placed: tuple[Engine, Engine], empty_db_url: URL
+) -> None:
+    plain, mapped = placed
+    with mapped.begin() as conn:
+        low = pgqueue.enqueue(conn, {}, queue="mail", unique_key="k")
+        assert pgqueue.enqueue(conn, {}, queue="mail", unique_key="k") == low
+        high = pgqueue.enqueue(conn, {}, queue="mail", priority=8)
+    with mapped.begin() as conn:
+        assert [j.id for j in pgqueue.claim(conn, queue="mail", limit=2)] == [high, low]
+    with psycopg.connect(to_libpq_url(empty_db_url), autocommit=True) as listener:
+        listener.execute(f'LISTEN "{SCHEMA}.jobs"')
+        with mapped.begin() as conn:
+            assert pgqueue.cancel(conn, [low]) == [low]
+        got = [(n.channel, n.payload) for n in listener.notifies(timeout=1.0)]
+    assert got == [(f"{SCHEMA}.jobs", ",cancel")]  # the cancel hint on the schema's channel
+    with mapped.begin() as conn:
+        assert pgqueue.enqueue(conn, {}, queue="mail", unique_key="k") != low  # freed
+    _users_table_untouched(plain)
 
 
 def test_worker_listens_on_the_schema_channel(

@@ -9,6 +9,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL
 
 import pgqueue
@@ -70,9 +71,15 @@ def test_catalog_has_what_autogenerate_cannot_see(engine: Engine) -> None:
         valid = conn.execute(
             text("SELECT bool_and(indisvalid) FROM pg_index WHERE indrelid = 'jobs'::regclass")
         ).scalar_one()
+    # R2's index gained the priority in pgqueue_0006 (it was (queue, run_at)).
     assert indexes["jobs_ready_idx"] == (
-        "CREATE INDEX jobs_ready_idx ON public.jobs USING btree (queue, run_at) "
+        "CREATE INDEX jobs_ready_idx ON public.jobs USING btree (queue, priority, run_at) "
         "WHERE (status = 'queued'::text)"
+    )
+    assert indexes["jobs_unique_key_idx"] == (
+        "CREATE UNIQUE INDEX jobs_unique_key_idx ON public.jobs USING btree (queue, unique_key) "
+        "WHERE ((unique_key IS NOT NULL) AND (status = ANY (ARRAY['queued'::text, "
+        "'running'::text])))"
     )
     assert indexes["jobs_lease_idx"] == (
         "CREATE INDEX jobs_lease_idx ON public.jobs USING btree (locked_until) "
@@ -110,6 +117,8 @@ def test_columns_are_exactly_r1(engine: Engine) -> None:
         ("last_error", "text", "YES", None, "NO", None),
         ("created_at", "timestamp with time zone", "NO", "now()", "NO", None),
         ("headers", "jsonb", "YES", None, "NO", None),  # pgqueue_0005
+        ("priority", "smallint", "NO", "0", "NO", None),  # pgqueue_0006
+        ("unique_key", "text", "YES", None, "NO", None),  # pgqueue_0006
     ]
 
 
@@ -226,3 +235,50 @@ def test_headers_revision_round_trips_in_a_schema(empty_db_url: URL, empty_engin
         assert conn.execute(text("SELECT headers FROM queue.jobs")).scalar_one() is None
     pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0004", schema="queue")
     assert headers_type() is None
+
+
+def test_priority_and_key_revision_round_trips_with_rows_in_a_schema(
+    empty_db_url: URL, empty_engine: Engine
+) -> None:
+    """pgqueue_0006 upgrades a table that holds jobs (priority 0, no key) and downgrades back to
+    the article's index, in a schema of its own."""
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0005", schema="queue")
+    with empty_engine.begin() as conn:
+        conn.execute(text("INSERT INTO queue.jobs (payload) SELECT '1' FROM generate_series(1, 3)"))
+
+    def ready_index() -> str | None:
+        with empty_engine.connect() as conn:
+            return conn.execute(
+                text(
+                    "SELECT indexdef FROM pg_indexes WHERE schemaname = 'queue' "
+                    "AND indexname = 'jobs_ready_idx'"
+                )
+            ).scalar_one_or_none()
+
+    def key_index() -> int:
+        with empty_engine.connect() as conn:
+            return int(
+                conn.execute(
+                    text("SELECT count(*) FROM pg_indexes WHERE indexname = 'jobs_unique_key_idx'")
+                ).scalar_one()
+            )
+
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0006", schema="queue")
+    with empty_engine.connect() as conn:
+        rows = conn.execute(text("SELECT priority, unique_key FROM queue.jobs")).all()
+        valid = conn.execute(
+            text(
+                "SELECT bool_and(indisvalid) FROM pg_index WHERE indrelid = 'queue.jobs'::regclass"
+            )
+        ).scalar_one()
+    assert [tuple(r) for r in rows] == [(0, None)] * 3
+    assert valid is True
+    assert "(queue, priority, run_at)" in (ready_index() or "")
+    assert key_index() == 1
+    with pytest.raises(sa_exc.IntegrityError), empty_engine.begin() as conn:
+        conn.execute(text("UPDATE queue.jobs SET priority = 10"))  # the 0-9 check
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0005", schema="queue")
+    assert "(queue, run_at)" in (ready_index() or "")
+    assert key_index() == 0
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 3

@@ -25,8 +25,14 @@ def sql(stmt: ClauseElement) -> str:
 
 
 def test_claim_is_a_materialized_skip_locked_cte_joined_back_by_id() -> None:
+    # Since pgqueue_0006 the CTE reads one priority level at a time, 9 down to 0 (it read
+    # ``FROM jobs`` directly before priorities).
     text = sql(statements.claim_statement(10))
-    assert text.startswith("WITH next AS MATERIALIZED (SELECT jobs.id AS id FROM jobs WHERE")
+    assert text.startswith(
+        "WITH next AS MATERIALIZED (SELECT ready.id AS id FROM generate_series(9, 0, -1) AS "
+        "levels(level) JOIN LATERAL (SELECT jobs.id AS id FROM jobs WHERE"
+    )
+    assert "jobs.priority = levels.level" in text
     assert "jobs.status = 'queued'" in text  # a literal: generic plans can prove the partial index
     assert "jobs.run_at <= now() ORDER BY jobs.run_at" in text
     assert "FOR UPDATE SKIP LOCKED" in text
@@ -84,8 +90,9 @@ def test_naive_claim_is_the_unlocked_subquery_of_the_article() -> None:
 def test_enqueue_many_is_one_insert_select_over_unnest_in_input_order() -> None:
     text = sql(statements.ENQUEUE_MANY)
     assert text.startswith(
-        "INSERT INTO jobs (queue, payload, run_at, max_attempts, headers) SELECT"
+        "INSERT INTO jobs (queue, payload, run_at, max_attempts, headers, priority) SELECT"
     )
+    assert "ON CONFLICT" not in text  # jobs without a key pay nothing for the unique index
     assert "unnest(%(payloads)s::TEXT[]) WITH ORDINALITY" in text
     assert "ORDER BY anon_2.ord RETURNING jobs.id" in text
 
@@ -403,3 +410,17 @@ def test_retry_failed_call_checks_the_queue_name() -> None:
     """An empty queue name is a mistake, not "every queue" (that is ``None``)."""
     with pytest.raises(pgqueue.InvalidArgumentError, match="queue"):
         _calls.retry_failed("", 1)
+
+
+def test_unique_enqueue_does_nothing_on_a_live_key_through_the_partial_index() -> None:
+    live = "WHERE unique_key IS NOT NULL AND status IN ('queued', 'running')"
+    one = sql(statements.ENQUEUE_UNIQUE)
+    many = sql(statements.ENQUEUE_MANY_UNIQUE)
+    for text in (one, many):
+        assert f"ON CONFLICT (queue, unique_key) {live} DO NOTHING" in text
+    assert "unnest(%(payloads)s::TEXT[], %(keys)s::TEXT[]) WITH ORDINALITY" in many
+    assert many.endswith("RETURNING jobs.id, jobs.unique_key")
+    holders = sql(statements.KEY_HOLDERS)
+    assert "jobs.unique_key = any(%(keys)s::TEXT[]) AND unique_key IS NOT NULL" in holders
+    retry = sql(statements.retry_statement())
+    assert "(jobs.unique_key IS NULL OR NOT (EXISTS (SELECT holder.id FROM jobs AS holder" in retry
