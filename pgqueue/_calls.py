@@ -133,6 +133,7 @@ def enqueue_many(
         batch = {"payloads": [encoded[i] for i in todo], "keys": [keys[i] for i in todo]}
         rows = yield Call(statements.ENQUEUE_MANY_UNIQUE, {**params, **batch}, _id_key_rows)
         held = _assign_inserted(todo, keys, rows, ids)
+        todo = held
         if not held:
             break
         holders = yield _holders_call(params["queue_name"], sorted({keys[i] or "" for i in held}))

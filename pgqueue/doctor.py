@@ -135,6 +135,7 @@ _INDEXES = text(
 _EXPECTED_INDEXES = {
     "jobs_ready_idx": ("error", "every claim scans the whole table"),
     "jobs_lease_idx": ("warning", "the reaper scans the whole table"),
+    "jobs_unique_key_idx": ("error", "enqueue with a unique key fails (no ON CONFLICT arbiter)"),
 }
 
 

@@ -42,7 +42,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnClause
 
-from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY
+from pgqueue._validation import MIN_PRIORITY
 from pgqueue.models import JobStatus, jobs_table
 
 jobs = jobs_table
@@ -200,18 +200,24 @@ KEY_HOLDERS: Select[Any] = select(jobs.c.id, jobs.c.unique_key).where(
 def _ready_ids(limit: int, *, skip_locked: bool) -> Any:
     """Up to ``limit`` ready ids, highest priority first, oldest ``run_at`` first within one.
 
-    One bounded range scan of ``jobs_ready_idx`` per priority level, from 9 down to 0 (a
-    ``LATERAL`` subquery per level, each Limit over LockRows over an index scan, under one outer
-    Limit that stops once it has ``limit`` rows): a level's future jobs (``run_at > now()``) end
-    its scan, so a backlog of retries or delayed jobs at a high priority is never walked, as a
-    single scan of ``(queue, priority, run_at)`` would walk it.
+    One bounded range scan of ``jobs_ready_idx`` per priority level, from the queue's highest
+    queued priority down to 0 (a ``LATERAL`` subquery per level, each Limit over LockRows over an
+    index scan, under one outer Limit that stops once it has ``limit`` rows): a level's future
+    jobs (``run_at > now()``) end its scan, so a backlog of retries or delayed jobs at a high
+    priority is never walked, as a single scan of ``(queue, priority, run_at)`` would walk it.
     """
-    levels = (
-        func.generate_series(
-            literal_column(str(MAX_PRIORITY)),
-            literal_column(str(MIN_PRIORITY)),
-            literal_column("-1"),
+    # From the queue's highest queued priority (any run_at) down: one backward probe of the
+    # index's first entries, so a queue whose jobs all have the default priority scans one level.
+    top = (
+        select(func.coalesce(func.max(jobs.c.priority), literal_column(str(MIN_PRIORITY))))
+        .where(
+            jobs.c.queue == bindparam("queue_name", type_=Text),
+            jobs.c.status == status_literal(JobStatus.QUEUED),
         )
+        .scalar_subquery()
+    )
+    levels = (
+        func.generate_series(top, literal_column(str(MIN_PRIORITY)), literal_column("-1"))
         .table_valued("level")
         .render_derived(name="levels")
     )
@@ -599,7 +605,27 @@ def retry_statement(*, all_failed: bool = False) -> Update:
         where = jobs.c.id.in_(bindparam("job_ids", type_=BigInteger, expanding=True)) & (
             jobs.c.status.in_([status_literal(JobStatus.FAILED), status_literal(JobStatus.QUEUED)])
         )
-    return jobs.update().where(where, _key_is_free()).values(**_RETRY_VALUES).returning(jobs.c.id)
+    # Of several candidates sharing a key, only the newest comes back: two live jobs cannot hold
+    # one key, and one such pair must not stop ``retry --failed`` for the whole queue.
+    newest_per_key = (
+        func.row_number()
+        .over(
+            partition_by=(
+                jobs.c.queue,
+                jobs.c.unique_key,
+                case((jobs.c.unique_key.is_(None), jobs.c.id)),
+            ),
+            order_by=jobs.c.id.desc(),
+        )
+        .label("rank")
+    )
+    candidates = select(jobs.c.id, newest_per_key).where(where).cte("candidates")
+    return (
+        jobs.update()
+        .where(jobs.c.id == candidates.c.id, candidates.c.rank == 1, where, _key_is_free())
+        .values(**_RETRY_VALUES)
+        .returning(jobs.c.id)
+    )
 
 
 _cancellable = (

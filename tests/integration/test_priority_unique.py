@@ -13,6 +13,7 @@ from sqlalchemy import Engine, event, text
 
 import pgqueue
 import pgqueue.testing
+from pgqueue import _calls
 from pgqueue.errors import UniqueKeyError
 
 
@@ -124,11 +125,26 @@ def test_failed_jobs_free_the_key_and_a_retry_keeps_it_or_yields(engine: Engine)
     with engine.begin() as conn:
         assert pgqueue.retry(conn, [new]) == []  # old holds k again: new is left alone
         assert pgqueue.cancel(conn, [old]) == [old]  # now both are failed with key k
+    with engine.begin() as conn:
+        # Both failed with key k: only the newest comes back, the other is left alone.
+        assert pgqueue.retry(conn, [new, old]) == [new]
+    assert _rows(engine)[old].status == "failed"
     with engine.connect() as conn:
-        with pytest.raises(UniqueKeyError, match="'k'"):
-            pgqueue.retry(conn, [new, old])  # both at once would give k two live jobs
+        # A write that would give k a second live job anyway (a race, a hand-made update) is
+        # reported as UniqueKeyError at the repository boundary, never as a bare IntegrityError.
+        forced = _calls.Call(
+            text("UPDATE jobs SET status = 'queued' WHERE id = :id"), {"id": old}, lambda r: None
+        )
+        with pytest.raises(UniqueKeyError, match="unique key 'k' of queue 'r'"):
+            pgqueue.repository._run(conn, forced)
         conn.rollback()
-    assert {r.status for r in _rows(engine).values()} == {"failed"}
+
+
+def test_enqueue_many_with_no_key_held_inserts_every_key(engine: Engine) -> None:
+    with engine.begin() as conn:
+        ids = pgqueue.enqueue_many(conn, [1, 2, 3], queue="n", unique_keys=["x", None, "y"])
+    assert len(set(ids)) == 3
+    assert sorted(ids) == ids
 
 
 def test_enqueue_many_collapses_equal_keys_and_aligns_ids(engine: Engine) -> None:

@@ -25,12 +25,14 @@ def sql(stmt: ClauseElement) -> str:
 
 
 def test_claim_is_a_materialized_skip_locked_cte_joined_back_by_id() -> None:
-    # Since pgqueue_0006 the CTE reads one priority level at a time, 9 down to 0 (it read
-    # ``FROM jobs`` directly before priorities).
+    # Since pgqueue_0006 the CTE reads one priority level at a time, from the queue's highest
+    # queued priority down to 0 (it read ``FROM jobs`` directly before priorities).
     text = sql(statements.claim_statement(10))
     assert text.startswith(
-        "WITH next AS MATERIALIZED (SELECT ready.id AS id FROM generate_series(9, 0, -1) AS "
-        "levels(level) JOIN LATERAL (SELECT jobs.id AS id FROM jobs WHERE"
+        "WITH next AS MATERIALIZED (SELECT ready.id AS id FROM generate_series((SELECT "
+        "coalesce(max(jobs.priority), 0) AS coalesce_1 FROM jobs WHERE jobs.queue = "
+        "%(queue_name)s::VARCHAR AND jobs.status = 'queued'), 0, -1) AS levels(level) "
+        "JOIN LATERAL (SELECT jobs.id AS id FROM jobs WHERE"
     )
     assert "jobs.priority = levels.level" in text
     assert "jobs.status = 'queued'" in text  # a literal: generic plans can prove the partial index

@@ -75,8 +75,9 @@ def upgrade() -> None:
         schema=schema,
     )
     op.add_column("jobs", sa.Column("unique_key", sa.Text(), nullable=True), schema=schema)
+    # op.f: this exact name whatever naming convention the user's env applies (as pgqueue_0001).
     op.create_check_constraint(
-        "jobs_priority_check", "jobs", "priority >= 0 AND priority <= 9", schema=schema
+        op.f("jobs_priority_check"), "jobs", "priority >= 0 AND priority <= 9", schema=schema
     )
     with op.get_context().autocommit_block():
         _swap_ready_index(["queue", "priority", "run_at"], schema)
@@ -99,6 +100,6 @@ def downgrade() -> None:
             "jobs_unique_key_idx", table_name="jobs", postgresql_concurrently=True, schema=schema
         )
         _swap_ready_index(["queue", "run_at"], schema)
-    op.drop_constraint("jobs_priority_check", "jobs", type_="check", schema=schema)
+    op.drop_constraint(op.f("jobs_priority_check"), "jobs", type_="check", schema=schema)
     op.drop_column("jobs", "unique_key", schema=schema)
     op.drop_column("jobs", "priority", schema=schema)
