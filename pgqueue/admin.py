@@ -1,7 +1,8 @@
 """Read-side queries for operators: list and show jobs, queue statistics (R21).
 
-What ``pgqueue list``, ``show`` and ``stats`` print; usable from Python too. Every function runs
-in the caller's connection and returns plain dicts ready for JSON (times as aware datetimes).
+What ``pgqueue list``, ``show`` and ``stats`` print, and what ``enqueue`` and ``retry`` say about
+unique keys; usable from Python too. Every function runs in the caller's connection and returns
+plain values ready for JSON (times as aware datetimes).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ JOB_COLUMNS = (
     "id",
     "queue",
     "status",
+    "priority",
     "attempts",
     "max_attempts",
     "run_at",
     "locked_until",
     "last_error",
+    "unique_key",
     "created_at",
 )
 
@@ -56,6 +59,45 @@ def job_statuses(conn: Connection, job_ids: list[int]) -> dict[int, str]:
     """The current status of each existing id, to explain why a command left a job alone."""
     rows = conn.execute(select(jobs.c.id, jobs.c.status).where(jobs.c.id.in_(job_ids)))
     return {row.id: row.status for row in rows}
+
+
+def key_holders(conn: Connection, job_ids: list[int]) -> dict[int, tuple[str, int]]:
+    """``{id: (unique_key, holder_id)}`` for each of ``job_ids`` whose unique key another queued or
+    running job of its queue holds: why ``retry`` leaves such a failed job alone."""
+    holder = jobs.alias("holder")
+    live = [status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)]
+    stmt = (
+        select(jobs.c.id, jobs.c.unique_key, holder.c.id.label("holder_id"))
+        .select_from(jobs)
+        .join(
+            holder,
+            and_(
+                holder.c.queue == jobs.c.queue,
+                holder.c.unique_key == jobs.c.unique_key,
+                holder.c.unique_key.is_not(None),
+                holder.c.status.in_(live),
+                holder.c.id != jobs.c.id,
+            ),
+        )
+        .where(jobs.c.id.in_(job_ids))
+    )
+    return {row.id: (row.unique_key, row.holder_id) for row in conn.execute(stmt)}
+
+
+_WROTE = text("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")
+
+
+def transaction_wrote(conn: Connection) -> bool:
+    """Whether the current transaction has written anything yet.
+
+    PostgreSQL gives a transaction its id at its first write (``pg_current_xact_id_if_assigned()``
+    is ``NULL`` until then; reading it needs no privilege and assigns nothing). After a unique
+    enqueue in an otherwise read-only transaction, ``False`` means the key was held: nothing was
+    inserted, and the id returned is the holder's. (``True`` in the rare race where a concurrent
+    transaction inserted the key between this insert's conflict check and its own insertion: its
+    row was written, then discarded.)
+    """
+    return conn.execute(_WROTE).scalar_one() is True
 
 
 def _count(*conditions: Any) -> Any:

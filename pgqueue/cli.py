@@ -29,7 +29,8 @@ import pgqueue
 from pgqueue import admin, repository
 from pgqueue._text import psql_table
 from pgqueue._urls import error_line, mask_text, mask_url, to_sqlalchemy_url
-from pgqueue.errors import PgQueueError
+from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY, check_priority, check_unique_key
+from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobStatus
 from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
 
@@ -236,18 +237,52 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _priority_arg(value: str) -> int:
+    try:
+        return check_priority(int(value))
+    except (ValueError, PgQueueError) as exc:
+        raise UserError(
+            f"--priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY} "
+            f"(higher runs first), got {value!r}"
+        ) from exc
+
+
+def _unique_key_arg(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_unique_key(value)
+    except InvalidArgumentError as exc:
+        raise UserError(f"--unique-key {exc.problem}") from exc
+
+
 def cmd_enqueue(args: argparse.Namespace) -> int:
-    """Insert one job and print its id."""
+    """Insert one job and print its id (with --unique-key: that of a live job holding the key)."""
     try:
         payload = json.loads(args.payload)
     except ValueError as exc:
         raise UserError(f"the payload is not valid JSON ({exc}): e.g. '{{\"to\": 42}}'") from exc
+    priority = _priority_arg(args.priority)
+    key = _unique_key_arg(args.unique_key)
     with transaction(args) as conn:
         job_id = repository.enqueue(
-            conn, payload, queue=args.queue, delay=args.delay, max_attempts=args.max_attempts
+            conn,
+            payload,
+            queue=args.queue,
+            delay=args.delay,
+            max_attempts=args.max_attempts,
+            priority=priority,
+            unique_key=key,
+        )
+        # The transaction ran nothing else: if it wrote nothing, the key was held.
+        inserted = key is None or admin.transaction_wrote(conn)
+    if not inserted:
+        note(
+            f"unique key {key!r} is held by live job {job_id} of queue {args.queue!r}: "
+            "no job inserted, that job's id printed"
         )
     if args.json:
-        emit_json({"id": job_id})
+        emit_json({"id": job_id, "inserted": inserted})
     else:
         emit(str(job_id))
     return 0
@@ -262,12 +297,13 @@ def cmd_list(args: argparse.Namespace) -> int:
         emit_json(rows)
         return 0
     table(
-        ["id", "queue", "status", "attempts", "run_at", "locked_until", "last_error"],
+        ["id", "queue", "status", "prio", "attempts", "run_at", "locked_until", "last_error"],
         [
             (
                 r["id"],
                 r["queue"],
                 r["status"],
+                r["priority"],
                 f"{r['attempts']}/{r['max_attempts']}",
                 r["run_at"],
                 r["locked_until"],
@@ -397,15 +433,30 @@ def cmd_purge(args: argparse.Namespace) -> int:
 
 
 def _report_untouched(
-    conn: Connection, asked: list[int], changed: list[int], verb: str, why: Mapping[str, str]
+    conn: Connection,
+    asked: list[int],
+    changed: list[int],
+    verb: str,
+    why: Mapping[str, str],
+    explain: Callable[[list[int]], Mapping[int, str]] | None = None,
 ) -> int:
+    """Name on stderr each id asked for but left alone, with the reason for its status (``why``),
+    or the reason ``explain`` gives for that id; 1 when there is one, else 0."""
     untouched = [i for i in dict.fromkeys(asked) if i not in set(changed)]
     statuses = admin.job_statuses(conn, untouched) if untouched else {}
+    reasons = explain(untouched) if explain is not None and untouched else {}
     for job_id in untouched:
         status = statuses.get(job_id)
         reason = why.get(status or "", f"it is {status}") if status else "no such job"
-        note(f"job {job_id} not {verb}: {reason}")
+        note(f"job {job_id} not {verb}: {reasons.get(job_id, reason)}")
     return 1 if untouched else 0
+
+
+def _held_keys(conn: Connection, job_ids: list[int]) -> dict[int, str]:
+    return {
+        job_id: f"its unique key {key!r} is held by live job {holder}"
+        for job_id, (key, holder) in admin.key_holders(conn, job_ids).items()
+    }
 
 
 def cmd_retry(args: argparse.Namespace) -> int:
@@ -425,7 +476,13 @@ def cmd_retry(args: argparse.Namespace) -> int:
                 args.ids,
                 done,
                 "retried",
-                {"running": "it is running (its worker holds it)", "done": "it is done"},
+                {
+                    "running": "it is running (its worker holds it)",
+                    "done": "it is done",
+                    # Left alone for its key, whose holder has finished since: the key is free.
+                    "failed": "its unique key was held by another live job; try again",
+                },
+                lambda untouched: _held_keys(conn, untouched),
             )
     emit(f"requeued {len(done)} job(s) with {args.attempts} more attempt(s): {_ids(done)}")
     return code
@@ -594,7 +651,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("payload", help="JSON payload, e.g. '{\"to\": 42}'")
     p.add_argument("--delay", type=parse_duration, help="not ready before this delay (e.g. 5m)")
     p.add_argument("--max-attempts", type=_positive_int, default=repository.DEFAULT_MAX_ATTEMPTS)
-    p.add_argument("--json", action="store_true", help='print {"id": N}')
+    p.add_argument(
+        "--priority",
+        metavar="N",
+        default=str(repository.DEFAULT_PRIORITY),
+        help=f"{MIN_PRIORITY} (default, lowest) to {MAX_PRIORITY} (claimed first)",
+    )
+    p.add_argument(
+        "--unique-key",
+        metavar="KEY",
+        help="insert nothing while a queued or running job of the queue has this key: "
+        "print that job's id instead",
+    )
+    p.add_argument("--json", action="store_true", help='print {"id": N, "inserted": true|false}')
 
     statuses = [s.value for s in JobStatus]
     p = add("list", cmd_list, "list jobs, newest first")
@@ -621,7 +690,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("grants", cmd_grants, "print the GRANTs of least-privilege roles (no connection)")
     p.add_argument("--role-worker", help="role of the workers: SELECT, UPDATE on jobs")
-    p.add_argument("--role-producer", help="role of the producers: INSERT (and read the new id)")
+    p.add_argument(
+        "--role-producer",
+        help="role of the producers: INSERT, and SELECT of id, queue, unique_key and status",
+    )
     p.add_argument("--role-monitor", help="role of doctor and stats: SELECT and pg_monitor")
 
     add("reap", cmd_reap, "requeue running jobs whose lease expired")

@@ -3,9 +3,13 @@
 The role that runs ``pgqueue migrate`` owns the table, its trigger and function; the application
 roles get only DML:
 
-- producer: ``INSERT`` on ``jobs`` and ``SELECT (id)``, because ``enqueue`` reads the new id back
-  with ``RETURNING id``. The identity column needs no sequence grant. It cannot read payloads,
-  update or delete.
+- producer: ``INSERT`` on ``jobs`` and ``SELECT (id, queue, unique_key, status)``. ``enqueue``
+  reads the new id back with ``RETURNING id``; a unique enqueue also reads the other three, since
+  its ``ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL AND status IN (...)`` names
+  them (an arbiter's columns and predicate need ``SELECT``) and so does its lookup of the job
+  holding the key. Without them a unique enqueue is refused ("permission denied"). The identity
+  column needs no sequence grant. The producer cannot read payloads, headers or errors, nor
+  update or delete; it can see which ids, keys and statuses each queue holds.
 - worker: ``SELECT, UPDATE`` on ``jobs`` (claim ``FOR UPDATE SKIP LOCKED``, lease extensions,
   completions, failures, the reaper). ``LISTEN`` needs no privilege. A worker whose handlers
   enqueue follow-up jobs also needs the producer's grants (``GRANT <producer> TO <worker>``).
@@ -25,6 +29,11 @@ from psycopg import sql
 
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.schema import check_schema
+
+#: The columns a producer reads: the new id (``RETURNING id``), and for a unique enqueue the
+#: conflict arbiter's columns and predicate and the key holder's lookup (plain lower-case names:
+#: constants, printed unquoted).
+PRODUCER_COLUMNS = ("id", "queue", "unique_key", "status")
 
 #: PostgreSQL truncates identifiers longer than this (bytes).
 _MAX_IDENTIFIER_BYTES = 63
@@ -67,7 +76,11 @@ def grants_sql(
         who = sql.Identifier(check_role(role, argument))
         lines.append(sql.SQL("GRANT USAGE ON SCHEMA {} TO {};").format(place, who))
         if argument == "role_producer":
-            lines.append(sql.SQL("GRANT INSERT, SELECT (id) ON {} TO {};").format(jobs, who))
+            lines.append(
+                sql.SQL("GRANT INSERT, SELECT ({}) ON {} TO {};").format(
+                    sql.SQL(", ".join(PRODUCER_COLUMNS)), jobs, who
+                )
+            )
         elif argument == "role_worker":
             lines.append(sql.SQL("GRANT SELECT, UPDATE ON {} TO {};").format(jobs, who))
         else:

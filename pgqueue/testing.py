@@ -1,8 +1,9 @@
 """Helpers for your own test suite, on the real database.
 
-``assert_enqueued`` checks that your code enqueued a job (by queue and payload subset) in the
-transaction your test can see; ``drain`` runs the ready jobs of some queues inline with your
-handlers through the real ``claim``/``complete``/``fail``, and reports what ran and what failed::
+``assert_enqueued`` checks that your code enqueued a job (by queue and payload subset, and by
+priority or unique key when given) in the transaction your test can see; ``drain`` runs the ready
+jobs of some queues inline with your handlers through the real ``claim``/``complete``/``fail``,
+and reports what ran and what failed::
 
     def test_signup_sends_a_welcome_email(engine):
         with engine.begin() as conn:
@@ -26,7 +27,13 @@ from sqlalchemy.orm import Session
 
 from pgqueue import repository
 from pgqueue._executors import run_inline, settle
-from pgqueue._validation import check_positive_int, check_queue, encode_payload
+from pgqueue._validation import (
+    check_positive_int,
+    check_priority,
+    check_queue,
+    check_unique_key,
+    encode_payload,
+)
 from pgqueue._window import Held, Lane
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.jobs import Handler, JobContext, Outcome, is_async_handler
@@ -49,6 +56,8 @@ def assert_enqueued(
     payload_subset: Any = None,
     *,
     count: int | None = None,
+    priority: int | None = None,
+    unique_key: str | None = None,
 ) -> list[int]:
     """Assert that jobs of ``queue`` whose payload contains ``payload_subset`` are visible.
 
@@ -62,26 +71,40 @@ def assert_enqueued(
             (``{"user_id": 7}`` matches ``{"user_id": 7, "email": "..."}``). Default ``None``:
             any payload.
         count: The exact number of matching jobs expected. Default: at least one.
+        priority: The priority the jobs must have (0-9, checked as ``enqueue`` checks it).
+            Default ``None``: any priority.
+        unique_key: The unique key the jobs must have (checked as ``enqueue`` checks it). Jobs
+            of any status count here too, so a finished job that held the key matches as well
+            as the live one. Default ``None``: with or without a key.
 
     Returns:
         The matching job ids, oldest first.
 
     Raises:
-        AssertionError: listing the jobs of that queue (and the other queues' counts) when the
-            expectation is not met.
+        AssertionError: listing the jobs of that queue, with their status, priority, key and
+            payload (and the other queues' counts), when the expectation is not met.
+        InvalidArgumentError: for a bad queue, payload subset, priority or key, before any SQL.
     """
     jobs = Job.__table__
     where = [jobs.c.queue == check_queue(queue)]
+    shape: list[str] = []
     if payload_subset is not None:
         encode_payload(payload_subset)  # the same checks, and error, as enqueue
         where.append(jobs.c.payload.contains(payload_subset))
+        shape.append(f"payload containing {payload_subset!r}")
+    if priority is not None:
+        where.append(jobs.c.priority == check_priority(priority))
+        shape.append(f"priority {priority}")
+    if unique_key is not None:
+        where.append(jobs.c.unique_key == check_unique_key(unique_key))
+        shape.append(f"unique key {unique_key!r}")
     ids = list(conn.execute(select(jobs.c.id).where(*where).order_by(jobs.c.id)).scalars())
     if (len(ids) == count) if count is not None else bool(ids):
         return ids
     wanted = "at least one job" if count is None else f"{count} job(s)"
-    shape = "" if payload_subset is None else f" with payload containing {payload_subset!r}"
+    with_shape = f" with {' and '.join(shape)}" if shape else ""
     raise AssertionError(
-        f"expected {wanted} on queue {queue!r}{shape}, found {len(ids)}.\n"
+        f"expected {wanted} on queue {queue!r}{with_shape}, found {len(ids)}.\n"
         + _describe_enqueued(conn, queue)
     )
 
@@ -89,13 +112,18 @@ def assert_enqueued(
 def _describe_enqueued(conn: Executor, queue: str) -> str:
     jobs = Job.__table__
     rows = conn.execute(
-        select(jobs.c.id, jobs.c.status, jobs.c.payload)
+        select(jobs.c.id, jobs.c.status, jobs.c.priority, jobs.c.unique_key, jobs.c.payload)
         .where(jobs.c.queue == queue)
         .order_by(jobs.c.id)
         .limit(_LISTED + 1)
     ).all()
     lines = [f"jobs on {queue!r} visible in this transaction:"]
-    lines += [f"  #{r.id} {r.status} {r.payload!r}" for r in rows[:_LISTED]] or ["  (none)"]
+    lines += [
+        f"  #{r.id} {r.status} priority {r.priority}"
+        + ("" if r.unique_key is None else f" key {r.unique_key!r}")
+        + f" {r.payload!r}"
+        for r in rows[:_LISTED]
+    ] or ["  (none)"]
     if len(rows) > _LISTED:
         lines.append("  ...")
     others = conn.execute(

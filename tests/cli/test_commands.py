@@ -30,7 +30,7 @@ def test_enqueue_list_show_stats(cli: Cli) -> None:
     first = cli("enqueue", "emails", '{"to": 42}')
     assert (first.code, first.out.strip()) == (0, "1")
     later = cli("enqueue", "emails", "[1, 2]", "--delay", "5m", "--max-attempts", "2", "--json")
-    assert later.json() == {"id": 2}
+    assert later.json() == {"id": 2, "inserted": True}
     bad = cli("enqueue", "emails", "{not json")
     assert bad.code == 2
     assert "JSON" in bad.err
@@ -51,6 +51,126 @@ def test_enqueue_list_show_stats(cli: Cli) -> None:
     assert (emails["ready"], emails["scheduled"], emails["running"]) == (1, 1, 0)
     assert emails["oldest_ready_age_s"] >= 0
     assert set(stats["table"]) >= {"n_dead_tup", "n_live_tup", "last_autovacuum", "last_vacuum"}
+
+
+def test_enqueue_with_priority_and_unique_key_list_and_show_them(cli: Cli, db: Engine) -> None:
+    first = cli("enqueue", "sync", '{"user": 7}', "--priority", "7", "--unique-key", "user:7")
+    assert (first.code, first.out.strip(), first.err) == (0, "1", "")
+    # The key is held by job 1: nothing inserted, job 1's id printed, and stderr says so.
+    held = cli("enqueue", "sync", '{"user": 7, "again": true}', "--unique-key", "user:7")
+    assert (held.code, held.out.strip()) == (0, "1")
+    assert "unique key 'user:7' is held by live job 1 of queue 'sync': no job inserted" in held.err
+    held_json = cli("enqueue", "sync", "{}", "--unique-key", "user:7", "--json")
+    assert (held_json.code, held_json.json()) == (0, {"id": 1, "inserted": False})
+    # Another queue, or no key, inserts (a held key still used up an id of the sequence).
+    other = cli("enqueue", "other", "{}", "--unique-key", "user:7", "--json").json()
+    assert other["inserted"] is True
+    assert other["id"] > 1
+    keyless = cli("enqueue", "sync", "{}", "--json").json()
+    assert keyless["inserted"] is True
+    assert _statuses(db).keys() == {1, other["id"], keyless["id"]}
+
+    # Once job 1 is done the key is free again.
+    with db.begin() as conn:
+        (job,) = pgqueue.claim(conn, queue="sync", limit=1)
+        assert job.id == 1  # priority 7 before the keyless job's 0
+        assert pgqueue.complete(conn, job.id, job.attempts)
+    again = cli("enqueue", "sync", "{}", "--unique-key", "user:7", "--json").json()
+    assert again["inserted"] is True
+    assert again["id"] not in (1, keyless["id"])
+
+    listed = cli("list", "--queue", "sync")
+    assert listed.code == 0
+    header, _, *rows = listed.out.splitlines()
+    assert [c.strip() for c in header.split("|")][:5] == [
+        "id",
+        "queue",
+        "status",
+        "prio",
+        "attempts",
+    ]
+    cells = [[c.strip() for c in r.split("|")] for r in rows if "|" in r]
+    assert {int(c[0]): c[3] for c in cells} == {again["id"]: "0", keyless["id"]: "0", 1: "7"}
+    as_json = {j["id"]: j for j in cli("list", "--json").json()}
+    assert (as_json[1]["priority"], as_json[1]["unique_key"]) == (7, "user:7")
+    assert (as_json[keyless["id"]]["priority"], as_json[keyless["id"]]["unique_key"]) == (0, None)
+
+    shown = cli("show", "1")
+    assert shown.code == 0
+    fields = [line.split(":", 1) for line in shown.out.splitlines() if line[:1].isalpha()]
+    lines = {name: value.strip() for name, value in fields}
+    assert (lines["priority"], lines["unique_key"], lines["status"]) == ("7", "user:7", "done")
+    assert "unique_key:    -\n" in cli("show", str(keyless["id"])).out
+    shown_json = cli("show", "1", "--json").json()
+    assert (shown_json["priority"], shown_json["unique_key"]) == (7, "user:7")
+
+
+@pytest.mark.parametrize("priority", ["10", "-1", "high", "1.5", ""])
+def test_enqueue_refuses_a_bad_priority_in_one_line(cli: Cli, db: Engine, priority: str) -> None:
+    result = cli("enqueue", "sync", "{}", "--priority", priority)
+    assert result.code == 2
+    assert result.out == ""
+    assert result.err.splitlines() == [
+        f"pgqueue: error: --priority must be an integer from 0 to 9 (higher runs first), "
+        f"got {priority!r}"
+    ]
+    assert _statuses(db) == {}
+
+
+def test_enqueue_refuses_an_empty_or_huge_unique_key(cli: Cli, db: Engine) -> None:
+    empty = cli("enqueue", "sync", "{}", "--unique-key", "")
+    assert (empty.code, empty.err) == (2, "pgqueue: error: --unique-key must not be empty\n")
+    huge = cli("enqueue", "sync", "{}", "--unique-key", "k" * 1001)
+    assert huge.code == 2
+    assert huge.err.startswith("pgqueue: error: --unique-key 1001 bytes, more than 1000")
+    assert _statuses(db) == {}
+
+
+def test_retry_explains_a_job_whose_unique_key_a_live_job_holds(cli: Cli, db: Engine) -> None:
+    with db.begin() as conn:
+        old = pgqueue.enqueue(conn, {}, queue="sync", unique_key="k", max_attempts=1)
+        (job,) = pgqueue.claim(conn, queue="sync")
+        pgqueue.fail(conn, job.id, job.attempts, "boom")
+        holder = pgqueue.enqueue(conn, {}, queue="sync", unique_key="k")  # the key is free
+        free = pgqueue.enqueue(conn, {}, queue="sync", unique_key="free", max_attempts=1)
+        (job,) = pgqueue.claim(conn, queue="sync", limit=1)
+        assert job.id == holder
+        (job,) = pgqueue.claim(conn, queue="sync", limit=1)
+        pgqueue.fail(conn, job.id, job.attempts, "boom")
+
+    result = cli("retry", str(old), str(free))
+    assert result.code == 1
+    assert f"requeued 1 job(s) with 5 more attempt(s): {free}" in result.out
+    assert result.err.splitlines() == [
+        f"job {old} not retried: its unique key 'k' is held by live job {holder}"
+    ]
+    jobs = _statuses(db)
+    assert jobs[old][0] == "failed"
+    assert jobs[free][0] == "queued"
+
+    # Once the holder is done, the key is free and the retry goes through.
+    with db.begin() as conn:
+        assert pgqueue.complete(conn, holder, 1)
+    assert cli("retry", str(old)).code == 0
+    assert _statuses(db)[old][0] == "queued"
+
+
+def test_retry_of_two_failed_jobs_with_one_key_takes_the_newest(cli: Cli, db: Engine) -> None:
+    with db.begin() as conn:
+        ids = []
+        for _ in range(2):
+            ids.append(pgqueue.enqueue(conn, {}, queue="sync", unique_key="k", max_attempts=1))
+            (job,) = pgqueue.claim(conn, queue="sync")
+            pgqueue.fail(conn, job.id, job.attempts, "boom")
+    both = cli("retry", *map(str, ids))
+    assert both.code == 1
+    assert f"requeued 1 job(s) with 5 more attempt(s): {ids[1]}" in both.out
+    assert f"job {ids[0]} not retried: its unique key 'k' is held by live job {ids[1]}" in both.err
+    assert _statuses(db)[ids[0]][0] == "failed"
+    assert _statuses(db)[ids[1]][0] == "queued"
+    again = cli("retry", str(ids[0]))
+    assert again.code == 1
+    assert f"job {ids[0]} not retried: its unique key 'k' is held by live job {ids[1]}" in again.err
 
 
 def test_cancel_queued_and_running_says_which_were_running(cli: Cli, db: Engine) -> None:

@@ -105,6 +105,97 @@ def test_producer_worker_and_monitor_with_least_privilege(roles: dict[str, URL])
     assert {"revision", "indexes", "trigger", "sessions", "vacuum"} <= checks
 
 
+def _denied(engine: Engine, statement: str, params: dict[str, object] | None = None) -> bool:
+    with engine.connect() as conn:
+        try:
+            conn.execute(text(statement), params or {})
+        except exc.ProgrammingError as raised:
+            return isinstance(raised.orig, psycopg.errors.InsufficientPrivilege)
+        finally:
+            conn.rollback()
+    return False
+
+
+def test_producer_enqueues_with_a_unique_key_and_still_cannot_read_payloads(
+    roles: dict[str, URL], engine: Engine
+) -> None:
+    producer = create_engine(roles["producer"])
+    try:
+        with producer.begin() as conn:
+            keyless = pgqueue.enqueue(conn, {"secret": "s3cr3t"}, queue="u", priority=3)
+            first = pgqueue.enqueue(conn, {"n": 1}, queue="u", unique_key="k", priority=5)
+            # Held by this transaction's own job: ON CONFLICT, then the holder lookup.
+            assert pgqueue.enqueue(conn, {"n": 2}, queue="u", unique_key="k") == first
+        with producer.begin() as conn:
+            # Held by a committed job.
+            assert pgqueue.enqueue(conn, {"n": 3}, queue="u", unique_key="k") == first
+            batch = pgqueue.enqueue_many(
+                conn, [{"a": 1}, {"b": 2}, {"c": 3}], queue="u", unique_keys=["k", None, "new"]
+            )
+        assert batch[0] == first
+        assert len({keyless, first, batch[1], batch[2]}) == 4
+
+        # The key frees when its job finishes; the producer's next enqueue inserts.
+        with engine.begin() as conn:
+            (job,) = pgqueue.claim(conn, queue="u", limit=1)
+            assert job.id == first  # priority 5 first
+            assert pgqueue.complete(conn, job.id, job.attempts)
+        with producer.begin() as conn:
+            second = pgqueue.enqueue(conn, {"n": 4}, queue="u", unique_key="k")
+        assert second not in (first, keyless, *batch)
+
+        # `pgqueue enqueue --unique-key` as the producer tells a held key from an insert.
+        held = run_pgqueue(
+            "enqueue", "u", "{}", "--unique-key", "k", "--json", "--url", plain(roles["producer"])
+        )
+        assert (held.code, held.json()) == (0, {"id": second, "inserted": False}), held.err
+        fresh = run_pgqueue(
+            "enqueue", "u", "{}", "--unique-key", "k2", "--json", "--url", plain(roles["producer"])
+        )
+        assert fresh.code == 0, fresh.err
+        assert fresh.json()["inserted"] is True
+
+        # It reads ids, queues, keys and statuses, and nothing else.
+        with producer.connect() as conn:
+            rows = conn.execute(
+                text("SELECT id, queue, unique_key, status FROM jobs WHERE id = :id"), {"id": first}
+            ).all()
+        assert [tuple(r) for r in rows] == [(first, "u", "k", "done")]
+        for statement in (
+            "SELECT payload FROM jobs",
+            "SELECT * FROM jobs",
+            "SELECT headers FROM jobs",
+            "SELECT last_error FROM jobs",
+            'SELECT count(*) FROM jobs WHERE payload @> \'{"secret": "s3cr3t"}\'',
+            "SELECT id FROM jobs ORDER BY priority",
+            "UPDATE jobs SET priority = 9",
+            "UPDATE jobs SET status = 'queued' WHERE unique_key = 'k'",
+            "DELETE FROM jobs",
+        ):
+            assert _denied(producer, statement), statement
+    finally:
+        producer.dispose()
+
+
+@pytest.mark.parametrize("column", ["queue", "unique_key", "status"])
+def test_each_column_of_the_producers_select_is_needed(
+    roles: dict[str, URL], engine: Engine, column: str
+) -> None:
+    """Without SELECT on any one of them a unique enqueue is refused; a keyless one still works."""
+    producer_role = roles["producer"].username
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f'REVOKE SELECT ({column}) ON jobs FROM "{producer_role}"')
+    producer = create_engine(roles["producer"])
+    try:
+        with producer.begin() as conn:
+            assert pgqueue.enqueue(conn, {}, queue="u") > 0
+        with producer.connect() as conn, pytest.raises(exc.ProgrammingError) as raised:
+            pgqueue.enqueue(conn, {}, queue="u", unique_key="k")
+        assert isinstance(raised.value.orig, psycopg.errors.InsufficientPrivilege)
+    finally:
+        producer.dispose()
+
+
 def _reap(engine: Engine) -> list[int]:
     with engine.begin() as conn:
         return [r.id for r in pgqueue.reap_expired(conn)]

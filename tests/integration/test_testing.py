@@ -40,6 +40,71 @@ def test_assert_enqueued_explains_what_was_enqueued(engine: Engine) -> None:
             assert_enqueued(session, "mail", count=2)
 
 
+def test_assert_enqueued_filters_by_priority_and_unique_key(engine: Engine) -> None:
+    with engine.connect() as conn:
+        low = pgqueue.enqueue(conn, {"user_id": 7}, queue="sync")
+        high = pgqueue.enqueue(conn, {"user_id": 7}, queue="sync", priority=8, unique_key="u:7")
+        other = pgqueue.enqueue(conn, {"user_id": 8}, queue="sync", priority=8, unique_key="u:8")
+        assert assert_enqueued(conn, "sync", priority=8) == [high, other]
+        assert assert_enqueued(conn, "sync", priority=0, count=1) == [low]
+        assert assert_enqueued(conn, "sync", {"user_id": 7}, priority=8) == [high]
+        assert assert_enqueued(conn, "sync", unique_key="u:8") == [other]
+        assert assert_enqueued(conn, "sync", {"user_id": 7}, unique_key="u:7", priority=8) == [high]
+        assert assert_enqueued(conn, "sync", unique_key="u:9", count=0) == []
+        assert assert_enqueued(conn, "sync", priority=9, count=0) == []
+        # A finished holder of the key still counts: it was enqueued.
+        (job,) = pgqueue.claim(conn, queue="sync", limit=1)
+        assert job.id == high
+        assert pgqueue.complete(conn, job.id, job.attempts)
+        again = pgqueue.enqueue(conn, {}, queue="sync", unique_key="u:7")
+        assert assert_enqueued(conn, "sync", unique_key="u:7", count=2) == [high, again]
+        conn.rollback()
+
+
+def test_assert_enqueued_failure_lists_priority_and_key(engine: Engine) -> None:
+    with engine.connect() as conn:
+        plain = pgqueue.enqueue(conn, {"user_id": 7}, queue="sync")
+        keyed = pgqueue.enqueue(conn, {"user_id": 7}, queue="sync", priority=8, unique_key="u:7")
+        with pytest.raises(AssertionError) as info:
+            assert_enqueued(conn, "sync", {"user_id": 7}, priority=9)
+        message = str(info.value)
+        assert message.startswith(
+            "expected at least one job on queue 'sync' with payload containing {'user_id': 7} "
+            "and priority 9, found 0.\n"
+        )
+        assert f"  #{plain} queued priority 0 {{'user_id': 7}}" in message.splitlines()
+        assert f"  #{keyed} queued priority 8 key 'u:7' {{'user_id': 7}}" in message.splitlines()
+        with pytest.raises(AssertionError, match=r"with unique key 'u:8', found 0"):
+            assert_enqueued(conn, "sync", unique_key="u:8")
+        with pytest.raises(AssertionError, match=r"expected 2 job\(s\) .* with priority 8 and "):
+            assert_enqueued(conn, "sync", priority=8, unique_key="u:7", count=2)
+        conn.rollback()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "argument"),
+    [
+        ({"priority": 10}, "priority"),
+        ({"priority": -1}, "priority"),
+        ({"priority": True}, "priority"),
+        ({"priority": "5"}, "priority"),
+        ({"unique_key": ""}, "unique_key"),
+        ({"unique_key": 7}, "unique_key"),
+        ({"unique_key": "k" * 1001}, "unique_key"),
+    ],
+)
+def test_assert_enqueued_checks_priority_and_key_as_enqueue_does(
+    engine: Engine, kwargs: dict[str, object], argument: str
+) -> None:
+    with engine.connect() as conn:
+        with pytest.raises((InvalidArgumentError, pgqueue.InvalidArgumentTypeError)) as info:
+            assert_enqueued(conn, "sync", **kwargs)  # type: ignore[arg-type]
+        assert str(info.value).startswith(f"{argument}: ")
+        with pytest.raises(type(info.value)) as from_enqueue:
+            pgqueue.enqueue(conn, {}, queue="sync", **kwargs)  # type: ignore[arg-type]
+        assert str(from_enqueue.value) == str(info.value)
+
+
 def test_drain_with_an_engine_runs_ready_jobs_in_lease_mode(engine: Engine) -> None:
     seen: list[tuple[str, object]] = []
 

@@ -13,10 +13,20 @@ def test_names_are_quoted_identifiers() -> None:
     out = grants_sql(worker='w"; DROP TABLE jobs; --', producer="Prod", schema="pgq")
     assert out.splitlines() == [
         'GRANT USAGE ON SCHEMA "pgq" TO "Prod";',
-        'GRANT INSERT, SELECT (id) ON "pgq".jobs TO "Prod";',
+        'GRANT INSERT, SELECT (id, queue, unique_key, status) ON "pgq".jobs TO "Prod";',
         'GRANT USAGE ON SCHEMA "pgq" TO "w""; DROP TABLE jobs; --";',
         'GRANT SELECT, UPDATE ON "pgq".jobs TO "w""; DROP TABLE jobs; --";',
     ]
+
+
+def test_producer_reads_only_what_a_unique_enqueue_needs() -> None:
+    """``RETURNING id``; the ``ON CONFLICT`` arbiter's columns and predicate and the key holder's
+    lookup (``queue``, ``unique_key``, ``status``); never the payload, headers or errors."""
+    (usage, grant) = grants_sql(producer="p").splitlines()
+    assert usage == 'GRANT USAGE ON SCHEMA "public" TO "p";'
+    assert grant == 'GRANT INSERT, SELECT (id, queue, unique_key, status) ON "public".jobs TO "p";'
+    assert "UPDATE" not in grant
+    assert "DELETE" not in grant
 
 
 def test_monitor_gets_pg_monitor_and_read_access() -> None:
