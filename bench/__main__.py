@@ -15,7 +15,7 @@ import sqlalchemy
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
-from bench import _db, drain, drain_worker, enqueue, latency, report, scale
+from bench import _db, claim, drain, drain_worker, enqueue, latency, report, scale
 from pgqueue._urls import mask_url
 
 
@@ -30,6 +30,11 @@ class Sizes:
     latency_samples: int = 200
     done_rows: int = 1_000_000
     scale_claims: int = 200
+    #: The claim with priorities: ready jobs at 0, future ones at 5-9, a ready backlog at 0-9.
+    claim_ready: int = 1_000
+    claim_future: int = 100_000
+    claim_backlog: int = 100_000
+    claim_samples: int = 200
     pgbench_repeats: int = 3
     #: One more drain with claims bigger than the free threads: (concurrency, batch_size, prefetch).
     tuned: tuple[int, int, int] = (8, 50, 50)
@@ -48,6 +53,10 @@ SMOKE = Sizes(
     latency_samples=20,
     done_rows=10_000,
     scale_claims=20,
+    claim_ready=100,
+    claim_future=2_000,
+    claim_backlog=2_000,
+    claim_samples=20,
     pgbench_repeats=1,
     io_jobs=100,
     timeout=120.0,
@@ -120,6 +129,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _section("scale", started)
             results["scale"] = scale.run(
                 url, engine, done_rows=sizes.done_rows, claims=sizes.scale_claims
+            )
+            _section("claim", started)
+            results["claim"] = claim.run(
+                url,
+                engine,
+                ready=sizes.claim_ready,
+                future=sizes.claim_future,
+                backlog=sizes.claim_backlog,
+                samples=sizes.claim_samples,
             )
         finally:
             engine.dispose()

@@ -60,6 +60,12 @@ def reset(url: URL) -> None:
     """Empty the table and let the statistics know it."""
     with admin_connect(url) as conn:
         conn.execute("TRUNCATE jobs")
+    analyze(url)
+
+
+def analyze(url: URL) -> None:
+    """``VACUUM ANALYZE jobs``: fresh statistics, and no dead rows or unset hint bits left over."""
+    with admin_connect(url) as conn:
         conn.execute("VACUUM ANALYZE jobs")
 
 
@@ -75,7 +81,7 @@ def fill(url: URL, n: int, status: str = "queued") -> None:
             "FROM generate_series(1, %(n)s) AS i",
             {"queue": QUEUE, "n": n, "status": status, "attempts": 0 if status == "queued" else 1},
         )
-        conn.execute("VACUUM ANALYZE jobs")
+    analyze(url)
 
 
 def count(url: URL, status: str) -> int:

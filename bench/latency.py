@@ -58,7 +58,8 @@ def _produce(engine: Engine, starts: _Starts, samples: int, warmup: int) -> list
     return latencies
 
 
-def _summary(latencies: list[float]) -> dict[str, Any]:
+def summary(latencies: list[float]) -> dict[str, Any]:
+    """Median, p90, p99 and max of a list of milliseconds."""
     q = statistics.quantiles(latencies, n=100, method="inclusive")
     return {
         "samples": len(latencies),
@@ -91,7 +92,7 @@ def run_worker(url: URL, samples: int, warmup: int = 5) -> dict[str, Any]:
     thread.start()
     try:
         time.sleep(0.5)  # LISTEN is in place before the first sample
-        return _summary(_produce(producer, starts, samples, warmup))
+        return summary(_produce(producer, starts, samples, warmup))
     finally:
         worker.stop()
         thread.join(30.0)
@@ -121,7 +122,7 @@ def run_raw(url: URL, engine: Engine, samples: int, warmup: int = 5) -> dict[str
     try:
         if not ready.wait(10.0) or errors:
             raise RuntimeError(f"raw listener did not start: {errors}")
-        return _summary(_produce(producer, starts, samples, warmup))
+        return summary(_produce(producer, starts, samples, warmup))
     finally:
         stop.set()
         thread.join(10.0)

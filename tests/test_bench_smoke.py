@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("environment", "enqueue", "drain", "io", "latency", "scale", "rss")
+SECTIONS = ("environment", "enqueue", "drain", "io", "latency", "scale", "claim", "rss")
 
 
 @pytest.mark.db
@@ -45,5 +45,15 @@ def test_smoke_run_reports_every_section(pg_server: Any, tmp_path: Path) -> None
     assert all(io[lane]["done"] == io["jobs"] for lane in ("threads", "coroutines"))
     assert io["ratio"] > 0
     assert all(io[lane]["peak_threads"] >= 1 for lane in ("threads", "coroutines"))
+    claim = results["claim"]
+    states = ("baseline", "future_backlog", "ready_backlog")
+    assert all(claim[s]["p50_ms"] > 0 and claim[s]["p90_ms"] > 0 for s in states)
+    assert all(claim[s]["samples"] == claim["samples"] for s in states)
+    # The future jobs (priorities 5-9) are never claimed; the ready backlog gives its 9s first.
+    assert [claim[s]["claimed_priorities"] for s in states] == [[0], [0], [9]]
+    assert claim["future_ratio"] > 0
+    assert claim["backlog_ratio"] > 0
     assert "| drain |" in proc.stdout
     assert "| io |" in proc.stdout
+    assert proc.stdout.count("| claim | claim of 10, ") == 4
+    assert "the raw-limit column is the baseline" in proc.stdout
