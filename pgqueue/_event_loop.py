@@ -85,14 +85,6 @@ class AsyncLane:
             self._loop.call_soon_threadsafe(task.cancel)
 
     async def _run_job(self, held: Held) -> None:
-        job = held.job
-        log.debug(
-            "job %d queue=%s attempt=%d: start payload=%r",
-            job.id,
-            job.queue,
-            job.attempts,
-            job.payload,
-        )
         error = await call_async(self._handlers[held.job.queue], held, self._rt.hooks)
         self._running -= 1
         self._rt.finish(held, error)

@@ -60,10 +60,7 @@ class Runtime:
 
     def accept(self, lane: Lane, claimed: Iterable[ClaimedJob]) -> int:
         """Hold freshly claimed jobs and wake their lane; call with the lock held."""
-        jobs = [
-            JobContext(c.id, c.queue, c.payload, c.attempts, headers=c.headers, priority=c.priority)
-            for c in claimed
-        ]
+        jobs = [JobContext.of(c) for c in claimed]
         if not jobs:
             return 0
         self.last_work = time.monotonic()

@@ -72,14 +72,6 @@ class ThreadLane:
                     if not window.has_pending(Lane.THREADS):
                         rt.wake_claimer()
             if held is not None:
-                job = held.job
-                log.debug(
-                    "job %d queue=%s attempt=%d: start payload=%r",
-                    job.id,
-                    job.queue,
-                    job.attempts,
-                    job.payload,
-                )
                 error = call_sync(self._handlers[held.job.queue], held, rt.hooks)
                 rt.finish(held, error)
                 continue
@@ -102,16 +94,7 @@ class ThreadLane:
                 claimed = repository.claim(conn, queue=queue, limit=1, lease=lease)
                 if not claimed:
                     return
-                c = claimed[0]
-                job = JobContext(
-                    c.id,
-                    c.queue,
-                    c.payload,
-                    c.attempts,
-                    connection=conn,
-                    headers=c.headers,
-                    priority=c.priority,
-                )
+                job = JobContext.of(claimed[0], connection=conn)
                 with rt.lock:
                     rt.last_work = time.monotonic()
                     rt.stats.claimed += 1

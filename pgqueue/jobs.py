@@ -20,6 +20,7 @@ from sqlalchemy import Connection, Engine
 
 from pgqueue._validation import check_queue
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
+from pgqueue.results import ClaimedJob
 
 #: What a handler is: called with the job, its return value ignored, an exception fails the job.
 #: An ``async def`` handler (a coroutine function) runs on the worker's event loop instead of a
@@ -68,6 +69,19 @@ class JobContext:
 
     def __repr__(self) -> str:
         return f"JobContext(id={self.id}, queue={self.queue!r}, attempts={self.attempts})"
+
+    @classmethod
+    def of(cls, claimed: ClaimedJob, connection: Connection | None = None) -> JobContext:
+        """The handler's view of a job just claimed (``connection``: transaction mode's)."""
+        return cls(
+            claimed.id,
+            claimed.queue,
+            claimed.payload,
+            claimed.attempts,
+            connection=connection,
+            headers=claimed.headers,
+            priority=claimed.priority,
+        )
 
 
 def is_async_handler(handler: object) -> bool:

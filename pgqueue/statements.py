@@ -101,18 +101,19 @@ def _priority() -> ColumnElement[Any]:
     return bindparam("priority_level", type_=SmallInteger)
 
 
-ENQUEUE: Insert = (
-    insert(jobs)
-    .values(
-        queue=bindparam("queue_name", type_=Text),
-        payload=cast(bindparam("payload_json", type_=Text), JSONB),
-        run_at=_schedule(),
-        max_attempts=bindparam("attempt_budget", type_=Integer),
-        headers=_headers(),
-        priority=_priority(),
-    )
-    .returning(jobs.c.id)
-)
+def _one_job() -> dict[str, ColumnElement[Any]]:
+    """The VALUES of a single enqueue, shared by the plain and the unique one."""
+    return {
+        "queue": bindparam("queue_name", type_=Text),
+        "payload": cast(bindparam("payload_json", type_=Text), JSONB),
+        "run_at": _schedule(),
+        "max_attempts": bindparam("attempt_budget", type_=Integer),
+        "headers": _headers(),
+        "priority": _priority(),
+    }
+
+
+ENQUEUE: Insert = insert(jobs).values(_one_job()).returning(jobs.c.id)
 
 #: The predicate of ``jobs_unique_key_idx``, spelled as the index spells it: the arbiter of
 #: ``ON CONFLICT`` and the key lookups must match it for the planner to use the index.
@@ -123,15 +124,7 @@ _LIVE_KEY = text("unique_key IS NOT NULL AND status IN ('queued', 'running')")
 #: of an inserted job, else no row.
 ENQUEUE_UNIQUE: Insert = (
     pg_insert(jobs)
-    .values(
-        queue=bindparam("queue_name", type_=Text),
-        payload=cast(bindparam("payload_json", type_=Text), JSONB),
-        run_at=_schedule(),
-        max_attempts=bindparam("attempt_budget", type_=Integer),
-        headers=_headers(),
-        priority=_priority(),
-        unique_key=bindparam("key", type_=Text),
-    )
+    .values({**_one_job(), "unique_key": bindparam("key", type_=Text)})
     .on_conflict_do_nothing(index_elements=["queue", "unique_key"], index_where=_LIVE_KEY)
     .returning(jobs.c.id)
 )

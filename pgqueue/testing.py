@@ -260,16 +260,7 @@ def _run_in_transaction(
 
 
 def _held(job: ClaimedJob, connection: Connection | None) -> Held:
-    context = JobContext(
-        job.id,
-        job.queue,
-        job.payload,
-        job.attempts,
-        connection=connection,
-        headers=job.headers,
-        priority=job.priority,
-    )
-    return Held(context, Lane.THREADS, time.monotonic())
+    return Held(JobContext.of(job, connection), Lane.THREADS, time.monotonic())
 
 
 #: What ``DrainedJob.status`` says of each outcome.

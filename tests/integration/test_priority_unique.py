@@ -105,7 +105,8 @@ def test_unique_key_returns_the_live_holder_then_frees_when_it_finishes(engine: 
         second = pgqueue.enqueue(conn, {}, queue="u", unique_key="user:7")
     assert second != first
     assert _rows(engine)[second].unique_key == "user:7"
-    pgqueue.testing.assert_enqueued(engine.connect(), "u", count=2)
+    with engine.connect() as conn:
+        pgqueue.testing.assert_enqueued(conn, "u", count=2)
 
 
 def test_failed_jobs_free_the_key_and_a_retry_keeps_it_or_yields(engine: Engine) -> None:
