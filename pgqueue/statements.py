@@ -129,52 +129,36 @@ ENQUEUE_UNIQUE: Insert = (
     .returning(jobs.c.id)
 )
 
-_batch = (
-    func.unnest(bindparam("payloads", type_=ARRAY(Text)))
-    .table_valued("payload", with_ordinality="ord")
-    .render_derived()
-)
 
-#: One round trip for a whole batch; ``ORDER BY ord`` assigns ids in input order.
-ENQUEUE_MANY: Insert = (
-    insert(jobs)
-    .from_select(
-        ["queue", "payload", "run_at", "max_attempts", "headers", "priority"],
-        select(
-            bindparam("queue_name", type_=Text),
-            cast(_batch.c.payload, JSONB),
-            _schedule(),
-            bindparam("attempt_budget", type_=Integer),
-            _headers(),
-            _priority(),
-        ).order_by(_batch.c.ord),
+def _batch_insert(*keys: str) -> Any:
+    """``INSERT ... SELECT`` over ``unnest(:payloads[, :keys]) WITH ORDINALITY``; ``ORDER BY ord``
+    draws the identity values in input order. ``keys`` adds the ``unique_key`` column."""
+    arrays = [bindparam("payloads", type_=ARRAY(Text))]
+    arrays += [bindparam("keys", type_=ARRAY(Text)) for _ in keys]
+    batch = (
+        func.unnest(*arrays).table_valued("payload", *keys, with_ordinality="ord").render_derived()
     )
-    .returning(jobs.c.id)
-)
+    columns = ["queue", "payload", "run_at", "max_attempts", "headers", "priority", *keys]
+    rows = select(
+        bindparam("queue_name", type_=Text),
+        cast(batch.c.payload, JSONB),
+        _schedule(),
+        bindparam("attempt_budget", type_=Integer),
+        _headers(),
+        _priority(),
+        *(batch.c[k] for k in keys),
+    ).order_by(batch.c.ord)
+    return (pg_insert(jobs) if keys else insert(jobs)).from_select(columns, rows)
 
-_keyed_batch = (
-    func.unnest(bindparam("payloads", type_=ARRAY(Text)), bindparam("keys", type_=ARRAY(Text)))
-    .table_valued("payload", "unique_key", with_ordinality="ord")
-    .render_derived()
-)
+
+#: One round trip for a whole batch, ids in input order.
+ENQUEUE_MANY: Insert = _batch_insert().returning(jobs.c.id)
 
 #: ENQUEUE_MANY with one key (or NULL) per payload: a row whose key a live job holds, or an
 #: earlier row of the same batch, is skipped. Returns ``id, unique_key`` of the inserted rows
 #: (ids in input order, as ENQUEUE_MANY).
 ENQUEUE_MANY_UNIQUE: Insert = (
-    pg_insert(jobs)
-    .from_select(
-        ["queue", "payload", "run_at", "max_attempts", "headers", "priority", "unique_key"],
-        select(
-            bindparam("queue_name", type_=Text),
-            cast(_keyed_batch.c.payload, JSONB),
-            _schedule(),
-            bindparam("attempt_budget", type_=Integer),
-            _headers(),
-            _priority(),
-            _keyed_batch.c.unique_key,
-        ).order_by(_keyed_batch.c.ord),
-    )
+    _batch_insert("unique_key")
     .on_conflict_do_nothing(index_elements=["queue", "unique_key"], index_where=_LIVE_KEY)
     .returning(jobs.c.id, jobs.c.unique_key)
 )

@@ -11,7 +11,8 @@ from typing import Any
 
 import psycopg.sql
 import pytest
-from sqlalchemy import Connection, Engine, event, text
+from sqlalchemy import Connection, Engine, text
+from worker_helpers import captured_claim
 
 import pgqueue
 from pgqueue import statements
@@ -177,25 +178,6 @@ def test_eight_skip_locked_workers_finish_every_job_exactly_once(engine: Engine)
 # -- plans ----------------------------------------------------------------------------------------
 
 
-def _captured_claim(engine: Engine) -> tuple[str, dict[str, Any]]:
-    """The exact SQL and parameters the driver receives for a claim."""
-    seen: list[tuple[str, dict[str, Any]]] = []
-
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
-        if "FOR UPDATE SKIP LOCKED" in statement:
-            seen.append((statement, dict(parameters)))
-
-    event.listen(engine, "before_cursor_execute", capture)
-    try:
-        with engine.connect() as conn:
-            pgqueue.claim(conn, queue="default", limit=10)
-            conn.rollback()
-    finally:
-        event.remove(engine, "before_cursor_execute", capture)
-    (captured,) = seen
-    return captured
-
-
 def _plan_lines(plan: list[str]) -> list[str]:
     return [line.strip() for line in plan]
 
@@ -230,7 +212,7 @@ def _assert_article_shape(plan: list[str]) -> None:
 
 def test_claim_plan_custom(engine: Engine, few_thousand_rows: None) -> None:
     """R7: Limit over LockRows over jobs_ready_idx, nested loop on jobs_pkey."""
-    sql, params = _captured_claim(engine)
+    sql, params = captured_claim(engine)
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
         assert raw is not None
@@ -241,7 +223,7 @@ def test_claim_plan_custom(engine: Engine, few_thousand_rows: None) -> None:
 
 def test_claim_plan_generic(engine: Engine, few_thousand_rows: None) -> None:
     """The same shape as a generic plan, as drivers that prepare hot statements get it."""
-    sql, params = _captured_claim(engine)
+    sql, params = captured_claim(engine)
     names: list[str] = []
 
     def number(match: re.Match[str]) -> str:

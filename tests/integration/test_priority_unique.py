@@ -9,7 +9,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, text
+from worker_helpers import captured_claim
 
 import pgqueue
 import pgqueue.testing
@@ -58,20 +59,7 @@ def test_future_high_priority_backlog_is_not_walked(engine: Engine) -> None:
         pgqueue.enqueue_many(conn, [{}] * 20, queue="b")
         pgqueue.enqueue_many(conn, [{}] * 5000, queue="b", priority=7, delay=timedelta(hours=1))
         conn.execute(text("ANALYZE jobs"))
-    captured: list[tuple[str, dict[str, Any]]] = []
-
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
-        if "FOR UPDATE SKIP LOCKED" in statement:
-            captured.append((statement, dict(parameters)))
-
-    event.listen(engine, "before_cursor_execute", capture)
-    try:
-        with engine.connect() as conn:
-            assert len(pgqueue.claim(conn, queue="b", limit=10)) == 10
-            conn.rollback()
-    finally:
-        event.remove(engine, "before_cursor_execute", capture)
-    ((sql, params),) = captured
+    sql, params = captured_claim(engine, queue="b")
     with engine.connect() as conn:
         raw = conn.connection.driver_connection
         assert raw is not None
@@ -83,6 +71,7 @@ def test_future_high_priority_backlog_is_not_walked(engine: Engine) -> None:
         )
         conn.rollback()
     print(plan)
+    assert "Update on jobs (actual rows=10 loops=1)" in plan  # the ten ready jobs, claimed
     assert "Index Scan using jobs_ready_idx" in plan
     assert "Sort" not in plan
     # 10 levels probed, and far fewer buffers than the 5,000 future entries would cost.

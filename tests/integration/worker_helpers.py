@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, event, text
 
 import pgqueue
 
@@ -38,3 +38,22 @@ def running(worker: pgqueue.Worker, **kw: Any) -> Iterator[threading.Thread]:
         worker.stop()
         thread.join(30)
         assert not thread.is_alive(), "worker did not stop"
+
+
+def captured_claim(engine: Engine, queue: str = "default", limit: int = 10) -> tuple[str, Any]:
+    """The exact SQL and parameters the driver receives for one claim (rolled back)."""
+    seen: list[tuple[str, dict[str, Any]]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if "FOR UPDATE SKIP LOCKED" in statement:
+            seen.append((statement, dict(parameters)))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        with engine.connect() as conn:
+            pgqueue.claim(conn, queue=queue, limit=limit)
+            conn.rollback()
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    (captured,) = seen
+    return captured
