@@ -17,6 +17,7 @@ from pgqueue.errors import (
 from pgqueue.hooks import WorkerHooks
 from pgqueue.jobs import JobContext, Outcome, Registry, WorkerStats
 from pgqueue.models import Job, JobStatus, metadata
+from pgqueue.periodic import Periodic
 from pgqueue.pooler import pooled_engine_options
 from pgqueue.repository import (
     cancel,
@@ -26,13 +27,15 @@ from pgqueue.repository import (
     enqueue_many,
     extend_lease,
     fail,
+    periodic_states,
     purge,
     purge_done,
     reap_expired,
+    remove_periodic,
     retry,
     retry_failed,
 )
-from pgqueue.results import CancelledJob, ClaimedJob, FailResult, ReapedJob
+from pgqueue.results import CancelledJob, ClaimedJob, FailResult, PeriodicRow, ReapedJob
 from pgqueue.retry_policy import RetryPolicy
 from pgqueue.schema import channel_for, use_schema
 from pgqueue.worker import Worker
@@ -52,6 +55,8 @@ __all__ = [
     "JobContext",
     "JobStatus",
     "Outcome",
+    "Periodic",
+    "PeriodicRow",
     "PgQueueError",
     "ReapedJob",
     "Registry",
@@ -70,10 +75,12 @@ __all__ = [
     "extend_lease",
     "fail",
     "metadata",
+    "periodic_states",
     "pooled_engine_options",
     "purge",
     "purge_done",
     "reap_expired",
+    "remove_periodic",
     "retry",
     "retry_failed",
     "use_schema",

@@ -27,7 +27,7 @@ from typing import Any, TypeAlias, TypeVar, Union
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from pgqueue import _calls
+from pgqueue import _calls, _periodic_calls
 from pgqueue.models import JobStatus
 from pgqueue.repository import (
     DEFAULT_LEASE,
@@ -39,7 +39,7 @@ from pgqueue.repository import (
     DEFAULT_RETRY_BASE,
     DEFAULT_RETRY_CAP,
 )
-from pgqueue.results import CancelledJob, ClaimedJob, FailResult, ReapedJob
+from pgqueue.results import CancelledJob, ClaimedJob, FailResult, PeriodicRow, ReapedJob
 from pgqueue.schema import channel_of
 
 #: What every async function accepts: an async Core connection or an async ORM session.
@@ -57,9 +57,11 @@ __all__ = [
     "enqueue_many",
     "extend_lease",
     "fail",
+    "periodic_states",
     "purge",
     "purge_done",
     "reap_expired",
+    "remove_periodic",
     "retry",
     "retry_failed",
 ]
@@ -190,6 +192,18 @@ async def cancel(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[int]:
 async def cancel_jobs(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[CancelledJob]:
     """Cancel, telling which jobs were running; see :func:`pgqueue.repository.cancel_jobs`."""
     return await _run(conn, _calls.cancel(job_ids, channel_of(conn)))
+
+
+async def periodic_states(
+    conn: AsyncExecutor, names: Iterable[str] | None = None
+) -> list[PeriodicRow]:
+    """The periodic definitions in the database; see :func:`pgqueue.repository.periodic_states`."""
+    return await _run(conn, _periodic_calls.states(names))
+
+
+async def remove_periodic(conn: AsyncExecutor, name: str) -> bool:
+    """Delete a definition's row; see :func:`pgqueue.repository.remove_periodic`."""
+    return await _run(conn, _periodic_calls.remove(name))
 
 
 async def _run(conn: AsyncExecutor, call: _calls.Call[T]) -> T:

@@ -9,6 +9,7 @@ Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cance
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import json
 import logging
@@ -17,7 +18,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any, NoReturn
 
@@ -26,7 +27,7 @@ from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy import exc as sa_exc
 
 import pgqueue
-from pgqueue import admin, repository
+from pgqueue import admin, periodic, repository
 from pgqueue._text import psql_table
 from pgqueue._urls import error_line, mask_text, mask_url, to_sqlalchemy_url
 from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY, check_priority, check_unique_key
@@ -513,6 +514,67 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_periodic(args: argparse.Namespace) -> int:
+    """List the periodic definitions stored in the database, or remove a stale one.
+
+    A definition is stale when no worker has declared it for an hour, or two of its periods if
+    longer. ``--remove`` refuses a definition that is not stale unless ``--force``: a worker that
+    still declares it would bring it back at its next start.
+    """
+    now = datetime.now(timezone.utc)
+    if args.remove is not None:
+        with transaction(args) as conn:
+            rows = repository.periodic_states(conn, [args.remove])
+            if not rows:
+                raise UserError(f"no periodic definition named {args.remove!r}", code=1)
+            if not periodic.is_stale(rows[0], now) and not args.force:
+                raise UserError(
+                    f"periodic {args.remove!r} is not stale: a worker declared it at "
+                    f"{_cell(rows[0].declared_at)}; stop those workers first, or pass --force",
+                    code=1,
+                )
+            repository.remove_periodic(conn, args.remove)
+        emit(f"removed periodic definition {args.remove!r} (its jobs stay)")
+        return 0
+    with transaction(args) as conn:
+        rows = repository.periodic_states(conn)
+    described = [
+        {
+            **dataclasses.asdict(row),
+            "next_tick": periodic.next_tick(row, now),
+            "stale": periodic.is_stale(row, now),
+            "overdue_s": _seconds_or_none(periodic.overdue(row, now)),
+        }
+        for row in rows
+    ]
+    if args.json:
+        emit_json(described)
+        return 0
+    table(
+        ["name", "schedule", "timezone", "queue", "last_tick", "next_tick", "declared", "state"],
+        [
+            (
+                d["name"],
+                d["schedule"],
+                d["timezone"],
+                d["queue"],
+                d["last_tick"],
+                d["next_tick"],
+                d["declared_at"],
+                "stale" if d["stale"] else ("overdue" if d["overdue_s"] else "ok"),
+            )
+            for d in described
+        ],
+    )
+    if not rows:
+        emit("(no periodic definitions)")
+    return 0
+
+
+def _seconds_or_none(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
 def _ids(ids: Sequence[int]) -> str:
     shown = ", ".join(str(i) for i in ids[:20])
     return (shown + (f", ... ({len(ids)} in all)" if len(ids) > 20 else "")) or "none"
@@ -544,6 +606,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         worker = target
     elif isinstance(target, Mapping):
         handlers: dict[str, Any] = dict(target)
+        definitions = target.periodic_definitions if isinstance(target, pgqueue.Registry) else ()
         if args.queues:
             wanted = [q.strip() for q in args.queues.split(",") if q.strip()]
             unknown = [q for q in wanted if q not in handlers]
@@ -565,9 +628,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
         url = database_url(args) or ""
         concurrency = kwargs.get("concurrency", 4)
         engine = make_engine(
-            url, schema=schema_arg(args), pool_size=concurrency + 3, max_overflow=concurrency
+            url, schema=schema_arg(args), pool_size=concurrency + 4, max_overflow=concurrency
         )
-        worker = worker_module.Worker(engine, handlers, **kwargs)
+        worker = worker_module.Worker(engine, handlers, periodic=definitions, **kwargs)
     else:
         raise UserError(
             f"{args.target} is a {type(target).__name__}: expected a pgqueue.Worker, "
@@ -689,12 +752,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = add("grants", cmd_grants, "print the GRANTs of least-privilege roles (no connection)")
-    p.add_argument("--role-worker", help="role of the workers: SELECT, UPDATE on jobs")
+    p.add_argument(
+        "--role-worker",
+        help="role of the workers: SELECT, INSERT, UPDATE on jobs and jobs_periodic",
+    )
     p.add_argument(
         "--role-producer",
         help="role of the producers: INSERT, and SELECT of id, queue, unique_key and status",
     )
     p.add_argument("--role-monitor", help="role of doctor and stats: SELECT and pg_monitor")
+
+    p = add("periodic", cmd_periodic, "list periodic definitions, or remove a stale one")
+    p.add_argument("--remove", metavar="NAME", help="delete a stale definition's row")
+    p.add_argument("--force", action="store_true", help="with --remove: even if not stale")
+    p.add_argument("--json", action="store_true")
 
     add("reap", cmd_reap, "requeue running jobs whose lease expired")
 

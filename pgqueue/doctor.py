@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
 
 import pgqueue.migrations
-from pgqueue import admin
+from pgqueue import admin, periodic, repository
 from pgqueue.pooler import check_listen
 from pgqueue.repository import DEFAULT_PURGE_AGE
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS, alter_table_sql
@@ -80,6 +80,7 @@ def run_checks(conn: Connection, *, idle_threshold: timedelta) -> list[Finding]:
         _vacuum,
         _storage,
         _jobs,
+        _periodic,
         _listen,
     ):
         findings.extend(check(conn))
@@ -365,6 +366,50 @@ def _jobs(conn: Connection) -> Iterator[Finding]:
             f"{counts.old_done} done job(s) older than {days} days",
             f"run `pgqueue purge --older-than {days}d` on a schedule",
         )
+
+
+def _periodic(conn: Connection) -> Iterator[Finding]:
+    """Definitions that workers declare but nobody fires, and ones no worker declares any more."""
+    readable = conn.execute(
+        text(
+            "SELECT CASE WHEN to_regclass('jobs_periodic') IS NULL THEN NULL "
+            "ELSE has_table_privilege(to_regclass('jobs_periodic'), 'SELECT') END"
+        )
+    ).scalar_one()
+    if readable is None:
+        return  # before pgqueue_0007: the revision check says so
+    if not readable:
+        yield Finding(
+            "periodic",
+            "info",
+            "this role cannot read jobs_periodic: periodic definitions not checked",
+            "grant it SELECT on jobs_periodic (see `pgqueue grants --role-monitor`)",
+        )
+        return
+    now = datetime.now(timezone.utc)
+    rows = repository.periodic_states(conn)
+    stale = [row for row in rows if periodic.is_stale(row, now)]
+    for row in rows:
+        late = None if row in stale else periodic.overdue(row, now)
+        if late is not None:
+            yield Finding(
+                "periodic",
+                "warning",
+                f"periodic {row.name!r} ({row.schedule}): a tick is {late.total_seconds():.0f} s "
+                f"overdue, though a "
+                f"worker declared it at {row.declared_at.isoformat(timespec='seconds')}",
+                "check that its workers run and their logs (the scheduler logs each failure)",
+            )
+    for row in stale:
+        yield Finding(
+            "periodic",
+            "info",
+            f"periodic {row.name!r}: no worker declared it since "
+            f"{row.declared_at.isoformat(timespec='seconds')} (stale)",
+            f"if it is gone for good: `pgqueue periodic --remove {row.name}`",
+        )
+    if rows and not stale and all(periodic.overdue(r, now) is None for r in rows):
+        yield Finding("periodic", "ok", f"{len(rows)} periodic definition(s) fired on time")
 
 
 def _listen(conn: Connection) -> Iterator[Finding]:

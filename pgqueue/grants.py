@@ -10,14 +10,16 @@ roles get only DML:
   holding the key. Without them a unique enqueue is refused ("permission denied"). The identity
   column needs no sequence grant. The producer cannot read payloads, headers or errors, nor
   update or delete; it can see which ids, keys and statuses each queue holds.
-- worker: ``SELECT, UPDATE`` on ``jobs`` (claim ``FOR UPDATE SKIP LOCKED``, lease extensions,
-  completions, failures, the reaper). ``LISTEN`` needs no privilege. A worker whose handlers
-  enqueue follow-up jobs also needs the producer's grants (``GRANT <producer> TO <worker>``).
-- monitor (``doctor``, ``stats``): ``pg_monitor`` to see every session, ``SELECT`` on ``jobs``
-  and ``alembic_version``.
+- worker: ``SELECT, INSERT, UPDATE`` on ``jobs`` (claim ``FOR UPDATE SKIP LOCKED``, lease
+  extensions, completions, failures, the reaper; ``INSERT`` for the jobs of periodic definitions
+  and for handlers that enqueue follow-up jobs) and on ``jobs_periodic`` (declaring periodic
+  definitions and firing their ticks). ``LISTEN`` needs no privilege.
+- monitor (``doctor``, ``stats``, ``periodic``): ``pg_monitor`` to see every session, ``SELECT``
+  on ``jobs``, ``jobs_periodic`` and ``alembic_version``.
 
 Each role gets ``USAGE`` on the schema. ``purge``, ``retry`` and ``cancel`` are maintenance: run
-them as the owner, or grant ``DELETE`` (purge) and ``UPDATE`` (retry, cancel) to a role of yours.
+them as the owner, or grant ``DELETE`` (purge) and ``UPDATE`` (retry, cancel) to a role of yours;
+so is ``pgqueue periodic --remove`` (``DELETE`` on ``jobs_periodic``).
 Role and schema names are quoted identifiers, never spliced raw.
 
 .. versionadded:: 0.1.0
@@ -63,6 +65,7 @@ def grants_sql(
     """
     place = sql.Identifier(check_schema(schema) if schema is not None else "public")
     jobs = sql.SQL("{}.jobs").format(place)
+    periodic = sql.SQL("{}.jobs_periodic").format(place)
     version = sql.SQL("{}.alembic_version").format(place)
     lines: list[sql.Composable] = []
     roles = {
@@ -82,9 +85,13 @@ def grants_sql(
                 )
             )
         elif argument == "role_worker":
-            lines.append(sql.SQL("GRANT SELECT, UPDATE ON {} TO {};").format(jobs, who))
+            lines.append(
+                sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}, {} TO {};").format(jobs, periodic, who)
+            )
         else:
-            lines.append(sql.SQL("GRANT SELECT ON {}, {} TO {};").format(jobs, version, who))
+            lines.append(
+                sql.SQL("GRANT SELECT ON {}, {}, {} TO {};").format(jobs, periodic, version, who)
+            )
             lines.append(sql.SQL("GRANT pg_monitor TO {};").format(who))
     if not lines:
         raise InvalidArgumentError("roles", "name at least one of worker, producer, monitor")

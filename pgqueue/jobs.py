@@ -14,12 +14,14 @@ import inspect
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine
 
 from pgqueue._validation import check_queue
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
+from pgqueue.periodic import Periodic
 from pgqueue.results import ClaimedJob
 
 #: What a handler is: called with the job, its return value ignored, an exception fails the job.
@@ -118,13 +120,53 @@ class Registry(Mapping[str, Handler]):
         @registry.handler("webhooks")
         async def call_webhook(job: pgqueue.JobContext) -> None: ...
 
+        registry.periodic("nightly-report", "0 3 * * *", "reports", timezone="Europe/Paris")
+
         pgqueue.Worker(engine, registry).run()
+
+    A worker given a registry also fires its periodic definitions (``pgqueue worker
+    myapp.jobs:registry`` too).
 
     .. versionadded:: 0.1.0
     """
 
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
+        self._periodic: dict[str, Periodic] = {}
+
+    def periodic(
+        self,
+        definition: Periodic | str,
+        schedule: str | timedelta | None = None,
+        queue: str | None = None,
+        payload: Any = None,
+        **options: Any,
+    ) -> Periodic:
+        """Add a periodic definition: a :class:`pgqueue.Periodic`, or the arguments of one.
+
+        Returns the definition. A second definition with the same name is refused.
+        """
+        if not isinstance(definition, Periodic):
+            if schedule is None or queue is None:
+                raise InvalidArgumentError(
+                    "periodic", "give a pgqueue.Periodic, or a name, a schedule and a queue"
+                )
+            definition = Periodic(definition, schedule, queue, payload, **options)
+        elif schedule is not None or queue is not None or payload is not None or options:
+            raise InvalidArgumentError(
+                "periodic", "give a pgqueue.Periodic alone, or the arguments of one"
+            )
+        if definition.name in self._periodic:
+            raise InvalidArgumentError(
+                "periodic", f"a definition named {definition.name!r} is already registered"
+            )
+        self._periodic[definition.name] = definition
+        return definition
+
+    @property
+    def periodic_definitions(self) -> tuple[Periodic, ...]:
+        """The definitions added with :meth:`periodic`, in order."""
+        return tuple(self._periodic.values())
 
     def handler(self, queue: str) -> Callable[[Handler], Handler]:
         """Register the decorated function for ``queue``; it is returned unchanged."""

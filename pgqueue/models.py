@@ -114,3 +114,33 @@ class Job(Base):
 
 #: The Core table behind :class:`Job`.
 jobs_table: Table = Job.__table__  # type: ignore[assignment]
+
+
+class PeriodicState(Base):
+    """One row per periodic definition name (pgqueue_0007): what lets many workers fire a tick once.
+
+    ``last_tick`` only moves forward, by a compare-and-set in the statement that inserts the
+    tick's job; ``ticks_from`` is when the definition was first declared, or its schedule last
+    changed (no job for ticks before it); ``declared_at`` is when a worker last declared it.
+
+    .. versionadded:: 0.1.0
+    """
+
+    __tablename__ = "jobs_periodic"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    schedule: Mapped[str] = mapped_column(Text)
+    timezone: Mapped[str] = mapped_column(Text)
+    queue: Mapped[str] = mapped_column(Text)
+    ticks_from: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    last_tick: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    declared_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), server_default=func.now()
+    )
+
+    def __repr__(self) -> str:
+        return f"PeriodicState(name={self.name!r}, last_tick={self.last_tick!r})"
+
+
+#: The Core table behind :class:`PeriodicState`.
+periodic_table: Table = PeriodicState.__table__  # type: ignore[assignment]

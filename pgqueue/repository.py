@@ -14,9 +14,18 @@ from typing import Any, TypeAlias, TypeVar, Union
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from pgqueue import _calls
+from pgqueue import _calls, _periodic_calls
 from pgqueue.models import JobStatus
-from pgqueue.results import CancelledJob, ClaimedJob, FailResult, ReapedJob, Settled
+from pgqueue.periodic import Periodic
+from pgqueue.results import (
+    CancelledJob,
+    ClaimedJob,
+    FailResult,
+    Fired,
+    PeriodicRow,
+    ReapedJob,
+    Settled,
+)
 from pgqueue.schema import channel_of
 
 #: What every repository function accepts: a Core connection or an ORM session.
@@ -295,3 +304,43 @@ def settled_among(conn: Executor, held: Sequence[tuple[int, int]]) -> dict[int, 
     """Of jobs no longer ``running`` under these attempts: which were completed by their
     handler's own transaction and which were cancelled (the others are lost)."""
     return _run(conn, _calls.settled_among(held))
+
+
+# -- periodic jobs (``jobs_periodic``) -----------------------------------------------------------
+
+
+def periodic_states(conn: Executor, names: Iterable[str] | None = None) -> list[PeriodicRow]:
+    """The periodic definitions the database holds (all of them, by name, or those of ``names``).
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _periodic_calls.states(names))
+
+
+def remove_periodic(conn: Executor, name: str) -> bool:
+    """Delete a definition's row (its jobs stay). True when it existed. A worker that still
+    declares the definition brings it back at its next start, with no job for the ticks between.
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _periodic_calls.remove(name))
+
+
+def declare_periodic(
+    conn: Executor, definitions: Sequence[Periodic], now: datetime
+) -> list[PeriodicRow]:
+    """A worker's start: upsert its definitions; a changed schedule counts from ``now``."""
+    return _run(conn, _periodic_calls.declare(definitions, now))
+
+
+def refresh_periodic(conn: Executor, names: Sequence[str]) -> None:
+    """``declared_at = now()``: a running worker still declares these."""
+    _run(conn, _periodic_calls.refresh(names))
+
+
+def fire_periodic(
+    conn: Executor, definition: Periodic, prev: datetime | None, ticks: Sequence[datetime]
+) -> Fired:
+    """Enqueue ``ticks`` of ``definition`` in one statement if its ``last_tick`` is still ``prev``
+    (and its stored schedule is the definition's); otherwise insert nothing."""
+    return _run(conn, _periodic_calls.fire(definition, prev, ticks))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 
@@ -66,3 +66,37 @@ class Settled(enum.Enum):
 
     DONE_BY_HANDLER = "done by handler"
     CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class PeriodicRow:
+    """A periodic definition as the database holds it (``jobs_periodic``).
+
+    Attributes:
+        name: The definition's name.
+        schedule: Its cron expression, or ``every Ns`` for an interval.
+        timezone: The zone its cron expression is read in.
+        queue: Where its jobs go.
+        ticks_from: Ticks before this get no job (first declared, or schedule last changed).
+        last_tick: The last tick enqueued, ``None`` before the first.
+        declared_at: When a worker last declared it.
+
+    .. versionadded:: 0.1.0
+    """
+
+    name: str
+    schedule: str
+    timezone: str
+    queue: str
+    ticks_from: datetime
+    last_tick: datetime | None
+    declared_at: datetime
+
+
+@dataclass(frozen=True)
+class Fired:
+    """What one firing statement did: ``advanced`` the tick (won the compare-and-set), and the
+    ids of the jobs it inserted (none when a ``skip_if_running`` key was held)."""
+
+    advanced: bool
+    job_ids: list[int]

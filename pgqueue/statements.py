@@ -117,7 +117,7 @@ ENQUEUE: Insert = insert(jobs).values(_one_job()).returning(jobs.c.id)
 
 #: The predicate of ``jobs_unique_key_idx``, spelled as the index spells it: the arbiter of
 #: ``ON CONFLICT`` and the key lookups must match it for the planner to use the index.
-_LIVE_KEY = text("unique_key IS NOT NULL AND status IN ('queued', 'running')")
+LIVE_KEY = text("unique_key IS NOT NULL AND status IN ('queued', 'running')")
 
 #: ENQUEUE with ``unique_key``: inserts nothing while a live job of the queue holds the key
 #: (a concurrent enqueue of the same key waits for the first transaction to end). Returns ``id``
@@ -125,7 +125,7 @@ _LIVE_KEY = text("unique_key IS NOT NULL AND status IN ('queued', 'running')")
 ENQUEUE_UNIQUE: Insert = (
     pg_insert(jobs)
     .values({**_one_job(), "unique_key": bindparam("key", type_=Text)})
-    .on_conflict_do_nothing(index_elements=["queue", "unique_key"], index_where=_LIVE_KEY)
+    .on_conflict_do_nothing(index_elements=["queue", "unique_key"], index_where=LIVE_KEY)
     .returning(jobs.c.id)
 )
 
@@ -159,7 +159,7 @@ ENQUEUE_MANY: Insert = _batch_insert().returning(jobs.c.id)
 #: (ids in input order, as ENQUEUE_MANY).
 ENQUEUE_MANY_UNIQUE: Insert = (
     _batch_insert("unique_key")
-    .on_conflict_do_nothing(index_elements=["queue", "unique_key"], index_where=_LIVE_KEY)
+    .on_conflict_do_nothing(index_elements=["queue", "unique_key"], index_where=LIVE_KEY)
     .returning(jobs.c.id, jobs.c.unique_key)
 )
 
@@ -167,7 +167,7 @@ ENQUEUE_MANY_UNIQUE: Insert = (
 KEY_HOLDERS: Select[Any] = select(jobs.c.id, jobs.c.unique_key).where(
     jobs.c.queue == bindparam("queue_name", type_=Text),
     jobs.c.unique_key == func.any(bindparam("keys", type_=ARRAY(Text))),
-    _LIVE_KEY,
+    LIVE_KEY,
 )
 
 

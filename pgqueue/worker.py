@@ -29,6 +29,7 @@ from pgqueue._completer import FLUSH_SIZE, Completer
 from pgqueue._event_loop import AsyncLane
 from pgqueue._heartbeat import Heartbeat
 from pgqueue._runtime import Runtime
+from pgqueue._scheduler import Scheduler
 from pgqueue._threads import ThreadLane
 from pgqueue._transient import short_transaction
 from pgqueue._urls import mask_url
@@ -46,6 +47,7 @@ from pgqueue.jobs import (
     is_async_handler,
 )
 from pgqueue.listener import Listener
+from pgqueue.periodic import Periodic, check_definitions
 from pgqueue.retry_policy import RetryPolicy
 from pgqueue.schema import CANCEL_HINT, channel_for, schema_of
 
@@ -127,6 +129,12 @@ class Worker:
             thread; a second signal exits at once). Default True.
         hooks: :class:`pgqueue.WorkerHooks` told of every job's claim, start, outcome, lease
             extension and reaping (metrics, tracing; see :mod:`pgqueue.hooks`). Default none.
+        periodic: :class:`pgqueue.Periodic` definitions this worker enqueues at each tick (any
+            number of workers may declare the same ones: each tick is enqueued once), beside
+            those of a :class:`Registry` given as ``handlers``. Their queues need no handler
+            here. A thread of its own fires them (one more connection from the engine). With
+            ``run(until_empty=True)``, the ticks due at start are enqueued, then the run drains.
+            Default none.
 
     Raises:
         InvalidArgumentError: for a bad option, or an ``async def`` handler with
@@ -158,8 +166,15 @@ class Worker:
         idle_after: timedelta | float = 60.0,
         install_signal_handlers: bool = True,
         hooks: Sequence[WorkerHooks] | None = None,
+        periodic: Sequence[Periodic] | None = None,
     ) -> None:
         self.handlers = check_handlers(handlers)
+        self.periodic = check_definitions(
+            [
+                *(periodic if periodic is not None else ()),
+                *(handlers.periodic_definitions if isinstance(handlers, Registry) else ()),
+            ]
+        )
         if mode not in ("lease", "transaction"):
             raise InvalidArgumentError("mode", f"must be 'lease' or 'transaction', got {mode!r}")
         self._lanes = {
@@ -249,6 +264,17 @@ class Worker:
             else None
         )
         heartbeat = Heartbeat(runtime, self.engine, self.lease, lock_timeout_ms=lock_timeout_ms)
+        scheduler = (
+            Scheduler(
+                self.engine,
+                self.periodic,
+                stop=runtime.stop,
+                idle=lambda: self.idle,
+                on_enqueued=claimer.on_notify,
+            )
+            if self.periodic
+            else None
+        )
         listener: Listener | None = None
         log.info(
             "worker started: queues=%s mode=%s concurrency=%s async_concurrency=%s lease=%s url=%s",
@@ -267,6 +293,11 @@ class Worker:
             if coroutines is not None:
                 coroutines.start()
             heartbeat.start()
+            if scheduler is not None:
+                if until_empty:
+                    scheduler.fire_due_once()
+                else:
+                    scheduler.start()
             if self.listen and not until_empty:
 
                 def on_notify(payload: str) -> None:
@@ -297,6 +328,8 @@ class Worker:
             if listener is not None:
                 listener.stop()
             heartbeat.join(5.0)
+            if scheduler is not None:
+                scheduler.join(5.0)
             restore()
             if self._hooks is not None:
                 self._hooks.worker_stopped(self)

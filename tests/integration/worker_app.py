@@ -2,7 +2,9 @@
 
 PGQUEUE_APP_URL (database URL), PGQUEUE_APP_CONCURRENCY, PGQUEUE_APP_LEASE (seconds),
 PGQUEUE_APP_POLL (seconds), PGQUEUE_APP_PREFETCH, PGQUEUE_APP_SHUTDOWN (seconds),
-PGQUEUE_APP_UNTIL_EMPTY (1 to drain and exit), PGQUEUE_APP_ASYNC_CONCURRENCY.
+PGQUEUE_APP_UNTIL_EMPTY (1 to drain and exit), PGQUEUE_APP_ASYNC_CONCURRENCY,
+PGQUEUE_APP_PERIODIC (``name=seconds``: a periodic definition enqueuing on ``ticks`` every that
+many seconds).
 
 Queues: ``effects`` inserts ``(job_id, attempts, pid)`` into ``effects``, then sleeps
 ``payload["sleep"]`` seconds; ``aeffects`` does the same from an ``async def`` handler through an
@@ -16,6 +18,7 @@ import logging
 import os
 import sys
 import time
+from datetime import timedelta
 
 from sqlalchemy import create_engine, text
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -56,9 +59,15 @@ def main() -> int:
     def crash(job: pgqueue.JobContext) -> None:
         os._exit(3)
 
+    periodic = []
+    if env.get("PGQUEUE_APP_PERIODIC"):
+        name, _, seconds = env["PGQUEUE_APP_PERIODIC"].partition("=")
+        periodic.append(pgqueue.Periodic(name, timedelta(seconds=float(seconds)), "ticks"))
+
     worker = pgqueue.Worker(
         engine,
-        {"effects": effects, "aeffects": aeffects, "crash": crash},
+        {"effects": effects, "aeffects": aeffects, "crash": crash, "ticks": effects},
+        periodic=periodic,
         concurrency=concurrency,
         async_concurrency=int(env.get("PGQUEUE_APP_ASYNC_CONCURRENCY", "100")),
         lease=float(env.get("PGQUEUE_APP_LEASE", "30")),

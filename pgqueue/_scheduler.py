@@ -1,0 +1,211 @@
+"""The scheduler: a worker's thread that enqueues its periodic definitions' ticks.
+
+It has a thread of its own, so busy handlers never delay a tick. It declares the definitions
+once at start, then sleeps until the earliest next tick, fires what is due with one
+compare-and-set statement per definition (:data:`pgqueue._periodic_statements.FIRE`), and sleeps
+again. Whoever wins a tick's compare-and-set enqueues it; the others re-read the rows and find
+nothing due. While awake it refreshes ``declared_at`` every few minutes; while the worker is idle
+(scale-to-zero) it sends nothing between ticks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import ProgrammingError
+
+from pgqueue import repository
+from pgqueue._transient import short_transaction
+from pgqueue._urls import error_line
+from pgqueue.periodic import Periodic
+from pgqueue.results import PeriodicRow
+
+log = logging.getLogger("pgqueue.worker")
+
+#: Seconds between two refreshes of ``declared_at`` while the worker is not idle.
+REFRESH_INTERVAL = 300.0
+#: Seconds before trying again after a failed statement.
+_RETRY_DELAY = 1.0
+
+T = TypeVar("T")
+
+
+class _Firing(enum.Enum):
+    DONE = "done"  # enqueued, or skipped while the previous job runs: the tick is spent
+    LOST = "lost"  # another worker fired it, or the row changed: re-read the rows
+    FAILED = "failed"  # a transient error (logged): try again shortly
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        engine: Engine,
+        definitions: Sequence[Periodic],
+        *,
+        stop: threading.Event,
+        idle: Callable[[], bool],
+        on_enqueued: Callable[[str], None],
+        clock: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self._engine = engine
+        self._definitions = list(definitions)
+        self._names = [d.name for d in self._definitions]
+        self._stop = stop
+        self._idle = idle
+        self._on_enqueued = on_enqueued
+        self._clock = clock
+        self._rows: dict[str, PeriodicRow] = {}
+        self._not_ours: set[str] = set()
+        self._thread = threading.Thread(target=self._loop, name="pgqueue-scheduler", daemon=True)
+
+    # -- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout: float) -> None:
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+
+    def fire_due_once(self) -> None:
+        """``run(until_empty=True)``: declare, enqueue whatever is due now, and return."""
+        if self._declare():
+            self._fire_due(self._clock())
+
+    # -- the loop ---------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        while not self._stop.is_set() and not self._declare():
+            self._stop.wait(_RETRY_DELAY)
+        next_refresh = time.monotonic() + REFRESH_INTERVAL
+        while not self._stop.is_set():
+            try:
+                wake = self._fire_due(self._clock())
+            except Exception:
+                log.exception("periodic: firing failed; trying again in %ss", _RETRY_DELAY)
+                self._stop.wait(_RETRY_DELAY)
+                continue
+            idle = self._idle()
+            if not idle and time.monotonic() >= next_refresh:
+                self._run(lambda c: repository.refresh_periodic(c, self._names), "refresh")
+                next_refresh = time.monotonic() + REFRESH_INTERVAL
+            timeout = (wake - self._clock()).total_seconds()
+            if not idle:
+                timeout = min(timeout, next_refresh - time.monotonic())
+            self._stop.wait(max(0.0, timeout) + 0.001)
+
+    def _fire_due(self, now: datetime) -> datetime:
+        """Fire every due tick; return when the next one is."""
+        stale = False
+        wake = min(d.next_tick(now) for d in self._definitions)
+        for definition in self._definitions:
+            row = self._rows.get(definition.name)
+            # No row: removed while we ran (pgqueue periodic --remove --force); re-read declares it.
+            if row is None or not self._is_ours(definition, row):
+                stale = True
+            else:
+                due = definition.due_ticks(after=row.last_tick, since=row.ticks_from, now=now)
+                firing = self._fire(definition, row, due) if due else _Firing.DONE
+                if firing is _Firing.LOST:
+                    stale = True
+                elif firing is _Firing.FAILED:
+                    wake = min(wake, now + timedelta(seconds=_RETRY_DELAY))
+        if stale and not self._reread():
+            wake = min(wake, now + timedelta(seconds=_RETRY_DELAY))
+        return wake
+
+    def _fire(self, definition: Periodic, row: PeriodicRow, due: list[datetime]) -> _Firing:
+        fired = self._run(
+            lambda c: repository.fire_periodic(c, definition, row.last_tick, due), "fire"
+        )
+        if fired is None:
+            return _Firing.FAILED
+        if not fired.advanced:
+            return _Firing.LOST
+        self._rows[definition.name] = dataclasses.replace(row, last_tick=due[-1])
+        if fired.job_ids:
+            self._on_enqueued(definition.queue)
+            level = logging.INFO if len(due) > 1 else logging.DEBUG
+            log.log(
+                level,
+                "periodic %s: %d tick(s) up to %s enqueued as job(s) %s",
+                definition.name,
+                len(due),
+                due[-1].isoformat(),
+                ",".join(map(str, fired.job_ids)),
+            )
+        else:
+            log.info(
+                "periodic %s: tick %s skipped, its previous job is still queued or running",
+                definition.name,
+                due[-1].isoformat(),
+            )
+        return _Firing.DONE
+
+    def _is_ours(self, definition: Periodic, row: PeriodicRow) -> bool:
+        """A newer worker may have declared another schedule under this name: it wins."""
+        ours = (row.schedule, row.timezone) == (definition.schedule_text, definition.timezone)
+        if not ours and definition.name not in self._not_ours:
+            log.warning(
+                "periodic %s: the database has schedule %r (%s), declared by a newer worker; "
+                "this worker's %r (%s) is not fired",
+                definition.name,
+                row.schedule,
+                row.timezone,
+                definition.schedule_text,
+                definition.timezone,
+            )
+        if ours:
+            self._not_ours.discard(definition.name)
+        else:
+            self._not_ours.add(definition.name)
+        return ours
+
+    # -- statements -------------------------------------------------------------------------------
+
+    def _declare(self) -> bool:
+        now = self._clock()
+        rows = self._run(
+            lambda c: repository.declare_periodic(c, self._definitions, now), "declare"
+        )
+        if rows is None:
+            return False
+        self._rows = {row.name: row for row in rows}
+        return True
+
+    def _reread(self) -> bool:
+        rows = self._run(lambda c: repository.periodic_states(c, self._names), "read")
+        if rows is None:
+            return False
+        self._rows = {row.name: row for row in rows}
+        missing = [d for d in self._definitions if d.name not in self._rows]
+        if missing:
+            now = self._clock()
+            declared = self._run(lambda c: repository.declare_periodic(c, missing, now), "declare")
+            self._rows.update({row.name: row for row in declared or []})
+        return True
+
+    def _run(self, work: Callable[[Connection], T], what: str) -> T | None:
+        try:
+            return short_transaction(self._engine, work, what=f"periodic {what}", autocommit=True)
+        except ProgrammingError as exc:
+            log.error(
+                "periodic %s failed: %s (is the jobs_periodic table there? apply pgqueue's "
+                "revisions up to pgqueue_0007)",
+                what,
+                error_line(exc),
+            )
+            self._stop.wait(_RETRY_DELAY * 10)
+            return None
