@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from sqlalchemy import Engine, text
 
 import pgqueue
+import pgqueue.repository
 from tests.cli.conftest import Result, plain, run_pgqueue
 
 Cli = Callable[..., Result]
@@ -56,6 +58,8 @@ def _app(tmp_path: Path) -> str:
                 if job.payload.get("fail"):
                     raise ValueError("bad address")
 
+            registry.periodic("hourly-digest", "0 * * * *", "emails", {"digest": True})
+
             handlers = {"emails": send, "reports": send}
             ready = pgqueue.Worker(create_engine("postgresql+psycopg://nobody@127.0.0.1:1/x"),
                                    handlers)
@@ -83,6 +87,27 @@ def test_worker_burst(cli: Cli, db: Engine, tmp_path: Path) -> None:
     assert only.code == 0, only.err
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM jobs WHERE status = 'queued'")).scalar() == 0
+
+
+def test_worker_finds_a_registrys_periodic_definitions(
+    cli: Cli, db: Engine, tmp_path: Path
+) -> None:
+    """``pgqueue worker app:registry`` fires the registry's definitions: here, with --burst, the
+    tick missed since the last one enqueued (state as if workers had stopped two hours ago)."""
+    cwd = _app(tmp_path)
+    digest = pgqueue.Periodic("hourly-digest", "0 * * * *", "emails", {"digest": True})
+    top = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+    with db.begin() as conn:
+        pgqueue.repository.declare_periodic(conn, [digest], top - timedelta(hours=3))
+        pgqueue.repository.fire_periodic(conn, digest, None, [top - timedelta(hours=2)])
+        conn.execute(text("DELETE FROM jobs"))
+    result = cli("worker", "cli_app:registry", "--burst", cwd=cwd)
+    assert result.code == 0, result.err
+    with db.connect() as conn:
+        rows = conn.execute(text("SELECT status, payload, headers FROM jobs")).all()
+    assert [(r.status, r.payload) for r in rows] == [("done", {"digest": True})]
+    assert rows[0].headers["periodic"] == "hourly-digest"
+    assert datetime.fromisoformat(rows[0].headers["scheduled_for"]) == top
 
 
 def test_worker_target_errors(tmp_path: Path) -> None:

@@ -341,3 +341,26 @@ def test_bad_priority_or_key_writes_nothing(q: Runner, call: Op) -> None:
     with pytest.raises(InvalidArgumentError):
         q.tx([op("enqueue", {"first": True}), call])
     assert _jobs(q.engine) == []
+
+
+def test_periodic_states_and_remove_periodic(q: Runner) -> None:
+    from datetime import datetime, timezone
+
+    definitions = [
+        pgqueue.Periodic("b-nightly", "0 3 * * *", "reports", timezone="Europe/Paris"),
+        pgqueue.Periodic("a-minutely", timedelta(minutes=1), "crm"),
+    ]
+    with q.engine.begin() as conn:
+        repository.declare_periodic(conn, definitions, datetime.now(timezone.utc))
+    rows = q.run("periodic_states")
+    assert [(r.name, r.schedule, r.timezone, r.queue, r.last_tick) for r in rows] == [
+        ("a-minutely", "every 60s", "UTC", "crm", None),
+        ("b-nightly", "0 3 * * *", "Europe/Paris", "reports", None),
+    ]
+    assert [r.name for r in q.run("periodic_states", ["b-nightly", "nope"])] == ["b-nightly"]
+    assert q.run("periodic_states", []) == []
+    with pytest.raises(InvalidArgumentTypeError):
+        q.run("periodic_states", "a-minutely")
+    assert q.run("remove_periodic", "a-minutely") is True
+    assert q.run("remove_periodic", "a-minutely") is False
+    assert [r.name for r in q.run("periodic_states")] == ["b-nightly"]

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import psycopg
@@ -139,6 +140,38 @@ def test_priorities_keys_and_cancel_follow_the_schema(
     assert got == [(f"{SCHEMA}.jobs", ",cancel")]  # the cancel hint on the schema's channel
     with mapped.begin() as conn:
         assert pgqueue.enqueue(conn, {}, queue="mail", unique_key="k") != low  # freed
+    _users_table_untouched(plain)
+
+
+def test_periodic_definitions_follow_the_schema(placed: tuple[Engine, Engine]) -> None:
+    plain, mapped = placed
+    with plain.begin() as conn:  # a user's own table of that name stays untouched too
+        conn.execute(text("CREATE TABLE public.jobs_periodic (name text)"))
+    every = pgqueue.Periodic("placed", timedelta(seconds=1), "ticks")
+    handled: list[int] = []
+    worker = pgqueue.Worker(
+        mapped,
+        {"ticks": lambda job: handled.append(job.id)},
+        periodic=[every],
+        poll_interval=0.5,
+        install_signal_handlers=False,
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while len(handled) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert len(handled) >= 2
+    with mapped.connect() as conn:
+        assert [r.name for r in pgqueue.periodic_states(conn)] == ["placed"]
+    with plain.connect() as conn:
+        in_schema = conn.execute(text(f"SELECT count(*) FROM {SCHEMA}.jobs_periodic")).scalar_one()
+        users = conn.execute(text("SELECT count(*) FROM public.jobs_periodic")).scalar_one()
+    assert (in_schema, users) == (1, 0)
     _users_table_untouched(plain)
 
 

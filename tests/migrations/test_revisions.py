@@ -282,3 +282,47 @@ def test_priority_and_key_revision_round_trips_with_rows_in_a_schema(
     assert key_index() == 0
     with empty_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 3
+
+
+def test_periodic_revision_round_trips_in_a_schema_beside_jobs_with_rows(
+    empty_db_url: URL, empty_engine: Engine
+) -> None:
+    """pgqueue_0007 adds ``jobs_periodic`` in the chosen schema without touching ``jobs``, and
+    its downgrade removes the table and nothing else."""
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0006", schema="queue")
+    with empty_engine.begin() as conn:
+        conn.execute(text("INSERT INTO queue.jobs (payload) SELECT '1' FROM generate_series(1, 3)"))
+
+    def columns() -> list[tuple[str, str, str]]:
+        with empty_engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+                    "WHERE table_schema = 'queue' AND table_name = 'jobs_periodic' "
+                    "ORDER BY ordinal_position"
+                )
+            ).all()
+        return [tuple(r) for r in rows]  # type: ignore[misc]
+
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0007", schema="queue")
+    assert columns() == [
+        ("name", "text", "NO"),
+        ("schedule", "text", "NO"),
+        ("timezone", "text", "NO"),
+        ("queue", "text", "NO"),
+        ("ticks_from", "timestamp with time zone", "NO"),
+        ("last_tick", "timestamp with time zone", "YES"),
+        ("declared_at", "timestamp with time zone", "NO"),
+    ]
+    with empty_engine.connect() as conn:
+        pkey = conn.execute(
+            text("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = :n"),
+            {"n": "jobs_periodic_pkey"},
+        ).scalar_one()
+        public = conn.execute(text("SELECT to_regclass('public.jobs_periodic')")).scalar_one()
+    assert pkey == "PRIMARY KEY (name)"
+    assert public is None
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0006", schema="queue")
+    assert columns() == []
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 3

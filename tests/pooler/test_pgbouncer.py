@@ -196,3 +196,44 @@ def test_doctor_through_the_pooler_says_listen_cannot_work(pooled_url: URL, db_u
     direct = run_pgqueue("doctor", "--json", "--url", plain(db_url))
     (listen,) = [f for f in direct.json()["findings"] if f["check"] == "listen"]
     assert listen["severity"] == "ok"
+
+
+def test_periodic_ticks_fire_once_through_the_pooler(pooled_engine: Engine, db_url: URL) -> None:
+    """Three workers through PgBouncer in transaction mode declare one definition: one job per
+    tick, and the scheduler sends no session state (no plain SET, no advisory lock)."""
+    statements = _record_statements(pooled_engine)
+    every = pgqueue.Periodic("pooled", timedelta(seconds=1), "ticks")
+    workers = [
+        pgqueue.Worker(
+            pooled_engine,
+            {"ticks": lambda job: None},
+            periodic=[every],
+            listen_url=db_url,
+            poll_interval=0.5,
+            install_signal_handlers=False,
+        )
+        for _ in range(3)
+    ]
+    threads = [_run_worker(w) for w in workers]
+    try:
+        until(
+            lambda: scalar(pooled_engine, "SELECT count(*) FROM jobs WHERE status = 'done'") >= 4,
+            20,
+            "four ticks done through the pooler",
+        )
+    finally:
+        for w in workers:
+            w.stop()
+        for t in threads:
+            t.join(30)
+    with pooled_engine.connect() as conn:
+        ticks = (
+            conn.execute(text("SELECT headers->>'scheduled_for' FROM jobs WHERE queue = 'ticks'"))
+            .scalars()
+            .all()
+        )
+    assert len(ticks) >= 4
+    assert len(set(ticks)) == len(ticks), ticks
+    periodic_sql = [s for s in statements if "jobs_periodic" in s]
+    assert periodic_sql
+    assert not [s for s in statements if _SESSION_STATE.search(s)]
