@@ -57,6 +57,11 @@ __all__ = ["Handler", "JobContext", "Registry", "Worker", "WorkerStats"]
 
 #: Default of ``Worker(async_concurrency=...)``.
 DEFAULT_ASYNC_CONCURRENCY = 100
+#: Default of ``Worker(lease=...)``: short, so a killed worker's jobs run again within a minute
+#: (lease expiry, then at most half a lease until another worker's reaper runs). The heartbeat
+#: extends held leases every ``lease / 3``, one batched statement for all of them. The
+#: repository's own ``claim(lease=...)`` default stays the article's 5 minutes (R7).
+DEFAULT_LEASE = timedelta(seconds=30)
 
 
 def _seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
@@ -95,7 +100,8 @@ class Worker:
             thread), for ``async def`` handlers; the loop starts only when there is one.
             Default 100.
         lease: How long a claim holds a job before the reaper may hand it to another worker.
-            ``timedelta`` or seconds; default 5 minutes.
+            ``timedelta`` or seconds; default 30 seconds, extended every ``lease / 3`` while the
+            job runs, so the jobs of a killed worker run again within a minute.
         poll_interval: Seconds between fallback polls of every queue. Default 5.
         batch_size: Most jobs per claim. Default 50 (completions are batched separately, up to
             500 outcomes per statement).
@@ -118,7 +124,7 @@ class Worker:
         retry: The retry policy of every queue without its own. Default :class:`RetryPolicy()`
             (10 s base, 1 h cap, every exception retryable).
         queue_retry: ``{queue: RetryPolicy}`` overrides. Default none.
-        reap_interval: Seconds between two runs of the reaper. Default: the lease.
+        reap_interval: Seconds between two runs of the reaper. Default: half the lease.
         lock_timeout: ``SET LOCAL lock_timeout`` of the batched statements, in seconds. Default 5.
         idle_poll_interval: Scale-to-zero (R18): when set, a worker that found no work for
             ``idle_after`` seconds doubles its poll interval up to this (e.g. 900 s), and reaping
@@ -150,7 +156,7 @@ class Worker:
         *,
         concurrency: int = 4,
         async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY,
-        lease: timedelta | float = repository.DEFAULT_LEASE,
+        lease: timedelta | float = DEFAULT_LEASE,
         poll_interval: timedelta | float = 5.0,
         batch_size: int = 50,
         prefetch: int | None = None,
@@ -211,7 +217,7 @@ class Worker:
         self.retry = retry if retry is not None else RetryPolicy()
         self.queue_retry = dict(queue_retry or {})
         self.reap_interval = (
-            self.lease.total_seconds()
+            self.lease.total_seconds() / 2
             if reap_interval is None
             else _seconds("reap_interval", reap_interval)
         )

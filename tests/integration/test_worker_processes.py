@@ -114,6 +114,52 @@ def test_kill_9_only_in_flight_jobs_run_twice(
 
 
 @pytest.mark.slow
+def test_with_default_options_a_killed_workers_jobs_run_again_within_a_minute(
+    effects: Engine, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """No lease, reap or poll option: the worker's defaults alone bring the jobs of a worker
+    killed with SIGKILL back to another running worker within 60 seconds."""
+    victim_ids = _enqueue(effects, [{"sleep": 3}] * 2, "effects")
+    victim = spawn(concurrency=4, lease="default", prefetch=0)
+    until(
+        lambda: scalar(effects, "SELECT count(*) FROM effects WHERE pid = :p", p=victim.pid) == 2,
+        20,
+        "the victim to start both jobs",
+    )
+    survivor = spawn(concurrency=2, lease="default", prefetch=0)
+    with effects.connect() as conn:
+        held = set(
+            conn.execute(
+                text("SELECT job_id FROM effects WHERE pid = :p"), {"p": victim.pid}
+            ).scalars()
+        )
+    killed = time.monotonic()
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    until(
+        lambda: (
+            scalar(
+                effects,
+                "SELECT count(*) FROM effects WHERE pid = :p AND job_id = ANY(:ids)",
+                p=survivor.pid,
+                ids=list(held),
+            )
+            == len(held)
+        ),
+        75,
+        "the survivor to start the killed worker's jobs",
+    )
+    restarted_after = time.monotonic() - killed
+    assert restarted_after < 60, restarted_after
+    until(
+        lambda: scalar(effects, "SELECT count(*) FROM jobs WHERE status = 'done'") == 2,
+        30,
+        "both jobs done",
+    )
+    assert set(victim_ids) >= held
+
+
+@pytest.mark.slow
 def test_job_that_kills_its_worker_ends_failed_via_the_reaper(
     engine: Engine, spawn: Callable[..., subprocess.Popen[str]]
 ) -> None:

@@ -1,6 +1,7 @@
 """A worker process for the fault tests: ``python worker_app.py`` with settings in the environment.
 
-PGQUEUE_APP_URL (database URL), PGQUEUE_APP_CONCURRENCY, PGQUEUE_APP_LEASE (seconds),
+PGQUEUE_APP_URL (database URL), PGQUEUE_APP_CONCURRENCY, PGQUEUE_APP_LEASE (seconds, or
+``default`` for the worker's own lease and reap interval),
 PGQUEUE_APP_POLL (seconds), PGQUEUE_APP_PREFETCH, PGQUEUE_APP_SHUTDOWN (seconds),
 PGQUEUE_APP_UNTIL_EMPTY (1 to drain and exit), PGQUEUE_APP_ASYNC_CONCURRENCY,
 PGQUEUE_APP_PERIODIC (``name=seconds``: a periodic definition enqueuing on ``ticks`` every that
@@ -64,17 +65,22 @@ def main() -> int:
         name, _, seconds = env["PGQUEUE_APP_PERIODIC"].partition("=")
         periodic.append(pgqueue.Periodic(name, timedelta(seconds=float(seconds)), "ticks"))
 
+    timing: dict[str, float] = {}
+    if env.get("PGQUEUE_APP_LEASE") != "default":
+        timing["lease"] = float(env.get("PGQUEUE_APP_LEASE", "30"))
+        timing["reap_interval"] = float(
+            env.get("PGQUEUE_APP_REAP", env.get("PGQUEUE_APP_LEASE", "30"))
+        )
     worker = pgqueue.Worker(
         engine,
         {"effects": effects, "aeffects": aeffects, "crash": crash, "ticks": effects},
         periodic=periodic,
         concurrency=concurrency,
         async_concurrency=int(env.get("PGQUEUE_APP_ASYNC_CONCURRENCY", "100")),
-        lease=float(env.get("PGQUEUE_APP_LEASE", "30")),
         poll_interval=float(env.get("PGQUEUE_APP_POLL", "1")),
         prefetch=int(env.get("PGQUEUE_APP_PREFETCH", "1")),
         shutdown_timeout=float(env.get("PGQUEUE_APP_SHUTDOWN", "30")),
-        reap_interval=float(env.get("PGQUEUE_APP_REAP", env.get("PGQUEUE_APP_LEASE", "30"))),
+        **timing,
     )
     print("ready", flush=True)
     worker.run(until_empty=env.get("PGQUEUE_APP_UNTIL_EMPTY") == "1")
