@@ -703,7 +703,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queues", help="comma-separated subset of the handlers' queues")
     p.add_argument("--concurrency", type=_positive_int, help="handler threads (default 4)")
     p.add_argument("--burst", action="store_true", help="drain the ready jobs and exit")
-    p.add_argument("--lease", type=parse_duration, help="lease per claim, extended by the heartbeat (default 30s)")
+    p.add_argument(
+        "--lease",
+        type=parse_duration,
+        help="lease per claim, extended by the heartbeat (default 30s)",
+    )
     p.add_argument(
         "--poll-interval", type=parse_duration, help="fallback poll interval (default 5s)"
     )

@@ -310,6 +310,25 @@ def test_identical_notifications_of_a_transaction_fold_into_one(
     assert sorted(got) == [("jobs", "a"), ("jobs", "b")]
 
 
+def test_one_statement_over_several_queues_notifies_each_queue_once(
+    engine: Engine, listener: Any
+) -> None:
+    """Since pgqueue_0008 the trigger runs once per statement and notifies each distinct queue of
+    its new rows: the same notifications as the row trigger's, after PostgreSQL's folding."""
+    with engine.begin() as producer:
+        producer.execute(
+            text(
+                "INSERT INTO jobs (queue, payload) "
+                "SELECT q, '{}' FROM unnest(ARRAY['x', 'y', 'x', 'z', 'y']) AS q"
+            )
+        )
+        assert _drain(listener, 0.3) == []  # not before commit
+    assert sorted(_drain(listener, 1.0)) == [("jobs", "x"), ("jobs", "y"), ("jobs", "z")]
+    with engine.begin() as producer:  # an insert of no row notifies nobody
+        producer.execute(text("INSERT INTO jobs (queue, payload) SELECT 'x', '{}' WHERE false"))
+    assert _drain(listener, 0.3) == []
+
+
 # -- vacuum (R9) ----------------------------------------------------------------------------------
 
 

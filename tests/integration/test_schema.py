@@ -80,7 +80,10 @@ def test_objects_live_in_the_schema(placed: tuple[Engine, Engine]) -> None:
     assert indexes == {"jobs_pkey", "jobs_ready_idx", "jobs_lease_idx", "jobs_unique_key_idx"}
     assert f"ON {SCHEMA}.jobs" in trigger
     assert f"EXECUTE FUNCTION {SCHEMA}.jobs_notify()" in trigger
-    assert f"pg_notify('{SCHEMA}.jobs', NEW.queue)" in function
+    assert f"pg_notify('{SCHEMA}.jobs', queue) FROM (SELECT DISTINCT queue FROM inserted)" in (
+        function
+    )
+    assert "FOR EACH STATEMENT" in trigger
     assert version == pgqueue_head()
     assert dict(o.split("=", 1) for o in options) == dict(JOBS_STORAGE_PARAMETERS)
     assert public_options is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import psycopg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
@@ -14,6 +15,7 @@ from sqlalchemy.engine import URL
 
 import pgqueue
 import pgqueue.migrations
+from pgqueue._urls import to_libpq_url
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS
 from tests.revisions import pgqueue_head
 
@@ -88,10 +90,11 @@ def test_catalog_has_what_autogenerate_cannot_see(engine: Engine) -> None:
     assert indexes["jobs_pkey"].startswith("CREATE UNIQUE INDEX jobs_pkey ON public.jobs")
     assert valid is True
     assert trigger == (
-        "CREATE TRIGGER jobs_notify AFTER INSERT ON public.jobs "
-        "FOR EACH ROW EXECUTE FUNCTION jobs_notify()"
+        # Once per statement since pgqueue_0008 (it was FOR EACH ROW): one NOTIFY per queue.
+        "CREATE TRIGGER jobs_notify AFTER INSERT ON public.jobs REFERENCING NEW TABLE AS inserted "
+        "FOR EACH STATEMENT EXECUTE FUNCTION jobs_notify()"
     )
-    assert "pg_notify('jobs', NEW.queue)" in function
+    assert "pg_notify('jobs', queue) FROM (SELECT DISTINCT queue FROM inserted)" in function
     for status in ("queued", "running", "done", "failed"):
         assert f"'{status}'" in check
 
@@ -326,3 +329,39 @@ def test_periodic_revision_round_trips_in_a_schema_beside_jobs_with_rows(
     assert columns() == []
     with empty_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 3
+
+
+def test_statement_trigger_revision_round_trips_in_a_schema(
+    empty_db_url: URL, empty_engine: Engine
+) -> None:
+    """pgqueue_0008 replaces the row trigger with a statement trigger and back, on the schema's
+    channel; listeners get the same notifications either way."""
+
+    def trigger() -> str:
+        with empty_engine.connect() as conn:
+            return str(
+                conn.execute(
+                    text(
+                        "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'jobs_notify'"
+                    )
+                ).scalar_one()
+            )
+
+    def notified() -> list[tuple[str, str]]:
+        with psycopg.connect(to_libpq_url(empty_db_url), autocommit=True) as listener:
+            listener.execute('LISTEN "queue.jobs"')
+            with empty_engine.begin() as conn:
+                conn.execute(
+                    text("INSERT INTO queue.jobs (queue, payload) VALUES ('a', '1'), ('b', '1')")
+                )
+            return sorted((n.channel, n.payload) for n in listener.notifies(timeout=1.0))
+
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0007", schema="queue")
+    assert "FOR EACH ROW" in trigger()
+    before = notified()
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0008", schema="queue")
+    assert "FOR EACH STATEMENT" in trigger()
+    assert notified() == before == [("queue.jobs", "a"), ("queue.jobs", "b")]
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0007", schema="queue")
+    assert "FOR EACH ROW" in trigger()
+    assert notified() == before
