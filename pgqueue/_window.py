@@ -7,6 +7,10 @@ Each job runs in a lane: ``THREADS`` (sync handlers on the worker's threads) or 
 (coroutine handlers on its event loop). A lane holds at most ``slots + prefetch`` jobs that are
 pending or running; jobs whose outcome waits for the completer count against a further backlog
 bound, so claims wait for a lagging completer instead of piling up rows and memory.
+
+A lane's prefetch may be adaptive: from its base (one waiting job per slot) up to a limit, as far
+as the lane's recent handler runs say a claimed job would still start within
+:data:`TARGET_WAIT`. Short jobs are then claimed by the batch, long ones one per free slot.
 """
 
 from __future__ import annotations
@@ -17,6 +21,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pgqueue.jobs import JobContext
+
+#: An adaptive prefetch keeps the jobs claimed ahead to about this many seconds of work.
+TARGET_WAIT = 0.05
+#: Weight of the newest handler run in a lane's average run time.
+_SMOOTHING = 0.2
 
 # IntEnums: they key dicts and compare on the hot path, where int's own hash and comparison cost
 # a fraction of a plain Enum's (whose __hash__ is Python code).
@@ -72,6 +81,9 @@ class ClaimWindow:
         backlog: Finished jobs that may wait for the completer beyond the window.
         transaction: Transaction mode: handler threads claim for themselves, one job each, on
             a "ticket" (a queue name); nothing is prefetched.
+        adaptive: Per lane, the most it may prefetch when its handlers are short: its prefetch
+            then grows from ``prefetch`` towards this while ``prefetch`` jobs take less than
+            :data:`TARGET_WAIT` per slot (see :meth:`ran`).
     """
 
     def __init__(
@@ -82,17 +94,22 @@ class ClaimWindow:
         batch_size: int,
         backlog: int,
         transaction: bool = False,
+        adaptive: Mapping[Lane, int] | None = None,
     ) -> None:
         self.transaction = transaction
         self.lanes = tuple(slots)
-        self._window = {
-            lane: slots[lane] + (0 if transaction else prefetch[lane]) for lane in slots
-        }
         self._slots = dict(slots)
         self._backlog = backlog
-        # Claim when this many slots are free (or the lane runs dry): half the window, so one
-        # round trip serves many jobs while the other half keeps the handlers busy.
-        self._claim_at = {lane: max(1, min(batch_size, w // 2)) for lane, w in self._window.items()}
+        self._batch_size = batch_size
+        self._base = {lane: 0 if transaction else prefetch[lane] for lane in slots}
+        self._limit = {
+            lane: max(self._base[lane], (adaptive or {}).get(lane, 0)) for lane in slots
+        }
+        self._average_run: dict[Lane, float | None] = dict.fromkeys(slots)
+        self._window: dict[Lane, int] = {}
+        self._claim_at: dict[Lane, int] = {}
+        for lane in slots:
+            self._resize(lane, self._base[lane])
         self._held: dict[int, Held] = {}
         self._pending: dict[Lane, deque[Held]] = {lane: deque() for lane in slots}
         self._busy = dict.fromkeys(slots, 0)
@@ -101,6 +118,28 @@ class ClaimWindow:
         self.tx_running = 0
 
     # -- capacity ---------------------------------------------------------------------------------
+
+    def _resize(self, lane: Lane, prefetch: int) -> None:
+        self._window[lane] = window = self._slots[lane] + prefetch
+        # Claim when this many slots are free (or the lane runs dry): half the window, so one
+        # round trip serves many jobs while the other half keeps the handlers busy.
+        self._claim_at[lane] = max(1, min(self._batch_size, window // 2))
+
+    def prefetch(self, lane: Lane) -> int:
+        """The lane's prefetch now (adaptive lanes move between their base and limit)."""
+        return self._window[lane] - self._slots[lane]
+
+    def ran(self, lane: Lane, seconds: float) -> None:
+        """A handler of ``lane`` ran for ``seconds``: an adaptive lane resizes its prefetch."""
+        if self._limit[lane] == self._base[lane]:
+            return
+        average = self._average_run[lane]
+        average = seconds if average is None else average + _SMOOTHING * (seconds - average)
+        self._average_run[lane] = average
+        fits = self._slots[lane] * TARGET_WAIT / max(average, 1e-6)
+        prefetch = max(self._base[lane], min(self._limit[lane], int(fits)))
+        if prefetch != self.prefetch(lane):
+            self._resize(lane, prefetch)
 
     def capacity(self, lane: Lane) -> int:
         """How many more jobs this lane may claim now."""
@@ -156,6 +195,8 @@ class ClaimWindow:
 
     def finishing(self, held: Held) -> None:
         """Its handler returned: the outcome goes to the completer (a self-done job stays so)."""
+        if held.handler_seconds is not None:
+            self.ran(held.lane, held.handler_seconds)
         if held.state is State.RUNNING:
             if self.holds(held):
                 self._busy[held.lane] -= 1

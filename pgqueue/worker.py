@@ -106,9 +106,12 @@ class Worker:
         batch_size: Most jobs per claim. Default 50 (completions are batched separately, up to
             500 outcomes per statement).
         prefetch: Jobs claimed beyond the free handler threads, so a thread finds its next job
-            waiting and one claim serves many jobs. Default None: ``concurrency``, i.e. at most
-            one waiting job per handler thread, so a claimed job waits for at most about one
-            handler run; 0 claims only for idle threads. Transaction mode never prefetches.
+            waiting and one claim serves many jobs. Default None: adaptive, from
+            ``concurrency`` (one waiting job per handler thread, so a claimed job waits for at
+            most about one handler run) up to ``batch_size`` while the recent handler runs say
+            the jobs claimed ahead amount to under 50 ms of work per thread: short jobs are
+            claimed by the batch, long ones are left for other workers. An int fixes it; 0
+            claims only for idle threads. Transaction mode never prefetches.
             Async handlers prefetch ``min(prefetch, async_concurrency)`` (default:
             ``min(async_concurrency, batch_size)``).
         listen: Run ``LISTEN jobs`` on a dedicated connection. Default True; False polls only.
@@ -207,6 +210,7 @@ class Worker:
             self.prefetch = 0
         else:
             self.prefetch = self.concurrency if prefetch is None else prefetch
+        self._adaptive_prefetch = prefetch is None and mode == "lease"
         self._async_prefetch = min(
             self.async_concurrency, self.batch_size if prefetch is None else prefetch
         )
@@ -382,6 +386,8 @@ class Worker:
             batch_size=self.batch_size,
             backlog=FLUSH_SIZE,
             transaction=self.mode == "transaction",
+            # prefetch=None: short sync jobs are claimed up to a batch ahead, long ones not.
+            adaptive={Lane.THREADS: self.batch_size} if self._adaptive_prefetch else None,
         )
         runtime = Runtime(
             window, self.stats, self._hooks, lambda q: self.queue_retry.get(q, self.retry)

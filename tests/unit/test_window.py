@@ -476,3 +476,41 @@ def test_a_single_lane_window_serves_either_lane(lane: Lane) -> None:
     (held,) = window.accept(lane, [job(1)], now=0.0)
     assert window.start_next(lane) is held
     assert window.capacity(lane) == 3
+
+
+def test_adaptive_prefetch_grows_for_short_jobs_and_shrinks_for_long_ones() -> None:
+    """From one waiting job per slot up to the limit while the jobs claimed ahead stay under
+    ``TARGET_WAIT`` of work per slot, and back down when runs get long."""
+    from pgqueue._window import TARGET_WAIT
+
+    window = ClaimWindow({T: 4}, {T: 4}, batch_size=50, backlog=500, adaptive={T: 50})
+    assert (window.prefetch(T), window.capacity(T)) == (4, 8)  # nothing measured yet
+    for _ in range(20):
+        window.ran(T, 0.0001)  # 0.1 ms jobs: 50 ahead is 1.25 ms of work per thread
+    assert (window.prefetch(T), window.capacity(T)) == (50, 54)
+    for _ in range(40):
+        window.ran(T, 0.5)  # half-second jobs: one waiting job per thread already waits 0.5 s
+    assert window.prefetch(T) == 4
+    # In between: as many as fit in TARGET_WAIT per slot.
+    middle = ClaimWindow({T: 4}, {T: 4}, batch_size=50, backlog=500, adaptive={T: 50})
+    middle.ran(T, 0.01)
+    assert middle.prefetch(T) == int(4 * TARGET_WAIT / 0.01) == 20
+    # A claim is still worth it at half the (new) window.
+    assert not middle.worth_claim(T) or middle.capacity(T) >= 12
+
+
+def test_fixed_prefetch_ignores_run_times() -> None:
+    window = make_window(slots=2, prefetch=3)
+    for _ in range(10):
+        window.ran(T, 0.00001)
+    assert window.prefetch(T) == 3
+
+
+def test_a_shrinking_window_never_reports_room_it_does_not_have() -> None:
+    window = ClaimWindow({T: 2}, {T: 2}, batch_size=50, backlog=500, adaptive={T: 50})
+    window.ran(T, 0.0001)
+    held = window.accept(T, jobs(*range(1, 41)), 0.0)
+    assert len(held) == 40
+    window.ran(T, 5.0)  # long jobs now: the window is back to 2 + 2
+    assert window.capacity(T) < 0
+    assert not window.worth_claim(T)
