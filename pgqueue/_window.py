@@ -102,9 +102,7 @@ class ClaimWindow:
         self._backlog = backlog
         self._batch_size = batch_size
         self._base = {lane: 0 if transaction else prefetch[lane] for lane in slots}
-        self._limit = {
-            lane: max(self._base[lane], (adaptive or {}).get(lane, 0)) for lane in slots
-        }
+        self._limit = {lane: max(self._base[lane], (adaptive or {}).get(lane, 0)) for lane in slots}
         self._average_run: dict[Lane, float | None] = dict.fromkeys(slots)
         self._window: dict[Lane, int] = {}
         self._claim_at: dict[Lane, int] = {}

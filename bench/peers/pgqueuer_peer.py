@@ -44,10 +44,14 @@ async def main(dsn: str, jobs: int, batch: int, concurrency: int) -> dict[str, o
 
         started = time.perf_counter()
         # BATCH 0: pgqueuer's defaults (batch_size=10, no cap on concurrent tasks).
-        options = {} if concurrency == 0 else {
-            "batch_size": concurrency or "default (10)",
-            "max_concurrent_tasks": 2 * concurrency,
-        }
+        options = (
+            {}
+            if concurrency == 0
+            else {
+                "batch_size": concurrency or "default (10)",
+                "max_concurrent_tasks": 2 * concurrency,
+            }
+        )
         await pgq.qm.run(mode=QueueExecutionMode.drain, **options)
         drain_rate = done / (time.perf_counter() - started)
         return {
