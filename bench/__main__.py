@@ -15,7 +15,7 @@ import sqlalchemy
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
-from bench import _db, claim, drain, drain_worker, enqueue, latency, report, scale
+from bench import _db, claim, drain, drain_worker, enqueue, latency, peers, report, scale
 from pgqueue._urls import mask_url
 
 
@@ -73,6 +73,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--jobs", type=int, help="jobs per drain run (default 20,000)")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes; no figure means much")
     parser.add_argument("--out", type=Path, default=Path("bench-results"), help="output folder")
+    parser.add_argument(
+        "--peer-python",
+        help="an interpreter whose environment has pgqueuer and asyncpg: measure pgqueuer's "
+        "bulk enqueue and drain beside pgqueue's (never installed into pgqueue's environment)",
+    )
     return parser.parse_args(argv)
 
 
@@ -107,6 +112,20 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 url, engine, single=sizes.enqueue_single, many=sizes.enqueue_many
             )
             results["drain"] = _drain(url, engine, sizes, out, started)
+            if args.peer_python:
+                _section("peers: pgqueuer (its defaults, and batch_size 50)", started)
+                results["peers"] = {
+                    "pgqueuer": peers.run_pgqueuer(
+                        server_url[0], args.peer_python, sizes.drain_jobs, timeout=sizes.timeout
+                    ),
+                    "pgqueuer_batch_50": peers.run_pgqueuer(
+                        server_url[0],
+                        args.peer_python,
+                        sizes.drain_jobs,
+                        drain_batch=50,
+                        timeout=sizes.timeout,
+                    ),
+                }
             biggest = max(results["drain"]["worker"], key=lambda w: w["concurrency"])
             results["rss"] = {
                 "concurrency": biggest["concurrency"],

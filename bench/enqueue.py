@@ -58,6 +58,7 @@ def run(url: URL, engine: Engine, *, single: int, many: int, batch: int = 1_000)
             raw.execute(query, params).fetchall()
             raw.commit()
     bulk_raw = batches * batch / (time.perf_counter() - t0)
+    no_trigger = _plain_insert(url, payload_batches, trigger=False)
     _db.reset(url)
     return {
         "single": {"jobs": single, "jobs_per_s": one, "raw_jobs_per_s": one_raw},
@@ -66,6 +67,35 @@ def run(url: URL, engine: Engine, *, single: int, many: int, batch: int = 1_000)
             "batch": batch,
             "jobs_per_s": bulk,
             "raw_jobs_per_s": bulk_raw,
+            # The floor of any enqueue: a prepared 1,000-row INSERT ... VALUES of (queue,
+            # payload), the jobs_notify trigger disabled.
+            "no_trigger_insert_jobs_per_s": no_trigger,
         },
         "sql": {"enqueue": one_sql.sql, "enqueue_many": many_sql.sql},
     }
+
+
+def _plain_insert(url: URL, payload_batches: list[list[Any]], *, trigger: bool) -> float:
+    """Jobs/s of a prepared multi-row ``INSERT ... VALUES`` through bare psycopg."""
+    _db.reset(url)
+    size = len(payload_batches[0])
+    # Placeholders only: the values travel as parameters.
+    query = "INSERT INTO jobs (queue, payload) VALUES " + ", ".join(["(%s, %s::jsonb)"] * size)  # noqa: S608
+    with psycopg.connect(to_libpq_url(url)) as raw:
+        if not trigger:
+            raw.execute("ALTER TABLE jobs DISABLE TRIGGER jobs_notify")
+            raw.commit()
+        try:
+            t0 = time.perf_counter()
+            for payloads in payload_batches:
+                args: list[str] = []
+                for p in payloads:
+                    args += [_db.QUEUE, json.dumps(p)]
+                raw.execute(query, args, prepare=True)
+                raw.commit()
+            rate = len(payload_batches) * size / (time.perf_counter() - t0)
+        finally:
+            raw.rollback()
+            raw.execute("ALTER TABLE jobs ENABLE TRIGGER jobs_notify")
+            raw.commit()
+    return rate

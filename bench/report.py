@@ -37,12 +37,30 @@ def rows(results: dict[str, Any]) -> list[Row]:
                 True,
             )
         )
+        if "no_trigger_insert_jobs_per_s" in many:
+            out.append(
+                (
+                    "enqueue",
+                    "enqueue_many x1000 vs INSERT x1000 without trigger, jobs/s",
+                    many["jobs_per_s"],
+                    many["no_trigger_insert_jobs_per_s"],
+                    0.5,
+                    True,
+                )
+            )
     drain = results.get("drain")
     if drain:
         limit = drain["pgbench"]["jobs_per_s"]
         for w in drain["worker"]:
             out.append(
-                ("drain", f"worker c={w['concurrency']}, jobs/s", w["jobs_per_s"], limit, 0.5, True)
+                (
+                    "drain",
+                    f"worker c={w['concurrency']}, jobs/s",
+                    w["jobs_per_s"],
+                    limit,
+                    0.65,
+                    True,
+                )
             )
         tuned = drain.get("worker_tuned")
         if tuned:
@@ -55,6 +73,8 @@ def rows(results: dict[str, Any]) -> list[Row]:
         if coroutines:
             metric = f"worker async async_concurrency={coroutines['async_concurrency']}, jobs/s"
             out.append(("drain", metric, coroutines["jobs_per_s"], limit, None, True))
+    if results.get("peers") and enq and drain:
+        out.extend(_peer_rows(results["peers"], enq, drain))
     io = results.get("io")
     if io:
         out.extend(_io_rows(io))
@@ -96,6 +116,54 @@ def rows(results: dict[str, Any]) -> list[Row]:
     if coroutines:
         metric = f"worker async async_concurrency={coroutines['async_concurrency']} peak RSS, MB"
         out.append(("memory", metric, coroutines["hwm_kb"] / 1024, None, None, False))
+    return out
+
+
+def _peer_rows(peers: dict[str, Any], enq: dict[str, Any], drain: dict[str, Any]) -> list[Row]:
+    """pgqueue against pgqueuer: the "raw limit" column holds pgqueuer's figure."""
+    defaults, tuned = peers["pgqueuer"], peers.get("pgqueuer_batch_50")
+    workers = {w["concurrency"]: w["jobs_per_s"] for w in drain["worker"]}
+    best = max(workers, key=lambda c: workers[c])
+    out: list[Row] = [
+        (
+            "peers",
+            "enqueue_many x1000 vs pgqueuer enqueue x1000, jobs/s",
+            enq["many"]["jobs_per_s"],
+            defaults["enqueue_jobs_per_s"],
+            1.5,
+            True,
+        ),
+        (
+            "peers",
+            f"best drain (c={best}) vs pgqueuer drain (its defaults), jobs/s",
+            workers[best],
+            defaults["drain_jobs_per_s"],
+            3.0,
+            True,
+        ),
+    ]
+    if 4 in workers:
+        out.append(
+            (
+                "peers",
+                "drain c=4 (the default) vs pgqueuer drain (its defaults), jobs/s",
+                workers[4],
+                defaults["drain_jobs_per_s"],
+                2.0,
+                True,
+            )
+        )
+    if tuned:
+        out.append(
+            (
+                "peers",
+                f"best drain (c={best}) vs pgqueuer drain batch_size=50, jobs/s",
+                workers[best],
+                tuned["drain_jobs_per_s"],
+                None,
+                True,
+            )
+        )
     return out
 
 
@@ -166,7 +234,7 @@ def verdict(row: Row) -> tuple[float | None, str]:
     _, metric, value, limit, target, higher = row
     if metric.endswith("peak RSS, MB"):
         return None, "yes" if value < 80 else "no"
-    if metric.startswith("enqueue_many"):
+    if metric == "enqueue_many x1000, jobs/s":
         ratio = value / limit if limit else None
         return ratio, "yes" if value >= 100_000 else "no"
     if limit is None or limit == 0:

@@ -2,7 +2,8 @@
 
 Runs under the interpreter of a virtual environment that has ``pgqueuer`` and ``asyncpg``
 installed (never pgqueue's own environment: pgqueue does not depend on it). Usage:
-``PY bench/peers/pgqueuer_peer.py DSN JOBS BATCH CONCURRENCY``; prints one JSON object. The
+``PY bench/peers/pgqueuer_peer.py DSN JOBS ENQUEUE_BATCH DRAIN_BATCH``; prints one JSON object
+(``DRAIN_BATCH`` 0: pgqueuer's defaults, ``batch_size=10`` and no cap on concurrent tasks). The
 database must be empty of pgqueuer's objects: the script installs its schema and drops it.
 """
 
@@ -21,7 +22,7 @@ from pgqueuer.queries import Queries
 from pgqueuer.types import QueueExecutionMode
 
 
-async def main(dsn: str, jobs: int, batch: int, concurrency: int) -> dict[str, object]:
+async def main(dsn: str, jobs: int, batch: int, drain_batch: int) -> dict[str, object]:
     conn = await asyncpg.connect(dsn)
     driver = AsyncpgDriver(conn)
     queries = Queries(driver)
@@ -43,14 +44,10 @@ async def main(dsn: str, jobs: int, batch: int, concurrency: int) -> dict[str, o
             done += 1
 
         started = time.perf_counter()
-        # BATCH 0: pgqueuer's defaults (batch_size=10, no cap on concurrent tasks).
         options = (
             {}
-            if concurrency == 0
-            else {
-                "batch_size": concurrency or "default (10)",
-                "max_concurrent_tasks": 2 * concurrency,
-            }
+            if drain_batch == 0
+            else {"batch_size": drain_batch, "max_concurrent_tasks": 2 * drain_batch}
         )
         await pgq.qm.run(mode=QueueExecutionMode.drain, **options)
         drain_rate = done / (time.perf_counter() - started)
@@ -60,7 +57,7 @@ async def main(dsn: str, jobs: int, batch: int, concurrency: int) -> dict[str, o
             "enqueued": rounds * batch,
             "drain_jobs_per_s": drain_rate,
             "drained": done,
-            "batch_size": concurrency or "default (10)",
+            "drain_batch_size": drain_batch or "default (10)",
         }
     finally:
         await queries.uninstall()
@@ -68,5 +65,5 @@ async def main(dsn: str, jobs: int, batch: int, concurrency: int) -> dict[str, o
 
 
 if __name__ == "__main__":
-    dsn, jobs, batch, concurrency = sys.argv[1], *map(int, sys.argv[2:5])
-    print(json.dumps(asyncio.run(main(dsn, jobs, batch, concurrency))))
+    dsn, jobs, batch, drain_batch = sys.argv[1], *map(int, sys.argv[2:5])
+    print(json.dumps(asyncio.run(main(dsn, jobs, batch, drain_batch))))
