@@ -10,23 +10,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from itertools import pairwise
-from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
-from worker_helpers import running, until
+from worker_helpers import running, statements_sent, until
 
 import pgqueue
 import pgqueue._scheduler
 from pgqueue import repository
 
-APP = Path(__file__).with_name("worker_app.py")
 UTC = timezone.utc
 SECOND = timedelta(seconds=1)
 
@@ -58,37 +55,6 @@ def quiet_worker(engine: Engine, periodic: list[pgqueue.Periodic], **kw: Any) ->
         install_signal_handlers=False,
         **kw,
     )
-
-
-@pytest.fixture
-def spawn(db_url: URL) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(**settings: object) -> subprocess.Popen[str]:
-        env = dict(os.environ, PGQUEUE_APP_URL=db_url.render_as_string(hide_password=False))
-        env.update({f"PGQUEUE_APP_{k.upper()}": str(v) for k, v in settings.items()})
-        proc = subprocess.Popen(
-            [sys.executable, str(APP)], env=env, stdout=subprocess.PIPE, text=True
-        )
-        procs.append(proc)
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
-
-
-@pytest.fixture
-def effects(engine: Engine) -> Engine:
-    with engine.begin() as conn:
-        conn.execute(text("CREATE TABLE effects (job_id bigint, attempts int, pid int)"))
-    return engine
 
 
 @pytest.mark.slow
@@ -267,22 +233,6 @@ def test_skip_if_running_skips_a_tick_while_the_previous_job_runs(engine: Engine
     assert row.last_tick > during[0] + SECOND
 
 
-@contextmanager
-def statements_about(engine: Engine, needle: str) -> Iterator[list[str]]:
-    """Every statement the engine sends that names ``needle``, while inside the block."""
-    seen: list[str] = []
-
-    def before(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if needle in statement:
-            seen.append(statement)
-
-    event.listen(engine, "before_cursor_execute", before)
-    try:
-        yield seen
-    finally:
-        event.remove(engine, "before_cursor_execute", before)
-
-
 def test_an_idle_worker_sends_nothing_between_ticks(
     engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -291,13 +241,13 @@ def test_an_idle_worker_sends_nothing_between_ticks(
     monkeypatch.setattr(pgqueue._scheduler, "REFRESH_INTERVAL", 0.3)
     nightly = pgqueue.Periodic("nightly", "0 3 * * *", "ticks")
     with (
-        statements_about(engine, "jobs_periodic") as awake,
+        statements_sent(engine, "jobs_periodic") as awake,
         running(quiet_worker(engine, [nightly])),
     ):
         time.sleep(2)
     assert len(awake) >= 4, awake  # the declaration, then refreshes
     idle_worker = quiet_worker(engine, [nightly], idle_poll_interval=600, idle_after=0)
-    with statements_about(engine, "jobs_periodic") as idle, running(idle_worker):
+    with statements_sent(engine, "jobs_periodic") as idle, running(idle_worker):
         until(lambda: len(idle) >= 1, 10, "the declaration")
         time.sleep(2)
         assert idle_worker.idle

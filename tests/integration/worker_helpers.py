@@ -40,20 +40,27 @@ def running(worker: pgqueue.Worker, **kw: Any) -> Iterator[threading.Thread]:
         assert not thread.is_alive(), "worker did not stop"
 
 
-def captured_claim(engine: Engine, queue: str = "default", limit: int = 10) -> tuple[str, Any]:
-    """The exact SQL and parameters the driver receives for one claim (rolled back)."""
+@contextmanager
+def statements_sent(engine: Engine, needle: str) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """Every statement (and its parameters) the engine sends that names ``needle``, while
+    inside the block."""
     seen: list[tuple[str, dict[str, Any]]] = []
 
-    def capture(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
-        if "FOR UPDATE SKIP LOCKED" in statement:
-            seen.append((statement, dict(parameters)))
+    def before(conn: Any, cursor: Any, statement: str, parameters: Any, *args: Any) -> None:
+        if needle in statement:
+            seen.append((statement, dict(parameters or {})))
 
-    event.listen(engine, "before_cursor_execute", capture)
+    event.listen(engine, "before_cursor_execute", before)
     try:
-        with engine.connect() as conn:
-            pgqueue.claim(conn, queue=queue, limit=limit)
-            conn.rollback()
+        yield seen
     finally:
-        event.remove(engine, "before_cursor_execute", capture)
+        event.remove(engine, "before_cursor_execute", before)
+
+
+def captured_claim(engine: Engine, queue: str = "default", limit: int = 10) -> tuple[str, Any]:
+    """The exact SQL and parameters the driver receives for one claim (rolled back)."""
+    with statements_sent(engine, "FOR UPDATE SKIP LOCKED") as seen, engine.connect() as conn:
+        pgqueue.claim(conn, queue=queue, limit=limit)
+        conn.rollback()
     (captured,) = seen
     return captured
