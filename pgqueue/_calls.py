@@ -278,16 +278,23 @@ def set_local_lock_timeout(milliseconds: int) -> Call[None]:
 # come from claims, not from users: they are not validated again on the hot path.
 
 
-def complete_many(held: Sequence[tuple[int, int]]) -> Call[set[int]]:
-    return _batch(statements.COMPLETE_MANY, held, {})
+def complete_many(
+    held: Sequence[tuple[int, int]], lock_timeout_ms: int | None = None
+) -> Call[set[int]]:
+    return _batch(statements.COMPLETE_MANY, held, {"lock_timeout": _ms(lock_timeout_ms)})
 
 
 def extend_leases(held: Sequence[tuple[int, int]], lease: timedelta) -> Call[set[int]]:
-    return _batch(statements.EXTEND_LEASE_MANY, held, {"lease": lease})
+    return _batch(statements.EXTEND_LEASE_MANY, held, {"lease": lease, "lock_timeout": None})
 
 
 def release_many(held: Sequence[tuple[int, int]]) -> Call[set[int]]:
-    return _batch(statements.RELEASE_MANY, held, {})
+    return _batch(statements.RELEASE_MANY, held, {"lock_timeout": None})
+
+
+def _ms(lock_timeout_ms: int | None) -> str | None:
+    """A batched statement's ``lock_timeout`` parameter: milliseconds as text, NULL to keep."""
+    return None if lock_timeout_ms is None else str(check_int("lock_timeout_ms", lock_timeout_ms))
 
 
 def settled_among(held: Sequence[tuple[int, int]]) -> Call[dict[int, Settled]]:
@@ -296,10 +303,14 @@ def settled_among(held: Sequence[tuple[int, int]]) -> Call[dict[int, Settled]]:
 
 
 def fail_many(
-    failures: Sequence[tuple[int, int, str, bool]], base: timedelta, cap: timedelta
+    failures: Sequence[tuple[int, int, str, bool]],
+    base: timedelta,
+    cap: timedelta,
+    lock_timeout_ms: int | None = None,
 ) -> Call[dict[int, FailResult]]:
     """``failures``: ``(job_id, claimed_attempts, error, retry)``, sharing one backoff."""
     params = {
+        "lock_timeout": _ms(lock_timeout_ms),
         "batch_ids": [f[0] for f in failures],
         "batch_attempts": [f[1] for f in failures],
         "batch_errors": [f[2] for f in failures],

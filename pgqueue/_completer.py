@@ -1,10 +1,11 @@
 """The completer: batches the outcomes of finished jobs into one guarded statement each.
 
 Handlers hand their outcome over and return at once; one thread turns everything that arrived
-within a few milliseconds into one short transaction (``complete_many``, ``fail_many`` per retry
-policy, then one ``settled_among`` for any job whose guard matched nothing), retried on a lost
-connection, a deadlock or a lock timeout, so a finished job is not run again for want of its
-write.
+within a few milliseconds into one flush: ``complete_many``, ``fail_many`` per retry policy, then
+one ``settled_among`` for any job whose guard matched nothing. Each is one statement in
+autocommit that sets its own lock timeout, so a flush of completions is one round trip. A lost
+connection, a deadlock or a lock timeout retries the flush from the first statement that did not
+commit, so a finished job is not run again for want of its write.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from functools import partial
 
 from sqlalchemy import Connection, Engine
 
@@ -22,7 +22,7 @@ from pgqueue import repository
 from pgqueue._transient import short_transaction
 from pgqueue._window import Held, keys
 from pgqueue.jobs import Outcome
-from pgqueue.results import Settled
+from pgqueue.results import FailResult, Settled
 from pgqueue.retry_policy import RetryPolicy
 
 log = logging.getLogger("pgqueue.worker")
@@ -124,10 +124,10 @@ class Completer:
             try:
                 outcomes = short_transaction(
                     self._engine,
-                    partial(write_outcomes, done=done, failed=failed),
+                    Flush(done, failed, self._lock_timeout_ms),
                     what="flush",
                     keep_trying=self._keep_trying,
-                    lock_timeout_ms=self._lock_timeout_ms,
+                    autocommit=True,
                 )
             except Exception:
                 log.exception("flushing %d job outcomes failed", len(done) + len(failed))
@@ -138,40 +138,62 @@ class Completer:
             self._report(outcomes)
 
 
-def write_outcomes(
-    conn: Connection, *, done: list[Held], failed: list[Failure]
-) -> list[tuple[Held, Outcome, str]]:
-    """Write a batch in the caller's transaction; tell each job's outcome."""
-    outcomes: list[tuple[Held, Outcome, str]] = []
-    missed: list[tuple[Held, str]] = []
-    if done:
-        matched = repository.complete_many(conn, keys(done))
-        for held in done:
+class Flush:
+    """One batch's writes, one autocommit statement each, as a callable for ``short_transaction``.
+
+    Called again after a transient error, it skips the statements that already returned (and so
+    committed): a retried flush never reports a job it completed as completed by someone else.
+    """
+
+    def __init__(self, done: list[Held], failed: list[Failure], lock_timeout_ms: int) -> None:
+        self._done = done
+        self._groups = _by_policy(failed)
+        self._lock_timeout_ms = lock_timeout_ms
+        self._matched: set[int] | None = None if done else set()
+        self._failures: dict[int, dict[int, FailResult]] = {}
+
+    def __call__(self, conn: Connection) -> list[tuple[Held, Outcome, str]]:
+        if self._matched is None:
+            self._matched = repository.complete_many(
+                conn, keys(self._done), lock_timeout_ms=self._lock_timeout_ms
+            )
+        for index, (policy, group) in enumerate(self._groups):
+            if index not in self._failures:
+                self._failures[index] = repository.fail_many(
+                    conn,
+                    [(f.held.job.id, f.held.job.attempts, f.error, f.retry) for f in group],
+                    base=policy.base,
+                    cap=policy.cap,
+                    lock_timeout_ms=self._lock_timeout_ms,
+                )
+        outcomes, missed = self._outcomes()
+        if missed:
+            settled = repository.settled_among(conn, keys(h for h, _ in missed))
+            for held, detail in missed:
+                outcome = settled_outcome(settled.get(held.job.id))
+                outcomes.append((held, outcome, detail if outcome is Outcome.LOST else ""))
+        return outcomes
+
+    def _outcomes(self) -> tuple[list[tuple[Held, Outcome, str]], list[tuple[Held, str]]]:
+        outcomes: list[tuple[Held, Outcome, str]] = []
+        missed: list[tuple[Held, str]] = []
+        matched = self._matched or set()
+        for held in self._done:
             if held.job.id in matched:
                 outcomes.append((held, Outcome.DONE, ""))
             else:
                 missed.append((held, "guard matched no row at completion"))
-    for policy, group in _by_policy(failed):
-        rows = repository.fail_many(
-            conn,
-            [(f.held.job.id, f.held.job.attempts, f.error, f.retry) for f in group],
-            base=policy.base,
-            cap=policy.cap,
-        )
-        for f in group:
-            row = rows.get(f.held.job.id)
-            if row is None:
-                missed.append((f.held, "guard matched no row at failure"))
-            elif row.retry_in is None:
-                outcomes.append((f.held, Outcome.FAILED, f.error))
-            else:
-                outcomes.append((f.held, Outcome.RETRY, f"retry in {row.retry_in}: {f.error}"))
-    if missed:
-        settled = repository.settled_among(conn, keys(h for h, _ in missed))
-        for held, detail in missed:
-            outcome = settled_outcome(settled.get(held.job.id))
-            outcomes.append((held, outcome, detail if outcome is Outcome.LOST else ""))
-    return outcomes
+        for index, (_, group) in enumerate(self._groups):
+            rows = self._failures[index]
+            for f in group:
+                row = rows.get(f.held.job.id)
+                if row is None:
+                    missed.append((f.held, "guard matched no row at failure"))
+                elif row.retry_in is None:
+                    outcomes.append((f.held, Outcome.FAILED, f.error))
+                else:
+                    outcomes.append((f.held, Outcome.RETRY, f"retry in {row.retry_in}: {f.error}"))
+        return outcomes, missed
 
 
 def _by_policy(failed: Iterable[Failure]) -> list[tuple[RetryPolicy, list[Failure]]]:

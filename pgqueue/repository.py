@@ -272,9 +272,15 @@ def set_local_lock_timeout(conn: Executor, milliseconds: int) -> None:
 # -- batched lifecycle, for the worker: ``held`` is ``[(job_id, claimed_attempts), ...]`` -------
 
 
-def complete_many(conn: Executor, held: Sequence[tuple[int, int]]) -> set[int]:
-    """R10 for a batch: the ids that were still ours and are now ``done``."""
-    return _run(conn, _calls.complete_many(held))
+def complete_many(
+    conn: Executor, held: Sequence[tuple[int, int]], *, lock_timeout_ms: int | None = None
+) -> set[int]:
+    """R10 for a batch: the ids that were still ours and are now ``done``.
+
+    ``lock_timeout_ms``: wait at most that long for a row lock (the statement sets it for its own
+    transaction: in autocommit, for itself alone). Default: the session's.
+    """
+    return _run(conn, _calls.complete_many(held, lock_timeout_ms))
 
 
 def fail_many(
@@ -283,9 +289,11 @@ def fail_many(
     *,
     base: timedelta = DEFAULT_RETRY_BASE,
     cap: timedelta = DEFAULT_RETRY_CAP,
+    lock_timeout_ms: int | None = None,
 ) -> dict[int, FailResult]:
-    """R11 for a batch of ``(job_id, attempts, error, retry)`` sharing one backoff, by id."""
-    return _run(conn, _calls.fail_many(failures, base, cap))
+    """R11 for a batch of ``(job_id, attempts, error, retry)`` sharing one backoff, by id
+    (``lock_timeout_ms`` as for :func:`complete_many`)."""
+    return _run(conn, _calls.fail_many(failures, base, cap, lock_timeout_ms))
 
 
 def extend_leases(

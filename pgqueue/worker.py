@@ -128,7 +128,8 @@ class Worker:
             (10 s base, 1 h cap, every exception retryable).
         queue_retry: ``{queue: RetryPolicy}`` overrides. Default none.
         reap_interval: Seconds between two runs of the reaper. Default: half the lease.
-        lock_timeout: ``SET LOCAL lock_timeout`` of the batched statements, in seconds. Default 5.
+        lock_timeout: How long the batched statements (completions, failures, lease
+            extensions) and the reaper wait for a row lock, in seconds. Default 5.
         idle_poll_interval: Scale-to-zero (R18): when set, a worker that found no work for
             ``idle_after`` seconds doubles its poll interval up to this (e.g. 900 s), and reaping
             and LISTEN reconnects wait as long; an idle worker sends no other query. Default None

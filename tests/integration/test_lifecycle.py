@@ -357,3 +357,43 @@ def test_schedule_with_run_at_and_delay(engine: Engine) -> None:
         ).one()
     assert stored == when
     assert delay == timedelta(minutes=3)
+
+
+@pytest.mark.parametrize("call", ["complete_many", "fail_many"])
+def test_batched_statements_set_their_own_lock_timeout_in_autocommit(
+    engine: Engine, call: str
+) -> None:
+    """The completer's statements run in autocommit and bring their lock timeout with them: a row
+    locked elsewhere makes them give up after ``lock_timeout_ms`` (a transient error the completer
+    retries), and the setting does not outlive the statement."""
+    import time
+
+    from sqlalchemy.exc import OperationalError
+
+    from pgqueue import repository
+
+    with engine.begin() as conn:
+        pgqueue.enqueue(conn, {}, queue="locked")
+        (job,) = pgqueue.claim(conn, queue="locked")
+    held = [(job.id, job.attempts)]
+    with engine.connect() as blocker, engine.connect() as conn:
+        blocker.execute(text("SELECT 1 FROM jobs WHERE id = :i FOR UPDATE"), {"i": job.id})
+        conn.execution_options(isolation_level="AUTOCOMMIT")
+        started = time.monotonic()
+        failure = [(job.id, job.attempts, "e", True)]
+
+        def write() -> object:
+            if call == "complete_many":
+                return repository.complete_many(conn, held, lock_timeout_ms=200)
+            return repository.fail_many(conn, failure, lock_timeout_ms=200)
+
+        with pytest.raises(OperationalError, match="lock timeout"):
+            write()
+        waited = time.monotonic() - started
+        assert conn.execute(text("SHOW lock_timeout")).scalar_one() == "0"
+        blocker.rollback()
+        assert waited < 5.0, waited  # it gave up instead of waiting for the blocker
+        # Once the lock is gone the same call goes through, still in autocommit.
+        written = write()
+        assert written == {job.id} if call == "complete_many" else job.id in written  # type: ignore[operator]
+    assert _row(engine, job.id)["status"] == ("done" if call == "complete_many" else "queued")

@@ -151,7 +151,11 @@ def test_batched_updates_carry_the_guard_in_the_lock_and_in_the_update(name: str
     """Status and attempts are checked again after the lock: the row may have moved meanwhile."""
     text = sql(BATCHED[name])
     lock, update = text.split(" UPDATE jobs SET ", 1)
-    assert "WHERE jobs.status IS NOT DISTINCT FROM 'running' ORDER BY jobs.id" in lock
+    assert (
+        "WHERE jobs.status IS NOT DISTINCT FROM 'running' AND (SELECT set_config('lock_timeout', "
+        "coalesce(%(lock_timeout)s::VARCHAR, current_setting('lock_timeout')), true) AS "
+        "set_config_1) IS NOT NULL ORDER BY jobs.id" in lock
+    )
     assert (
         "FROM mine WHERE jobs.id = mine.id AND jobs.status IS NOT DISTINCT FROM 'running' "
         "AND jobs.attempts = mine.attempts RETURNING" in update
@@ -176,7 +180,7 @@ def test_complete_many_marks_done_and_clears_the_lease() -> None:
     text = sql(statements.COMPLETE_MANY)
     assert "UPDATE jobs SET status='done', locked_until=NULL FROM mine" in text
     assert text.endswith("RETURNING jobs.id")
-    assert bind_names(statements.COMPLETE_MANY) == {"batch_ids", "batch_attempts"}
+    assert bind_names(statements.COMPLETE_MANY) == {"batch_ids", "batch_attempts", "lock_timeout"}
 
 
 def test_fail_many_brings_each_job_its_error_and_retry_flag() -> None:
@@ -197,6 +201,7 @@ def test_fail_many_brings_each_job_its_error_and_retry_flag() -> None:
         "RETURNING jobs.id, jobs.status, jobs.attempts, jobs.run_at - now() AS retry_in"
     )
     assert bind_names(statements.FAIL_MANY) == {
+        "lock_timeout",
         "batch_ids",
         "batch_attempts",
         "batch_errors",
@@ -211,7 +216,12 @@ def test_extend_lease_many_only_pushes_the_lease() -> None:
     text = sql(statements.EXTEND_LEASE_MANY)
     assert "UPDATE jobs SET locked_until=(now() + %(lease)s) FROM mine" in text
     assert text.endswith("RETURNING jobs.id")
-    assert bind_names(statements.EXTEND_LEASE_MANY) == {"batch_ids", "batch_attempts", "lease"}
+    assert bind_names(statements.EXTEND_LEASE_MANY) == {
+        "batch_ids",
+        "batch_attempts",
+        "lease",
+        "lock_timeout",
+    }
 
 
 def test_release_many_requeues_without_charging_the_attempt() -> None:
@@ -284,16 +294,27 @@ HELD = [(5, 2), (3, 1)]
 @pytest.mark.parametrize(
     ("build", "stmt", "extra"),
     [
-        (lambda h: _calls.complete_many(h), statements.COMPLETE_MANY, {}),
-        (lambda h: _calls.release_many(h), statements.RELEASE_MANY, {}),
+        (lambda h: _calls.complete_many(h), statements.COMPLETE_MANY, {"lock_timeout": None}),
+        (
+            lambda h: _calls.complete_many(h, 250),
+            statements.COMPLETE_MANY,
+            {"lock_timeout": "250"},
+        ),
+        (lambda h: _calls.release_many(h), statements.RELEASE_MANY, {"lock_timeout": None}),
         (
             lambda h: _calls.extend_leases(h, timedelta(seconds=30)),
             statements.EXTEND_LEASE_MANY,
-            {"lease": timedelta(seconds=30)},
+            {"lease": timedelta(seconds=30), "lock_timeout": None},
         ),
         (lambda h: _calls.settled_among(h), statements.SETTLED_AMONG, {}),
     ],
-    ids=["complete_many", "release_many", "extend_leases", "settled_among"],
+    ids=[
+        "complete_many",
+        "complete_many_timeout",
+        "release_many",
+        "extend_leases",
+        "settled_among",
+    ],
 )
 def test_batch_calls_pass_parallel_arrays_in_input_order(
     build: Callable[[list[tuple[int, int]]], _calls.Call[Any]],
@@ -341,9 +362,11 @@ def test_fail_many_call_shares_the_backoff_and_carries_each_failure() -> None:
         [(5, 2, "ValueError: a", True), (3, 1, "KeyError: b", False)],
         base=timedelta(seconds=20),
         cap=timedelta(minutes=10),
+        lock_timeout_ms=5000,
     )
     assert call.statement is statements.FAIL_MANY
     assert call.params == {
+        "lock_timeout": "5000",
         "batch_ids": [5, 3],
         "batch_attempts": [2, 1],
         "batch_errors": ["ValueError: a", "KeyError: b"],
