@@ -57,7 +57,8 @@ def claim_sql(engine: Engine, limit: int) -> Captured:
 
 
 def complete_many_sql(engine: Engine) -> Captured:
+    """The completer's statement, with the lock timeout a worker sends (5 s, its default)."""
     return capture(
         engine,
-        lambda c: c.execute(statements.COMPLETE_MANY, {"batch_ids": [], "batch_attempts": []}),
+        lambda c: repository.complete_many(c, [(0, 0)], lock_timeout_ms=5000),
     )

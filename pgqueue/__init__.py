@@ -25,6 +25,7 @@ from pgqueue.repository import (
     complete,
     enqueue,
     enqueue_many,
+    enqueue_unique,
     extend_lease,
     fail,
     periodic_states,
@@ -35,7 +36,14 @@ from pgqueue.repository import (
     retry,
     retry_failed,
 )
-from pgqueue.results import CancelledJob, ClaimedJob, FailResult, PeriodicRow, ReapedJob
+from pgqueue.results import (
+    CancelledJob,
+    ClaimedJob,
+    EnqueuedJob,
+    FailResult,
+    PeriodicRow,
+    ReapedJob,
+)
 from pgqueue.retry_policy import RetryPolicy
 from pgqueue.schema import channel_for, use_schema
 from pgqueue.worker import Worker
@@ -47,6 +55,7 @@ __all__ = [
     "MIN_PRIORITY",
     "CancelledJob",
     "ClaimedJob",
+    "EnqueuedJob",
     "FailResult",
     "InvalidArgumentError",
     "InvalidArgumentTypeError",
@@ -72,6 +81,7 @@ __all__ = [
     "complete",
     "enqueue",
     "enqueue_many",
+    "enqueue_unique",
     "extend_lease",
     "fail",
     "metadata",

@@ -33,7 +33,7 @@ from pgqueue._validation import (
 )
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, UniqueKeyError
 from pgqueue.models import JobStatus
-from pgqueue.results import CancelledJob, ClaimedJob, FailResult, ReapedJob, Settled
+from pgqueue.results import CancelledJob, ClaimedJob, EnqueuedJob, FailResult, ReapedJob, Settled
 from pgqueue.schema import CANCEL_HINT
 
 T = TypeVar("T")
@@ -97,14 +97,35 @@ def enqueue(
     if unique_key is None:
         new_id: int = yield Call(statements.ENQUEUE, params, _scalar_int)
         return new_id
+    found = yield from _enqueue_keyed(params, unique_key)
+    return found.id
+
+
+def enqueue_unique(
+    payload: Any,
+    queue: str,
+    run_at: datetime | None,
+    delay: timedelta | None,
+    max_attempts: int,
+    headers: Mapping[str, str] | None,
+    priority: int,
+    unique_key: str,
+) -> Plan[EnqueuedJob]:
+    params = _insert_params(queue, run_at, delay, max_attempts, headers, priority)
+    params["payload_json"] = encode_payload(payload)
+    return (yield from _enqueue_keyed(params, unique_key))
+
+
+def _enqueue_keyed(params: dict[str, Any], unique_key: object) -> Plan[EnqueuedJob]:
+    """Insert unless a live job holds the key; the inserted job, or the holder."""
     key = params["key"] = check_unique_key(unique_key)
     for _ in range(_KEY_ROUNDS):
         inserted: list[int] = yield Call(statements.ENQUEUE_UNIQUE, params, _inserted_ids)
         if inserted:
-            return inserted[0]
+            return EnqueuedJob(inserted[0], True)
         holders: dict[str, int] = yield _holders_call(params["queue_name"], [key])
         if key in holders:
-            return holders[key]
+            return EnqueuedJob(holders[key], False)
     raise UniqueKeyError(params["queue_name"], key, "kept changing hands; try again")
 
 

@@ -84,22 +84,6 @@ def key_holders(conn: Connection, job_ids: list[int]) -> dict[int, tuple[str, in
     return {row.id: (row.unique_key, row.holder_id) for row in conn.execute(stmt)}
 
 
-_WROTE = text("SELECT pg_current_xact_id_if_assigned() IS NOT NULL")
-
-
-def transaction_wrote(conn: Connection) -> bool:
-    """Whether the current transaction has written anything yet.
-
-    PostgreSQL gives a transaction its id at its first write (``pg_current_xact_id_if_assigned()``
-    is ``NULL`` until then; reading it needs no privilege and assigns nothing). After a unique
-    enqueue in an otherwise read-only transaction, ``False`` means the key was held: nothing was
-    inserted, and the id returned is the holder's. (``True`` in the rare race where a concurrent
-    transaction inserted the key between this insert's conflict check and its own insertion: its
-    row was written, then discarded.)
-    """
-    return conn.execute(_WROTE).scalar_one() is True
-
-
 def _count(*conditions: Any) -> Any:
     return func.count().filter(and_(*conditions))
 

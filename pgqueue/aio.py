@@ -39,7 +39,14 @@ from pgqueue.repository import (
     DEFAULT_RETRY_BASE,
     DEFAULT_RETRY_CAP,
 )
-from pgqueue.results import CancelledJob, ClaimedJob, FailResult, PeriodicRow, ReapedJob
+from pgqueue.results import (
+    CancelledJob,
+    ClaimedJob,
+    EnqueuedJob,
+    FailResult,
+    PeriodicRow,
+    ReapedJob,
+)
 from pgqueue.schema import channel_of
 
 #: What every async function accepts: an async Core connection or an async ORM session.
@@ -55,6 +62,7 @@ __all__ = [
     "complete",
     "enqueue",
     "enqueue_many",
+    "enqueue_unique",
     "extend_lease",
     "fail",
     "periodic_states",
@@ -83,6 +91,27 @@ async def enqueue(
     return await _drive(
         conn,
         _calls.enqueue(payload, queue, run_at, delay, max_attempts, headers, priority, unique_key),
+    )
+
+
+async def enqueue_unique(
+    conn: AsyncExecutor,
+    payload: Any,
+    *,
+    unique_key: str,
+    queue: str = DEFAULT_QUEUE,
+    run_at: datetime | None = None,
+    delay: timedelta | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    headers: Mapping[str, str] | None = None,
+    priority: int = DEFAULT_PRIORITY,
+) -> EnqueuedJob:
+    """Insert unless the key is held; see :func:`pgqueue.repository.enqueue_unique`."""
+    return await _drive(
+        conn,
+        _calls.enqueue_unique(
+            payload, queue, run_at, delay, max_attempts, headers, priority, unique_key
+        ),
     )
 
 

@@ -265,18 +265,18 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         raise UserError(f"the payload is not valid JSON ({exc}): e.g. '{{\"to\": 42}}'") from exc
     priority = _priority_arg(args.priority)
     key = _unique_key_arg(args.unique_key)
+    options: dict[str, Any] = {
+        "queue": args.queue,
+        "delay": args.delay,
+        "max_attempts": args.max_attempts,
+        "priority": priority,
+    }
     with transaction(args) as conn:
-        job_id = repository.enqueue(
-            conn,
-            payload,
-            queue=args.queue,
-            delay=args.delay,
-            max_attempts=args.max_attempts,
-            priority=priority,
-            unique_key=key,
-        )
-        # The transaction ran nothing else: if it wrote nothing, the key was held.
-        inserted = key is None or admin.transaction_wrote(conn)
+        if key is None:
+            job_id, inserted = repository.enqueue(conn, payload, **options), True
+        else:
+            found = repository.enqueue_unique(conn, payload, unique_key=key, **options)
+            job_id, inserted = found.id, found.inserted
     if not inserted:
         note(
             f"unique key {key!r} is held by live job {job_id} of queue {args.queue!r}: "

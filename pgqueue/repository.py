@@ -20,6 +20,7 @@ from pgqueue.periodic import Periodic
 from pgqueue.results import (
     CancelledJob,
     ClaimedJob,
+    EnqueuedJob,
     FailResult,
     Fired,
     PeriodicRow,
@@ -83,6 +84,31 @@ def enqueue(
     return _drive(
         conn,
         _calls.enqueue(payload, queue, run_at, delay, max_attempts, headers, priority, unique_key),
+    )
+
+
+def enqueue_unique(
+    conn: Executor,
+    payload: Any,
+    *,
+    unique_key: str,
+    queue: str = DEFAULT_QUEUE,
+    run_at: datetime | None = None,
+    delay: timedelta | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    headers: Mapping[str, str] | None = None,
+    priority: int = DEFAULT_PRIORITY,
+) -> EnqueuedJob:
+    """:func:`enqueue` with a ``unique_key``, saying whether it inserted a job or found the live
+    job holding the key (``EnqueuedJob(id, inserted)``).
+
+    .. versionadded:: 0.1.0
+    """
+    return _drive(
+        conn,
+        _calls.enqueue_unique(
+            payload, queue, run_at, delay, max_attempts, headers, priority, unique_key
+        ),
     )
 
 

@@ -26,6 +26,18 @@ class ClaimedJob:
 
 
 @dataclass(frozen=True)
+class EnqueuedJob:
+    """What :func:`pgqueue.enqueue_unique` did: ``inserted`` a new job ``id``, or found ``id``, the
+    live job holding the key.
+
+    .. versionadded:: 0.1.0
+    """
+
+    id: int
+    inserted: bool
+
+
+@dataclass(frozen=True)
 class FailResult:
     """Where a failed job went: back to ``queued`` (``retry_in`` set) or ``failed`` for good.
 

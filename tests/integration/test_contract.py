@@ -364,3 +364,18 @@ def test_periodic_states_and_remove_periodic(q: Runner) -> None:
     assert q.run("remove_periodic", "a-minutely") is True
     assert q.run("remove_periodic", "a-minutely") is False
     assert [r.name for r in q.run("periodic_states")] == ["b-nightly"]
+
+
+def test_enqueue_unique_says_whether_it_inserted(q: Runner) -> None:
+    first = q.run("enqueue_unique", {"n": 1}, unique_key="k", queue="u", priority=3)
+    assert first == pgqueue.EnqueuedJob(first.id, True)
+    again = q.run("enqueue_unique", {"n": 2}, unique_key="k", queue="u")
+    assert again == pgqueue.EnqueuedJob(first.id, False)
+    other = q.run("enqueue_unique", {"n": 3}, unique_key="k", queue="elsewhere")
+    assert other.inserted
+    assert other.id != first.id
+    rows = _jobs(q.engine)
+    assert [r["payload"] for r in rows] == [{"n": 1}, {"n": 3}]
+    with pytest.raises(InvalidArgumentError, match="unique_key"):
+        q.run("enqueue_unique", {}, unique_key="")
+    assert len(_jobs(q.engine)) == 2
