@@ -260,19 +260,31 @@ NAIVE_DOUBLE_CLAIMING_CLAIM: Update = (
         .limit(1)
         .scalar_subquery()
     )
-    .values(status=bindparam("new_status", type_=Text), attempts=jobs.c.attempts + 1)
+    .values(
+        status=bindparam("new_status", type_=Text),
+        attempts=jobs.c.attempts + 1,
+        finished_at=case((bindparam("new_status", type_=Text).in_(["done", "failed"]), func.now())),
+    )
     .returning(jobs.c.id, jobs.c.attempts)
 )
 
 
 # -- lifecycle (each guarded by id, status = 'running' and the claimed attempts) ---------------
+#
+# Every transition to ``done`` or ``failed`` sets ``finished_at = now()`` in the same UPDATE
+# (pgqueue_0008); every way back to ``queued`` leaves it, or sets it, NULL.
 
-COMPLETE: Update = (
-    jobs.update()
-    .where(_guard())
-    .values(status=status_literal(JobStatus.DONE), locked_until=null())
-    .returning(jobs.c.id)
-)
+
+def _done_values() -> dict[str, Any]:
+    """SET clause of a completion (R10), shared by the single and the batched complete."""
+    return {
+        "status": status_literal(JobStatus.DONE),
+        "locked_until": null(),
+        "finished_at": func.now(),
+    }
+
+
+COMPLETE: Update = jobs.update().where(_guard()).values(_done_values()).returning(jobs.c.id)
 
 #: R11: ``least(cap, base * 2^attempts)`` seconds; 20 s, 40 s, 80 s, 160 s with the defaults.
 _backoff_seconds = func.least(
@@ -284,17 +296,16 @@ _backoff_seconds = func.least(
 
 def _failure_values(retry: ColumnElement[Any], error: ColumnElement[Any]) -> dict[str, Any]:
     """SET clause of a failed attempt (R11), shared by the single and the batched fail."""
+    requeue = retry & (jobs.c.attempts < jobs.c.max_attempts)
     return {
         "status": case(
-            (
-                retry & (jobs.c.attempts < jobs.c.max_attempts),
-                status_literal(JobStatus.QUEUED),
-            ),
+            (requeue, status_literal(JobStatus.QUEUED)),
             else_=status_literal(JobStatus.FAILED),
         ),
         "run_at": func.now() + _backoff_seconds * literal_column("interval '1 second'", Interval),
         "locked_until": null(),
         "last_error": error,
+        "finished_at": case((requeue, null()), else_=func.now()),
     }
 
 
@@ -330,6 +341,7 @@ REAP_EXPIRED: Update = (
         ),
         locked_until=null(),
         last_error=func.coalesce(jobs.c.last_error, literal("lease expired", Text)),
+        finished_at=case((jobs.c.attempts >= jobs.c.max_attempts, func.now())),
     )
     .returning(jobs.c.id, jobs.c.status, jobs.c.attempts)
 )
@@ -403,9 +415,7 @@ def _batched_update(mine: Any, values: dict[str, Any]) -> Update:
 
 
 #: R10 for a batch: ``done`` for every job still ours. Returns the ids that matched.
-COMPLETE_MANY: Update = _batched_update(
-    _locked_batch(), {"status": status_literal(JobStatus.DONE), "locked_until": null()}
-).returning(jobs.c.id)
+COMPLETE_MANY: Update = _batched_update(_locked_batch(), _done_values()).returning(jobs.c.id)
 
 _failed_batch = _locked_batch(
     ("error", bindparam("batch_errors", type_=ARRAY(Text))),
@@ -544,6 +554,7 @@ _RETRY_VALUES: dict[str, Any] = {
     "run_at": func.now(),
     "locked_until": null(),
     "max_attempts": jobs.c.attempts + bindparam("extra_attempts", type_=Integer),
+    "finished_at": null(),
 }
 
 
@@ -631,6 +642,7 @@ CANCEL: Update = (
         status=status_literal(JobStatus.FAILED),
         locked_until=null(),
         last_error=literal_column(f"'{CANCELLED_ERROR}'", Text),
+        finished_at=func.now(),
     )
     .returning(
         jobs.c.id,
