@@ -348,16 +348,18 @@ REAP_EXPIRED: Update = (
 
 
 @lru_cache(maxsize=8)
-def purge_statement(status: JobStatus = JobStatus.DONE) -> Delete:
-    """R20: delete one batch of finished jobs older than ``:older_than``; callers loop."""
-    batch = (
-        select(jobs.c.id)
-        .where(
-            jobs.c.status == status_literal(status),
-            jobs.c.created_at < func.now() - bindparam("older_than", type_=Interval),
-        )
-        .limit(bindparam("batch_size", type_=Integer))
-    )
+def purge_statement(status: JobStatus = JobStatus.DONE, *, by_queue: bool = False) -> Delete:
+    """R20: delete one batch of finished jobs older than ``:older_than``; callers loop.
+
+    ``by_queue=True`` deletes only those of queue ``:queue_name`` (the dashboard's purge).
+    """
+    where = [
+        jobs.c.status == status_literal(status),
+        jobs.c.created_at < func.now() - bindparam("older_than", type_=Interval),
+    ]
+    if by_queue:
+        where.append(jobs.c.queue == bindparam("queue_name", type_=Text))
+    batch = select(jobs.c.id).where(*where).limit(bindparam("batch_size", type_=Integer))
     return delete(jobs).where(jobs.c.id.in_(batch.scalar_subquery()))
 
 
