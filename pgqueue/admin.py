@@ -61,6 +61,18 @@ def list_jobs(
     backward scan of ``jobs_pkey`` from that id, or of the partial index of the status), where an
     ``OFFSET`` would read and drop every row before the page.
     """
+    stmt = list_jobs_statement(queue=queue, status=status, limit=limit, before_id=before_id)
+    return [dict(row._mapping) for row in conn.execute(stmt)]
+
+
+def list_jobs_statement(
+    *,
+    queue: str | None = None,
+    status: JobStatus | None = None,
+    limit: int = 50,
+    before_id: int | None = None,
+) -> Select[Any]:
+    """The statement :func:`list_jobs` runs (its plan is checked on a million done jobs)."""
     stmt: Select[Any] = select(*(jobs.c[name] for name in JOB_COLUMNS), jobs.c.payload)
     if queue is not None:
         stmt = stmt.where(jobs.c.queue == bindparam("queue_name", queue))
@@ -68,8 +80,7 @@ def list_jobs(
         stmt = stmt.where(jobs.c.status == status_literal(status))
     if before_id is not None:
         stmt = stmt.where(jobs.c.id < bindparam("before_id", before_id, type_=BigInteger))
-    stmt = stmt.order_by(jobs.c.id.desc()).limit(limit)
-    return [dict(row._mapping) for row in conn.execute(stmt)]
+    return stmt.order_by(jobs.c.id.desc()).limit(limit)
 
 
 def get_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
@@ -166,6 +177,11 @@ def finished_per_minute(
     finished within the window, never the whole history. A job retried since it finished is not
     counted (a retry clears ``finished_at``).
     """
+    return [dict(row._mapping) for row in conn.execute(finished_per_minute_statement(window))]
+
+
+def finished_per_minute_statement(window: timedelta = timedelta(hours=1)) -> Select[Any]:
+    """The statement :func:`finished_per_minute` runs."""
     minute = func.date_trunc("minute", jobs.c.finished_at).label("minute")
     stmt = (
         select(
@@ -184,7 +200,7 @@ def finished_per_minute(
         .group_by(jobs.c.queue, minute)
         .order_by(minute, jobs.c.queue)
     )
-    return [dict(row._mapping) for row in conn.execute(stmt)]
+    return stmt
 
 
 _OLDEST_SNAPSHOT = text(

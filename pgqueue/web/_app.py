@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import secrets
 from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -15,12 +17,15 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from pgqueue._urls import error_line
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.web import _actions, _pages
 from pgqueue.web._auth import BasicAuth, parse_credentials
 from pgqueue.web._headers import SecurityHeaders
 from pgqueue.web._render import Settings, error_page
 from pgqueue.web._snapshot import OverviewSource
+
+log = logging.getLogger("pgqueue.web")
 
 STATIC = Path(__file__).parent / "static"
 #: Default seconds between two refreshes of the overview in the browser.
@@ -59,7 +64,7 @@ def _routes() -> list[Route | Mount]:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    if exc.status_code == 405 and settings_read_only(request):
+    if request.method not in ("GET", "HEAD") and settings_read_only(request):
         # Read-only: every POST is a 403, whatever the path.
         return error_page(request, 403, "This dashboard is read-only: it changes nothing.")
     problem = {404: "No such page.", 405: "Method not allowed here."}.get(exc.status_code)
@@ -68,6 +73,13 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 def settings_read_only(request: Request) -> bool:
     return bool(request.app.state.pgqueue.read_only)
+
+
+async def _database_error(request: Request, exc: Exception) -> Response:
+    """503 with the error's first line, passwords masked; the full error goes to the log."""
+    orig = getattr(exc, "orig", None) or exc
+    log.error("database error on %s %s: %s", request.method, request.url.path, error_line(orig))
+    return error_page(request, 503, f"Database error: {error_line(orig)}")
 
 
 def create_app(
@@ -110,7 +122,7 @@ def create_app(
     app = Starlette(
         routes=_routes(),
         middleware=middleware,
-        exception_handlers={HTTPException: _http_error},
+        exception_handlers={HTTPException: _http_error, SQLAlchemyError: _database_error},
     )
     app.state.pgqueue = Settings(
         engine=engine,
