@@ -9,6 +9,7 @@ Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cance
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import json
@@ -689,9 +690,12 @@ def cmd_web(args: argparse.Namespace) -> int:
         server = uvicorn.Server(
             uvicorn.Config(app, host=args.host, port=args.port, log_level="info", lifespan="off")
         )
-        server.run()
+        # uvicorn shuts down gracefully on Ctrl-C, then raises the signal it held back.
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
     finally:
         engine.dispose()
+    note("pgqueue web: stopped")
     return 0
 
 

@@ -69,7 +69,7 @@ def _finished_chart(minutes: Mapping[int, tuple[int, int, str]]) -> FinishedChar
     peak = max((done + failed for done, failed, _ in minutes.values()), default=0)
     step = WIDTH / MINUTES
     bars = []
-    for ago, (done, failed, label) in sorted(minutes.items()):
+    for ago, (done, failed, label) in sorted(minutes.items(), reverse=True):  # oldest first
         x = WIDTH - (ago + 1) * step
         done_h = HEIGHT * done / peak if peak else 0.0
         failed_h = HEIGHT * failed / peak if peak else 0.0
