@@ -93,13 +93,15 @@ def _finished_chart(minutes: Mapping[int, tuple[int, int, str]]) -> FinishedChar
 
 
 def depth_chart(samples: Sequence[tuple[float, int]], window_s: float) -> DepthChart | None:
-    """A polyline of ``(seconds ago, ready)`` samples, newest at the right; ``None`` for fewer
-    than two samples (one point is no line)."""
+    """A polyline of ``(seconds ago, ready)`` samples, newest at the right, spread over the span
+    they cover (at most ``window_s``); ``None`` for fewer than two samples (one point is no line).
+    """
     if len(samples) < 2:
         return None
     peak = max(ready for _, ready in samples)
+    span = min(window_s, max(ago for ago, _ in samples)) or 1.0
     points = " ".join(
-        f"{WIDTH * (1 - min(ago, window_s) / window_s):.1f},"
+        f"{WIDTH * (1 - min(ago, span) / span):.1f},"
         f"{HEIGHT - (HEIGHT - 2) * ready / peak if peak else HEIGHT:.1f}"
         for ago, ready in sorted(samples, key=lambda s: -s[0])
     )
@@ -107,5 +109,5 @@ def depth_chart(samples: Sequence[tuple[float, int]], window_s: float) -> DepthC
         points=points,
         peak=peak,
         latest=samples[-1][1],
-        span_s=max(ago for ago, _ in samples),
+        span_s=span,
     )
