@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, event
 
 from bench._db import QUEUE
-from pgqueue import repository, statements
+from pgqueue import repository
 
 
 @dataclass(frozen=True)

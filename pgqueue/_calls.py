@@ -256,15 +256,21 @@ def reap_expired() -> Call[list[ReapedJob]]:
 
 
 def purge_done(
-    older_than: timedelta, batch_size: int, status: JobStatus = JobStatus.DONE
+    older_than: timedelta,
+    batch_size: int,
+    status: JobStatus = JobStatus.DONE,
+    queue: str | None = None,
 ) -> Call[int]:
     if status not in (JobStatus.DONE, JobStatus.FAILED):
         raise InvalidArgumentError("status", f"only done or failed jobs are purged, got {status}")
-    params = {
+    params: dict[str, Any] = {
         "older_than": check_duration("older_than", older_than, allow_zero=True),
         "batch_size": check_positive_int("batch_size", batch_size),
     }
-    return Call(statements.purge_statement(status), params, _rowcount)
+    if queue is not None:
+        params["queue_name"] = check_queue(queue)
+    stmt = statements.purge_statement(status, by_queue=queue is not None)
+    return Call(stmt, params, _rowcount)
 
 
 def retry(job_ids: Iterable[int], attempts: int) -> Call[list[int]]:

@@ -1,15 +1,29 @@
 """Read-side queries for operators: list and show jobs, queue statistics (R21).
 
-What ``pgqueue list``, ``show`` and ``stats`` print, and what ``enqueue`` and ``retry`` say about
-unique keys; usable from Python too. Every function runs in the caller's connection and returns
-plain values ready for JSON (times as aware datetimes).
+What ``pgqueue list``, ``show`` and ``stats`` print, what ``enqueue`` and ``retry`` say about
+unique keys, and what the dashboard (:mod:`pgqueue.web`) shows; usable from Python too. Every
+function runs in the caller's connection and returns plain values ready for JSON (times as aware
+datetimes).
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Connection, Float, Select, and_, func, select, text
+from sqlalchemy import (
+    BigInteger,
+    Connection,
+    Float,
+    Integer,
+    Interval,
+    Select,
+    and_,
+    bindparam,
+    func,
+    select,
+    text,
+)
 
 from pgqueue.models import JobStatus, jobs_table
 from pgqueue.statements import status_literal
@@ -29,6 +43,7 @@ JOB_COLUMNS = (
     "last_error",
     "unique_key",
     "created_at",
+    "finished_at",
 )
 
 
@@ -38,15 +53,34 @@ def list_jobs(
     queue: str | None = None,
     status: JobStatus | None = None,
     limit: int = 50,
+    before_id: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The most recent jobs (highest id first), optionally of one queue and one status."""
+    """The most recent jobs (highest id first), optionally of one queue and one status.
+
+    ``before_id`` pages by keyset: only ids below it, so page N costs what page 1 costs (a
+    backward scan of ``jobs_pkey`` from that id, or of the partial index of the status), where an
+    ``OFFSET`` would read and drop every row before the page.
+    """
+    stmt = list_jobs_statement(queue=queue, status=status, limit=limit, before_id=before_id)
+    return [dict(row._mapping) for row in conn.execute(stmt)]
+
+
+def list_jobs_statement(
+    *,
+    queue: str | None = None,
+    status: JobStatus | None = None,
+    limit: int = 50,
+    before_id: int | None = None,
+) -> Select[Any]:
+    """The statement :func:`list_jobs` runs (its plan is checked on a million done jobs)."""
     stmt: Select[Any] = select(*(jobs.c[name] for name in JOB_COLUMNS), jobs.c.payload)
     if queue is not None:
-        stmt = stmt.where(jobs.c.queue == queue)
+        stmt = stmt.where(jobs.c.queue == bindparam("queue_name", queue))
     if status is not None:
         stmt = stmt.where(jobs.c.status == status_literal(status))
-    stmt = stmt.order_by(jobs.c.id.desc()).limit(limit)
-    return [dict(row._mapping) for row in conn.execute(stmt)]
+    if before_id is not None:
+        stmt = stmt.where(jobs.c.id < bindparam("before_id", before_id, type_=BigInteger))
+    return stmt.order_by(jobs.c.id.desc()).limit(limit)
 
 
 def get_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
@@ -114,6 +148,67 @@ def queue_stats(conn: Connection) -> list[dict[str, Any]]:
         .order_by(jobs.c.queue)
     )
     return [dict(row._mapping) for row in conn.execute(stmt)]
+
+
+def finished_per_minute(
+    conn: Connection, *, window: timedelta = timedelta(hours=1)
+) -> list[dict[str, Any]]:
+    """Jobs finished per queue and minute over the last ``window``: ``queue, minute,
+    minutes_ago, done, failed``, oldest minute first (minutes without a finished job are
+    absent; ``minutes_ago`` is 0 for the current minute, read on the server's clock).
+
+    A range scan of the partial ``jobs_finished_at_idx`` (pgqueue_0009): its cost follows the jobs
+    finished within the window, never the whole history. A job retried since it finished is not
+    counted (a retry clears ``finished_at``).
+    """
+    return [dict(row._mapping) for row in conn.execute(finished_per_minute_statement(window))]
+
+
+def finished_per_minute_statement(window: timedelta = timedelta(hours=1)) -> Select[Any]:
+    """The statement :func:`finished_per_minute` runs."""
+    minute = func.date_trunc("minute", jobs.c.finished_at).label("minute")
+    stmt = (
+        select(
+            jobs.c.queue,
+            minute,
+            func.floor(func.extract("epoch", func.date_trunc("minute", func.now()) - minute) / 60)
+            .cast(Integer)
+            .label("minutes_ago"),
+            _count(jobs.c.status == status_literal(JobStatus.DONE)).label("done"),
+            _count(jobs.c.status == status_literal(JobStatus.FAILED)).label("failed"),
+        )
+        .where(
+            jobs.c.finished_at.is_not(None),
+            jobs.c.finished_at >= func.now() - bindparam("window", window, type_=Interval),
+        )
+        .group_by(jobs.c.queue, minute)
+        .order_by(minute, jobs.c.queue)
+    )
+    return stmt
+
+
+_OLDEST_SNAPSHOT = text(
+    """
+    SELECT pid, application_name, state,
+           greatest(age(backend_xmin), age(backend_xid)) AS xmin_age_xids,
+           extract(epoch FROM now() - xact_start)::float AS xact_age_s
+    FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid()
+      AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+    ORDER BY greatest(age(backend_xmin), age(backend_xid)) DESC LIMIT 1
+    """
+)
+
+
+def oldest_snapshot(conn: Connection) -> dict[str, Any] | None:
+    """The session holding the xmin horizon back the longest (R9), or ``None``.
+
+    ``pid, application_name, state, xmin_age_xids, xact_age_s``: vacuum cannot remove a row
+    that died after this session's snapshot was taken, in any table of the database. Sessions of
+    other roles are visible only with ``pg_read_all_stats`` (``pg_monitor``).
+    """
+    row = conn.execute(_OLDEST_SNAPSHOT).first()
+    return None if row is None else dict(row._mapping)
 
 
 _TABLE_STATS = text(

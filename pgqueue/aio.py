@@ -194,9 +194,10 @@ async def purge(
     status: JobStatus = JobStatus.DONE,
     older_than: timedelta = DEFAULT_PURGE_AGE,
     batch_size: int = DEFAULT_PURGE_BATCH,
+    queue: str | None = None,
 ) -> int:
     """Delete one batch of old finished jobs; see :func:`pgqueue.repository.purge`."""
-    return await _run(conn, _calls.purge_done(older_than, batch_size, status))
+    return await _run(conn, _calls.purge_done(older_than, batch_size, status, queue))
 
 
 async def retry(

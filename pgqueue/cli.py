@@ -9,12 +9,13 @@ Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cance
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import importlib
 import json
 import logging
 import os
-import re
+import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -27,7 +28,8 @@ from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy import exc as sa_exc
 
 import pgqueue
-from pgqueue import admin, periodic, repository
+from pgqueue import _durations, admin, periodic, repository
+from pgqueue._durations import format_duration
 from pgqueue._text import psql_table
 from pgqueue._urls import error_line, mask_text, mask_url, to_sqlalchemy_url
 from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY, check_priority, check_unique_key
@@ -37,9 +39,8 @@ from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
 
 ENV_URL = "PGQUEUE_DATABASE_URL"
 APPLICATION_NAME = "pgqueue-cli"
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+#: ``pgqueue web --auth`` from the environment, so the password stays off the command line.
+ENV_WEB_AUTH = "PGQUEUE_WEB_AUTH"
 
 
 class UserError(PgQueueError):
@@ -52,22 +53,10 @@ class UserError(PgQueueError):
 
 def parse_duration(value: str) -> timedelta:
     """``7d``, ``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds (``1.5``) as a timedelta."""
-    match = _DURATION.match(value)
-    if match is None:
-        raise argparse.ArgumentTypeError(
-            f"invalid duration {value!r}: use seconds or a number with s, m, h, d or ms (e.g. 7d)"
-        )
-    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"])
-
-
-def format_duration(value: timedelta) -> str:
-    """The inverse of :func:`parse_duration` for whole units: ``7d``, ``90m``, ``30s``."""
-    seconds = value.total_seconds()
-    for unit in ("d", "h", "m"):
-        size = _UNIT_SECONDS[unit]
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
+    try:
+        return _durations.parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _positive_int(value: str) -> int:
@@ -640,6 +629,76 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port from 1 to 65535, got {value!r}")
+    return number
+
+
+def _check_bind(host: str, port: int) -> None:
+    """Fail with one line before serving when the address cannot be bound."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
+
+
+def cmd_web(args: argparse.Namespace) -> int:
+    """Serve the dashboard (needs the web extra); Ctrl-C stops it."""
+    try:
+        import uvicorn
+
+        import pgqueue.web
+    except ImportError as exc:
+        raise UserError('pgqueue web needs the web extra: pip install "pgqueue[web]"') from exc
+    raw_auth = args.auth if args.auth is not None else os.environ.get(ENV_WEB_AUTH) or None
+    try:
+        auth = None if raw_auth is None else pgqueue.web.parse_credentials(raw_auth)
+    except PgQueueError as exc:
+        source = "--auth" if args.auth is not None else ENV_WEB_AUTH
+        raise UserError(f"{source} must be USER:PASSWORD ({exc})") from exc
+    url = database_url(args) or ""
+    engine = make_engine(url, schema=schema_arg(args))
+    try:
+        with engine.connect() as conn:
+            if not admin.schema_present(conn):
+                raise UserError(
+                    f"the database ({mask_url(url)}) has no pgqueue schema: "
+                    "run `pgqueue migrate` first"
+                )
+        _check_bind(args.host, args.port)
+        app = pgqueue.web.create_app(engine, read_only=args.read_only, auth=auth)
+        mode = "read-only" if args.read_only else "writable"
+        guard = ", basic auth" if auth else ", no auth"
+        note(
+            f"pgqueue web: {mask_url(url)} on http://{args.host}:{args.port}/ "
+            f"({mode}{guard}); Ctrl-C stops it"
+        )
+        if auth is None and args.host not in ("127.0.0.1", "localhost", "::1"):
+            note(
+                f"pgqueue web: warning: {args.host} is reachable from other machines and there is "
+                f"no --auth: anyone who reaches it can retry, cancel and purge jobs"
+            )
+        server = uvicorn.Server(
+            uvicorn.Config(app, host=args.host, port=args.port, log_level="info", lifespan="off")
+        )
+        # uvicorn shuts down gracefully on Ctrl-C, then raises the signal it held back.
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
+    finally:
+        engine.dispose()
+    note("pgqueue web: stopped")
+    return 0
+
+
 def load_target(spec: str) -> object:
     """Import ``module:attr`` (the current directory first on ``sys.path``, like ``python -m``)."""
     module_name, sep, attr = spec.partition(":")
@@ -798,6 +857,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("cancel", cmd_cancel, "fail queued or running jobs with last_error 'cancelled'")
     p.add_argument("ids", type=int, nargs="+", metavar="ID")
+
+    p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue[web])")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=_port, default=8080, help="TCP port (default 8080)")
+    p.add_argument(
+        "--read-only", action="store_true", help="show no action; every POST answers 403"
+    )
+    p.add_argument(
+        "--auth",
+        metavar="USER:PASSWORD",
+        help=f"HTTP basic auth on every page (default: ${ENV_WEB_AUTH}, else none)",
+    )
     return parser
 
 

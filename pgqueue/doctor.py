@@ -60,8 +60,14 @@ def exit_code(findings: list[Finding]) -> int:
     return {3: 2, 2: 1}.get(worst, 0)
 
 
-def run_checks(conn: Connection, *, idle_threshold: timedelta) -> list[Finding]:
-    """Every check, in order; without the ``jobs`` table only the schema finding."""
+def run_checks(
+    conn: Connection, *, idle_threshold: timedelta, listen: bool = True
+) -> list[Finding]:
+    """Every check, in order; without the ``jobs`` table only the schema finding.
+
+    ``listen=False`` leaves out the LISTEN check (a second connection that waits up to a second
+    for its own NOTIFY): the dashboard, which refreshes often and listens to nothing, skips it.
+    """
     if not admin.schema_present(conn):
         return [
             Finding(
@@ -81,7 +87,7 @@ def run_checks(conn: Connection, *, idle_threshold: timedelta) -> list[Finding]:
         _storage,
         _jobs,
         _periodic,
-        _listen,
+        *([_listen] if listen else []),
     ):
         findings.extend(check(conn))
     return findings
@@ -137,6 +143,8 @@ _EXPECTED_INDEXES = {
     "jobs_ready_idx": ("error", "every claim scans the whole table"),
     "jobs_lease_idx": ("warning", "the reaper scans the whole table"),
     "jobs_unique_key_idx": ("error", "enqueue with a unique key fails (no ON CONFLICT arbiter)"),
+    "jobs_failed_idx": ("warning", "listing and retrying failed jobs scans the whole table"),
+    "jobs_finished_at_idx": ("warning", "the dashboard's chart scans the whole table"),
 }
 
 
@@ -207,18 +215,6 @@ _LONG_TRANSACTIONS = text(
     """
 )
 
-_OLDEST_SNAPSHOT = text(
-    """
-    SELECT pid, application_name, state,
-           greatest(age(backend_xmin), age(backend_xid)) AS xmin_age_xids,
-           extract(epoch FROM now() - xact_start)::float AS xact_age_s
-    FROM pg_stat_activity
-    WHERE datname = current_database() AND pid <> pg_backend_pid()
-      AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
-    ORDER BY greatest(age(backend_xmin), age(backend_xid)) DESC LIMIT 1
-    """
-)
-
 
 def _sessions(conn: Connection, threshold: timedelta) -> Iterator[Finding]:
     if not conn.execute(_CAN_SEE_ALL).scalar():
@@ -250,9 +246,8 @@ def _sessions(conn: Connection, threshold: timedelta) -> Iterator[Finding]:
         )
     else:
         yield Finding("sessions", "ok", f"no transaction open for more than {seconds:g} s")
-    oldest = conn.execute(_OLDEST_SNAPSHOT).first()
-    if oldest is not None:
-        row = dict(oldest._mapping)
+    row = admin.oldest_snapshot(conn)
+    if row is not None:
         age = row["xact_age_s"] or 0.0
         severity = "warning" if age > seconds else "info"
         yield Finding(

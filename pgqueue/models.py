@@ -77,6 +77,9 @@ class Job(Base):
     #: While a job with this key is queued or running, no other job of its queue takes the key.
     unique_key: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    #: When the job became ``done`` or ``failed`` (set by the same UPDATE; a retry clears it).
+    #: ``None`` while queued or running, and for jobs finished before pgqueue_0009.
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (
         CheckConstraint(
@@ -103,6 +106,14 @@ class Job(Base):
         ),
         # Leases of running jobs only: the reaper never scans finished history.
         Index("jobs_lease_idx", "locked_until", postgresql_where=text("status = 'running'")),
+        # Finished rows only (pgqueue_0009): the dashboard's last hour is a range scan of it.
+        Index(
+            "jobs_finished_at_idx",
+            "finished_at",
+            postgresql_where=text("finished_at IS NOT NULL"),
+        ),
+        # Failed ids only: a page of failed jobs never walks the done history.
+        Index("jobs_failed_idx", "id", postgresql_where=text("status = 'failed'")),
     )
 
     def __repr__(self) -> str:

@@ -235,12 +235,15 @@ def purge(
     status: JobStatus = JobStatus.DONE,
     older_than: timedelta = DEFAULT_PURGE_AGE,
     batch_size: int = DEFAULT_PURGE_BATCH,
+    queue: str | None = None,
 ) -> int:
     """Delete at most one batch of ``done`` or ``failed`` jobs older than ``older_than`` (R20).
 
     :func:`purge_done` for either finished status; loop while it returns ``batch_size``.
+    ``queue`` limits it to one queue's jobs (default ``None``: every queue;
+    ``.. versionadded:: 0.1.0``).
     """
-    return _run(conn, _calls.purge_done(older_than, batch_size, status))
+    return _run(conn, _calls.purge_done(older_than, batch_size, status, queue))
 
 
 def retry(

@@ -260,19 +260,31 @@ NAIVE_DOUBLE_CLAIMING_CLAIM: Update = (
         .limit(1)
         .scalar_subquery()
     )
-    .values(status=bindparam("new_status", type_=Text), attempts=jobs.c.attempts + 1)
+    .values(
+        status=bindparam("new_status", type_=Text),
+        attempts=jobs.c.attempts + 1,
+        finished_at=case((bindparam("new_status", type_=Text).in_(["done", "failed"]), func.now())),
+    )
     .returning(jobs.c.id, jobs.c.attempts)
 )
 
 
 # -- lifecycle (each guarded by id, status = 'running' and the claimed attempts) ---------------
+#
+# Every transition to ``done`` or ``failed`` sets ``finished_at = now()`` in the same UPDATE
+# (pgqueue_0009); every way back to ``queued`` leaves it, or sets it, NULL.
 
-COMPLETE: Update = (
-    jobs.update()
-    .where(_guard())
-    .values(status=status_literal(JobStatus.DONE), locked_until=null())
-    .returning(jobs.c.id)
-)
+
+def _done_values() -> dict[str, Any]:
+    """SET clause of a completion (R10), shared by the single and the batched complete."""
+    return {
+        "status": status_literal(JobStatus.DONE),
+        "locked_until": null(),
+        "finished_at": func.now(),
+    }
+
+
+COMPLETE: Update = jobs.update().where(_guard()).values(_done_values()).returning(jobs.c.id)
 
 #: R11: ``least(cap, base * 2^attempts)`` seconds; 20 s, 40 s, 80 s, 160 s with the defaults.
 _backoff_seconds = func.least(
@@ -284,17 +296,16 @@ _backoff_seconds = func.least(
 
 def _failure_values(retry: ColumnElement[Any], error: ColumnElement[Any]) -> dict[str, Any]:
     """SET clause of a failed attempt (R11), shared by the single and the batched fail."""
+    requeue = retry & (jobs.c.attempts < jobs.c.max_attempts)
     return {
         "status": case(
-            (
-                retry & (jobs.c.attempts < jobs.c.max_attempts),
-                status_literal(JobStatus.QUEUED),
-            ),
+            (requeue, status_literal(JobStatus.QUEUED)),
             else_=status_literal(JobStatus.FAILED),
         ),
         "run_at": func.now() + _backoff_seconds * literal_column("interval '1 second'", Interval),
         "locked_until": null(),
         "last_error": error,
+        "finished_at": case((requeue, null()), else_=func.now()),
     }
 
 
@@ -330,22 +341,25 @@ REAP_EXPIRED: Update = (
         ),
         locked_until=null(),
         last_error=func.coalesce(jobs.c.last_error, literal("lease expired", Text)),
+        finished_at=case((jobs.c.attempts >= jobs.c.max_attempts, func.now())),
     )
     .returning(jobs.c.id, jobs.c.status, jobs.c.attempts)
 )
 
 
 @lru_cache(maxsize=8)
-def purge_statement(status: JobStatus = JobStatus.DONE) -> Delete:
-    """R20: delete one batch of finished jobs older than ``:older_than``; callers loop."""
-    batch = (
-        select(jobs.c.id)
-        .where(
-            jobs.c.status == status_literal(status),
-            jobs.c.created_at < func.now() - bindparam("older_than", type_=Interval),
-        )
-        .limit(bindparam("batch_size", type_=Integer))
-    )
+def purge_statement(status: JobStatus = JobStatus.DONE, *, by_queue: bool = False) -> Delete:
+    """R20: delete one batch of finished jobs older than ``:older_than``; callers loop.
+
+    ``by_queue=True`` deletes only those of queue ``:queue_name`` (the dashboard's purge).
+    """
+    where = [
+        jobs.c.status == status_literal(status),
+        jobs.c.created_at < func.now() - bindparam("older_than", type_=Interval),
+    ]
+    if by_queue:
+        where.append(jobs.c.queue == bindparam("queue_name", type_=Text))
+    batch = select(jobs.c.id).where(*where).limit(bindparam("batch_size", type_=Integer))
     return delete(jobs).where(jobs.c.id.in_(batch.scalar_subquery()))
 
 
@@ -418,9 +432,7 @@ def _batched_update(mine: Any, values: dict[str, Any]) -> Update:
 
 
 #: R10 for a batch: ``done`` for every job still ours. Returns the ids that matched.
-COMPLETE_MANY: Update = _batched_update(
-    _locked_batch(), {"status": status_literal(JobStatus.DONE), "locked_until": null()}
-).returning(jobs.c.id)
+COMPLETE_MANY: Update = _batched_update(_locked_batch(), _done_values()).returning(jobs.c.id)
 
 _failed_batch = _locked_batch(
     ("error", bindparam("batch_errors", type_=ARRAY(Text))),
@@ -559,6 +571,7 @@ _RETRY_VALUES: dict[str, Any] = {
     "run_at": func.now(),
     "locked_until": null(),
     "max_attempts": jobs.c.attempts + bindparam("extra_attempts", type_=Integer),
+    "finished_at": null(),
 }
 
 
@@ -646,6 +659,7 @@ CANCEL: Update = (
         status=status_literal(JobStatus.FAILED),
         locked_until=null(),
         last_error=literal_column(f"'{CANCELLED_ERROR}'", Text),
+        finished_at=func.now(),
     )
     .returning(
         jobs.c.id,

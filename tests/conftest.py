@@ -30,7 +30,7 @@ from sqlalchemy.engine import URL
 import pgqueue.migrations
 from pgqueue._urls import to_libpq_url, to_sqlalchemy_url
 
-DB_TIERS = ("integration", "migrations", "cli", "pooler")
+DB_TIERS = ("integration", "migrations", "cli", "pooler", "web")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

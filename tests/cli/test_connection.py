@@ -24,6 +24,7 @@ COMMANDS = [
     "purge",
     "retry",
     "cancel",
+    "web",
 ]
 
 

@@ -193,6 +193,9 @@ def test_wheel_in_a_fresh_venv_runs_the_example(
     names = zipfile.ZipFile(wheel).namelist()
     revisions = sorted(n for n in names if n.startswith("pgqueue/migrations/versions/pgqueue_"))
     assert [n.rsplit("/", 1)[1][:12] for n in revisions] == pgqueue_revisions()
+    # The dashboard's templates and static files ship inside the package (no CDN).
+    for name in ("templates/base.html", "templates/_live.html", "static/pgqueue.js"):
+        assert f"pgqueue/web/{name}" in names
 
     venv = tmp / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -230,3 +233,40 @@ def test_wheel_in_a_fresh_venv_runs_the_example(
         ["ada@example.com"],
         ["app_0001"],
     )
+
+
+def test_the_fastapi_service_mounts_the_dashboard_and_runs_a_worker_in_its_lifespan(
+    service_engine: Engine,
+) -> None:
+    """examples/service/myservice/web.py: sign up over HTTP, the lifespan's worker sends the
+    email, the dashboard under /queue shows it done; leaving the lifespan stops the worker."""
+    import re
+    import threading
+    import time
+
+    from myservice import web
+    from starlette.testclient import TestClient
+
+    service = web.create_app(service_engine, dashboard_auth="ops:pw")
+    with TestClient(service) as client:
+        assert any(t.name == "myservice-worker" for t in threading.enumerate())
+        signup = client.post("/users", params={"email": "ada@example.com"})
+        assert signup.status_code == 200
+        deadline = time.monotonic() + 30
+        while True:
+            with service_engine.connect() as conn:
+                status = conn.execute(text("SELECT status FROM jobs")).scalar_one()
+            if status == "done":
+                break
+            assert time.monotonic() < deadline, f"the lifespan's worker left the job {status}"
+            time.sleep(0.05)
+        assert client.get("/queue/").status_code == 401
+        page = client.get("/queue/", auth=("ops", "pw"))
+        assert page.status_code == 200
+        done = re.search(
+            r'<tr data-queue="welcome_email">.*?data-count="done">(\d+)<', page.text, re.S
+        )
+        assert done is not None
+        assert done.group(1) == "1"
+        assert 'href="/queue/jobs?queue=welcome_email"' in page.text
+    assert not any(t.name == "myservice-worker" for t in threading.enumerate())

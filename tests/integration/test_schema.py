@@ -77,7 +77,14 @@ def test_objects_live_in_the_schema(placed: tuple[Engine, Engine]) -> None:
         public_options = conn.execute(
             text("SELECT reloptions FROM pg_class WHERE oid = 'public.jobs'::regclass")
         ).scalar_one()
-    assert indexes == {"jobs_pkey", "jobs_ready_idx", "jobs_lease_idx", "jobs_unique_key_idx"}
+    assert indexes == {
+        "jobs_pkey",
+        "jobs_ready_idx",
+        "jobs_lease_idx",
+        "jobs_unique_key_idx",
+        "jobs_finished_at_idx",  # pgqueue_0009
+        "jobs_failed_idx",  # pgqueue_0009
+    }
     assert f"ON {SCHEMA}.jobs" in trigger
     assert f"EXECUTE FUNCTION {SCHEMA}.jobs_notify()" in trigger
     assert f"pg_notify('{SCHEMA}.jobs', queue) FROM (SELECT DISTINCT queue FROM inserted)" in (

@@ -122,6 +122,7 @@ def test_columns_are_exactly_r1(engine: Engine) -> None:
         ("headers", "jsonb", "YES", None, "NO", None),  # pgqueue_0005
         ("priority", "smallint", "NO", "0", "NO", None),  # pgqueue_0006
         ("unique_key", "text", "YES", None, "NO", None),  # pgqueue_0006
+        ("finished_at", "timestamp with time zone", "YES", None, "NO", None),  # pgqueue_0009
     ]
 
 
@@ -365,3 +366,51 @@ def test_statement_trigger_revision_round_trips_in_a_schema(
     pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0007", schema="queue")
     assert "FOR EACH ROW" in trigger()
     assert notified() == before
+
+
+def test_finished_at_revision_round_trips_in_a_schema_with_rows(
+    empty_db_url: URL, empty_engine: Engine
+) -> None:
+    """pgqueue_0009 adds ``finished_at`` and its two partial indexes without a backfill; its
+    downgrade removes exactly those and keeps the rows."""
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0008", schema="queue")
+    with empty_engine.begin() as conn:
+        conn.execute(
+            text("INSERT INTO queue.jobs (payload, status) VALUES ('1', 'done'), ('2', 'failed')")
+        )
+
+    def catalog() -> tuple[list[str], dict[str, str]]:
+        with empty_engine.connect() as conn:
+            columns = conn.execute(
+                text(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_schema = 'queue' AND table_name = 'jobs' "
+                    "AND column_name = 'finished_at'"
+                )
+            ).scalars()
+            indexes = conn.execute(
+                text(
+                    "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'queue' "
+                    "AND indexname IN ('jobs_finished_at_idx', 'jobs_failed_idx')"
+                )
+            ).all()
+            return list(columns), {name: definition for name, definition in indexes}
+
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0009", schema="queue")
+    columns, indexes = catalog()
+    assert columns == ["finished_at"]
+    assert indexes == {
+        "jobs_finished_at_idx": "CREATE INDEX jobs_finished_at_idx ON queue.jobs "
+        "USING btree (finished_at) WHERE (finished_at IS NOT NULL)",
+        "jobs_failed_idx": "CREATE INDEX jobs_failed_idx ON queue.jobs USING btree (id) "
+        "WHERE (status = 'failed'::text)",
+    }
+    with empty_engine.connect() as conn:
+        unset = conn.execute(
+            text("SELECT count(*) FROM queue.jobs WHERE finished_at IS NULL")
+        ).scalar_one()
+    assert unset == 2  # no backfill: rewriting a live table's history is not a migration's job
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0008", schema="queue")
+    assert catalog() == ([], {})
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2

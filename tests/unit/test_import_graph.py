@@ -34,10 +34,20 @@ SCRIPTS = {
     "pgqueue.migrations.env": "runs inside an Alembic EnvironmentContext only",
 }
 
-#: Optional integrations and the package each needs.
+#: Optional integrations and the package each needs (every module of pgqueue.web needs Starlette:
+#: importing one runs the package's ``__init__`` first).
 EXTRAS = {
     "pgqueue.contrib.prometheus": "prometheus_client",
     "pgqueue.contrib.otel": "opentelemetry",
+    **{
+        module: "starlette"
+        for module in (
+            ".".join(p.relative_to(PACKAGE_DIR.parent).with_suffix("").parts).removesuffix(
+                ".__init__"
+            )
+            for p in (PACKAGE_DIR / "web").glob("*.py")
+        )
+    },
 }
 
 
@@ -302,3 +312,17 @@ def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
     assert covered >= set(_importable_modules()) - set(missing_extras)
     if missing_extras:
         pytest.skip(f"optional packages missing, not imported: {missing_extras}")
+
+
+def test_nothing_outside_the_dashboard_imports_it() -> None:
+    """The core must import without the web extra: only pgqueue.web's own modules (and the CLI,
+    lazily, inside ``pgqueue web``) may import pgqueue.web."""
+    graph = import_graph(PACKAGE_DIR)
+    importers = {
+        module
+        for module, targets in graph.items()
+        if any(t == "pgqueue.web" or t.startswith("pgqueue.web.") for t in targets)
+        and not module.startswith("pgqueue.web")
+    }
+    assert importers == {"pgqueue.cli"}
+    assert all(not t.startswith("pgqueue.web") for t in graph["pgqueue"])

@@ -11,7 +11,7 @@ import pytest
 _BLOCK = (
     "import sys\n"
     "for name in ('prometheus_client', 'opentelemetry', 'opentelemetry.trace',"
-    " 'opentelemetry.propagate', 'opentelemetry.context'):\n"
+    " 'opentelemetry.propagate', 'opentelemetry.context', 'starlette', 'jinja2', 'uvicorn'):\n"
     "    sys.modules[name] = None\n"
 )
 
@@ -22,10 +22,14 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_core_imports_without_prometheus_and_opentelemetry() -> None:
+def test_core_imports_without_prometheus_opentelemetry_and_the_web_packages() -> None:
     result = _run(
         "import pgqueue, pgqueue.worker, pgqueue.hooks, pgqueue.aio, pgqueue.cli, pgqueue.contrib\n"
-        "assert 'prometheus_client' not in [m for m, v in sys.modules.items() if v is not None]\n"
+        "import pgqueue.admin, pgqueue.doctor\n"
+        "loaded = [m for m, v in sys.modules.items() if v is not None]\n"
+        "assert 'prometheus_client' not in loaded\n"
+        "assert not [m for m in loaded if m.startswith(('starlette', 'jinja2', 'uvicorn'))]\n"
+        "assert 'pgqueue.web' not in loaded\n"
         "print(pgqueue.WorkerHooks.__name__)\n"
     )
     assert result.returncode == 0, result.stderr
@@ -34,9 +38,24 @@ def test_core_imports_without_prometheus_and_opentelemetry() -> None:
 
 @pytest.mark.parametrize(
     ("module", "extra"),
-    [("pgqueue.contrib.prometheus", "prometheus"), ("pgqueue.contrib.otel", "otel")],
+    [
+        ("pgqueue.contrib.prometheus", "prometheus"),
+        ("pgqueue.contrib.otel", "otel"),
+        ("pgqueue.web", "web"),
+    ],
 )
 def test_integrations_name_their_extra(module: str, extra: str) -> None:
     result = _run(f"import {module}\n")
     assert result.returncode != 0
     assert f'pip install "pgqueue[{extra}]"' in result.stderr
+
+
+def test_pgqueue_web_without_the_extra_is_one_line_exit_2() -> None:
+    result = _run(
+        "from pgqueue.cli import main\n"
+        "sys.exit(main(['web', '--url', 'postgresql://u:secret@127.0.0.1:1/db']))\n"
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (
+        'pgqueue: error: pgqueue web needs the web extra: pip install "pgqueue[web]"'
+    )

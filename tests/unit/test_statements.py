@@ -65,8 +65,8 @@ def test_lifecycle_updates_carry_the_guard() -> None:
         assert guard in sql(stmt)
 
 
-def test_complete_clears_the_lease() -> None:
-    assert "SET status='done', locked_until=NULL" in sql(statements.COMPLETE)
+def test_complete_clears_the_lease_and_sets_finished_at() -> None:
+    assert "SET status='done', locked_until=NULL, finished_at=now()" in sql(statements.COMPLETE)
 
 
 def test_fail_backs_off_and_fails_for_good_after_max_attempts() -> None:
@@ -74,6 +74,11 @@ def test_fail_backs_off_and_fails_for_good_after_max_attempts() -> None:
     assert "jobs.attempts < jobs.max_attempts) THEN 'queued' ELSE 'failed'" in text
     assert "least(%(cap_seconds)s, %(base_seconds)s * power(" in text
     assert "jobs.run_at - now() AS retry_in" in text
+    # finished only when it fails for good, in the same UPDATE: the same test as the status'.
+    assert (
+        "finished_at=CASE WHEN (%(retry)s AND jobs.attempts < jobs.max_attempts) THEN NULL "
+        "ELSE now() END"
+    ) in text
 
 
 def test_reaper_only_touches_expired_running_jobs_and_keeps_the_first_error() -> None:
@@ -81,6 +86,7 @@ def test_reaper_only_touches_expired_running_jobs_and_keeps_the_first_error() ->
     assert "WHERE jobs.status = 'running' AND jobs.locked_until < now()" in text
     assert "jobs.attempts >= jobs.max_attempts) THEN 'failed' ELSE 'queued'" in text
     assert "last_error=coalesce(jobs.last_error," in text
+    assert "finished_at=CASE WHEN (jobs.attempts >= jobs.max_attempts) THEN now() END" in text
 
 
 def test_naive_claim_is_the_unlocked_subquery_of_the_article() -> None:
@@ -178,7 +184,7 @@ def test_batched_and_operator_statements_use_literal_statuses(stmt: ClauseElemen
 def test_complete_many_marks_done_and_clears_the_lease() -> None:
     """The batched R10 writes exactly what ``COMPLETE`` writes, and returns the matched ids."""
     text = sql(statements.COMPLETE_MANY)
-    assert "UPDATE jobs SET status='done', locked_until=NULL FROM mine" in text
+    assert "UPDATE jobs SET status='done', locked_until=NULL, finished_at=now() FROM mine" in text
     assert text.endswith("RETURNING jobs.id")
     assert bind_names(statements.COMPLETE_MANY) == {"batch_ids", "batch_attempts", "lock_timeout"}
 
@@ -196,7 +202,7 @@ def test_fail_many_brings_each_job_its_error_and_retry_flag() -> None:
         "THEN 'queued' ELSE 'failed' END"
     ) in text
     assert "least(%(cap_seconds)s, %(base_seconds)s * power(" in text
-    assert "locked_until=NULL, last_error=mine.error FROM mine" in text
+    assert "locked_until=NULL, last_error=mine.error, finished_at=CASE WHEN (mine.retry" in text
     assert text.endswith(
         "RETURNING jobs.id, jobs.status, jobs.attempts, jobs.run_at - now() AS retry_in"
     )
@@ -255,8 +261,8 @@ def test_cancel_skips_locked_rows_and_fails_queued_and_running_jobs() -> None:
         "ORDER BY jobs.id FOR UPDATE SKIP LOCKED)"
     )
     assert (
-        "UPDATE jobs SET status='failed', locked_until=NULL, last_error='cancelled' "
-        "FROM target WHERE jobs.id = target.id"
+        "UPDATE jobs SET status='failed', locked_until=NULL, last_error='cancelled', "
+        "finished_at=now() FROM target WHERE jobs.id = target.id"
     ) in text
     assert statements.CANCELLED_ERROR == "cancelled"
 
@@ -280,6 +286,7 @@ def test_retry_statements_requeue_with_a_raised_budget_and_keep_attempts() -> No
     for text in (listed, every):
         assert "SET status='queued', run_at=now(), max_attempts=(jobs.attempts + " in text
         assert "attempts=0" not in text
+        assert "locked_until=NULL, finished_at=NULL FROM candidates" in text
         assert text.endswith("RETURNING jobs.id")
     assert "jobs.status IN ('failed', 'queued')" in listed  # running jobs are left alone
     assert "WHERE jobs.status = 'failed' AND jobs.queue = coalesce(%(queue_name)s" in every

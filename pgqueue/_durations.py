@@ -1,0 +1,34 @@
+"""Durations as people type them (``7d``, ``5m``, ``250ms``): the CLI's options, the dashboard's
+purge form."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(value: str) -> timedelta:
+    """``7d``, ``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds (``1.5``) as a timedelta.
+
+    Raises:
+        ValueError: with a message saying what is accepted.
+    """
+    match = _DURATION.match(value)
+    if match is None:
+        raise ValueError(
+            f"invalid duration {value!r}: use seconds or a number with s, m, h, d or ms (e.g. 7d)"
+        )
+    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2) or "s"])
+
+
+def format_duration(value: timedelta) -> str:
+    """The inverse of :func:`parse_duration` for whole units: ``7d``, ``90m``, ``30s``."""
+    seconds = value.total_seconds()
+    for unit in ("d", "h", "m"):
+        size = _UNIT_SECONDS[unit]
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"

@@ -1,0 +1,50 @@
+// pgqueue dashboard: refresh the overview's live region in place, every N seconds.
+// Written for pgqueue (MIT, like the rest of the package); no library. Without JavaScript the
+// page still works: it is complete as the server renders it, and a reload refreshes it.
+(function () {
+  "use strict";
+  var live = document.getElementById("live");
+  if (!live || !window.fetch) return;
+  var url = live.getAttribute("data-refresh-url");
+  var seconds = Math.max(1, Number(live.getAttribute("data-refresh-seconds")) || 5);
+  var status = document.getElementById("refresh-status");
+  var busy = false;
+
+  function editing() {
+    // Never swap a form away while someone types into it (the purge age, say).
+    var el = document.activeElement;
+    return !!el && live.contains(el) && /^(INPUT|SELECT|TEXTAREA)$/.test(el.tagName);
+  }
+
+  function say(text, failed) {
+    if (!status) return;
+    status.textContent = text;
+    status.className = failed ? "failed" : "";
+  }
+
+  function refresh() {
+    if (busy || document.hidden || editing()) return;
+    busy = true;
+    fetch(url, { credentials: "same-origin", cache: "no-store", headers: { Accept: "text/html" } })
+      .then(function (response) {
+        if (!response.ok) throw new Error("HTTP " + response.status);
+        return response.text();
+      })
+      .then(function (html) {
+        live.innerHTML = html;
+        live.setAttribute("data-refreshed", String(Date.now()));
+        say("(updated " + new Date().toLocaleTimeString() + ")", false);
+      })
+      .catch(function (error) {
+        say("(refresh failed: " + error.message + "; retrying)", true);
+      })
+      .then(function () {
+        busy = false;
+      });
+  }
+
+  window.setInterval(refresh, seconds * 1000);
+  document.addEventListener("visibilitychange", function () {
+    if (!document.hidden) refresh();
+  });
+})();

@@ -1,0 +1,106 @@
+"""``pgqueue web``: one-line errors before serving, then a real server until Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+from sqlalchemy.engine import URL
+
+from tests.cli.conftest import plain, run_pgqueue
+
+SECRET = "s3cr3t-Pa55word"
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def test_bad_credentials_are_one_line_exit_2(db_url: URL) -> None:
+    bad = run_pgqueue("web", "--url", plain(db_url), "--auth", "nocolon")
+    assert bad.code == 2
+    assert bad.err.strip() == (
+        "pgqueue: error: --auth must be USER:PASSWORD (auth: expected USER:PASSWORD "
+        "(no colon found))"
+    )
+    from_env = run_pgqueue("web", "--url", plain(db_url), env={"PGQUEUE_WEB_AUTH": "ops:"})
+    assert from_env.code == 2
+    assert "PGQUEUE_WEB_AUTH must be USER:PASSWORD" in from_env.err
+    assert len(from_env.err.strip().splitlines()) == 1
+
+
+def test_no_schema_no_server_and_a_bad_port_exit_2_with_the_password_masked(
+    empty_db_url: URL,
+) -> None:
+    url = plain(empty_db_url.set(password=SECRET))
+    no_schema = run_pgqueue("web", "--url", url)
+    assert no_schema.code == 2
+    assert "has no pgqueue schema" in no_schema.err
+    assert "run `pgqueue migrate` first" in no_schema.err
+    refused = run_pgqueue("web", "--url", f"postgresql://alice:{SECRET}@127.0.0.1:1/nowhere")
+    assert refused.code == 2
+    assert "cannot connect to the database" in refused.err
+    for result in (no_schema, refused):
+        assert SECRET not in result.err + result.out
+        assert len(result.err.strip().splitlines()) == 1
+    port = run_pgqueue("web", "--url", url, "--port", "0")
+    assert port.code == 2
+    assert "expected a TCP port from 1 to 65535" in port.err
+
+
+def test_a_port_in_use_is_one_line_exit_2(db_url: URL) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_pgqueue("web", "--url", plain(db_url), "--port", str(port))
+    assert result.code == 2
+    assert result.err.startswith(f"pgqueue: error: cannot listen on 127.0.0.1:{port}: ")
+    assert len(result.err.strip().splitlines()) == 1
+
+
+def test_serves_on_localhost_with_auth_until_interrupted(db_url: URL) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DATABASE_URL"}
+    env["PGQUEUE_WEB_AUTH"] = "ops:pw"
+    proc = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "pgqueue", "web", "--read-only", "--port", str(port)),
+            *("--url", plain(db_url.set(password=SECRET))),
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                response = httpx.get(base + "/", timeout=2)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "pgqueue web did not start within 30 s"
+                time.sleep(0.1)
+        assert response.status_code == 401
+        page = httpx.get(base + "/", auth=("ops", "pw"), timeout=10)
+        assert page.status_code == 200
+        assert 'method="post"' not in page.text
+        assert "read-only" in page.text
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert f"on http://127.0.0.1:{port}/ (read-only, basic auth)" in err
+    assert SECRET not in out + err
+    assert '"GET / HTTP/1.1" 401' in out  # uvicorn's access log
+    assert err.rstrip().endswith("pgqueue web: stopped")

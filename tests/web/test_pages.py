@@ -1,0 +1,252 @@
+"""Every GET route over HTTP: what each page shows, escaping, bad ids and bad filters."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from starlette.testclient import TestClient
+
+import pgqueue
+from pgqueue.web import create_app
+from tests.web.conftest import MakeClient, failed_job
+
+SCRIPT = "<script>alert('pwned')</script>"
+
+
+def _cells(html: str, queue: str) -> dict[str, str]:
+    """``{count name: text}`` of the queue's row in the overview."""
+    found = re.search(rf'<tr data-queue="{re.escape(queue)}">(.*?)</tr>', html, re.S)
+    assert found is not None, html
+    return dict(re.findall(r'data-count="(\w+)">\s*(?:<a [^>]*>)?(\d+)', found.group(1)))
+
+
+def test_overview_is_complete_html_with_every_queue_and_its_counts(
+    engine: Engine, client: TestClient
+) -> None:
+    with engine.begin() as conn:
+        pgqueue.enqueue_many(conn, [{}, {}, {}], queue="email")
+        pgqueue.enqueue(conn, {}, queue="email", delay=timedelta(minutes=5))
+        pgqueue.enqueue(conn, {}, queue="thumbs")
+        (running,) = pgqueue.claim(conn, queue="thumbs")
+    failed_job(engine, queue="email")
+    response = client.get("/")
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("text/html")
+    html = response.text
+    assert html.startswith("<!doctype html>")
+    assert _cells(html, "email") == {
+        "ready": "3",
+        "scheduled": "1",
+        "running": "0",
+        "expired_leases": "0",
+        "failed": "1",
+        "done": "0",
+    }
+    assert _cells(html, "thumbs")["running"] == "1"
+    # The doctor's findings and the vacuum view are on the same first response.
+    assert "1 failed job(s)" in html
+    assert "dead rows" in html
+    assert "oldest snapshot" in html
+    assert 'data-refresh-url="/live"' in html
+    assert running.queue == "thumbs"
+
+
+def test_live_fragment_is_the_refreshed_part_alone(engine: Engine, client: TestClient) -> None:
+    assert "No jobs yet." in client.get("/live").text
+    with engine.begin() as conn:
+        pgqueue.enqueue(conn, {}, queue="late")
+    fragment = client.get("/live").text
+    assert not fragment.lstrip().startswith("<!doctype")
+    assert _cells(fragment, "late")["ready"] == "1"
+
+
+def test_overview_charts_the_jobs_finished_in_the_last_hour(
+    engine: Engine, client: TestClient
+) -> None:
+    with engine.begin() as conn:
+        pgqueue.enqueue_many(conn, [{}] * 4, queue="email")
+        claimed = pgqueue.claim(conn, queue="email")
+        for job in claimed[:3]:
+            pgqueue.complete(conn, job.id, job.attempts)
+        # Finished two hours ago: outside the chart.
+        conn.execute(
+            text("UPDATE jobs SET finished_at = now() - interval '2 hours' WHERE id = :id"),
+            {"id": claimed[2].id},
+        )
+    failed_job(engine, queue="email")
+    html = client.get("/").text
+    chart = re.search(r'<figure class="chart" data-queue="email">(.*?)</figure>', html, re.S)
+    assert chart is not None
+    assert "2 done, 1 failed (peak 3/min)" in chart.group(1)
+    assert len(re.findall(r'<rect class="done"', chart.group(1))) == 1  # one minute, one bar
+    assert "<title>" in chart.group(1)
+    assert "2 done, 1 failed</title>" in chart.group(1)
+
+
+def test_job_list_links_each_row_and_filters_by_queue_and_status(
+    engine: Engine, client: TestClient
+) -> None:
+    with engine.begin() as conn:
+        kept = pgqueue.enqueue(conn, {}, queue="email")
+        other = pgqueue.enqueue(conn, {}, queue="thumbs")
+    failed = failed_job(engine, queue="email", error="smtp down")
+    html = client.get("/jobs").text
+    for job_id in (kept, other, failed):
+        assert f'href="/jobs/{job_id}"' in html
+    assert html.index(f'data-job-id="{failed}"') < html.index(
+        f'data-job-id="{kept}"'
+    )  # newest first
+    only = client.get("/jobs", params={"queue": "email", "status": "failed"}).text
+    assert re.findall(r'data-job-id="(\d+)"', only) == [str(failed)]
+    assert "smtp down" in only
+
+
+def _ids_shown(html: str) -> list[int]:
+    return [int(i) for i in re.findall(r'data-job-id="(\d+)"', html)]
+
+
+def _older_link(html: str) -> str | None:
+    found = re.search(r'rel="next" href="([^"]+)"', html)
+    return None if found is None else found.group(1).replace("&amp;", "&")
+
+
+def test_job_list_pages_by_keyset(engine: Engine, client: TestClient) -> None:
+    with engine.begin() as conn:
+        ids = pgqueue.enqueue_many(conn, [{}] * 7)
+    newest_first = ids[::-1]
+    first = client.get("/jobs", params={"limit": 3}).text
+    assert _ids_shown(first) == newest_first[:3]
+    link = _older_link(first)
+    assert link is not None
+    assert f"before={newest_first[2]}" in link  # the last id shown: a keyset, not an offset
+    assert "limit=3" in link
+    assert "offset" not in link
+    second = client.get(link).text
+    assert _ids_shown(second) == newest_first[3:6]
+    link = _older_link(second)
+    assert link is not None
+    last = client.get(link).text
+    assert _ids_shown(last) == newest_first[6:]
+    assert _older_link(last) is None
+    assert "« newest" in last
+
+
+@pytest.mark.parametrize(
+    ("params", "problem"),
+    [
+        ({"status": "bogus"}, "status must be one of queued, running, done, failed"),
+        ({"before": "x"}, "before must be an integer"),
+        ({"before": "0"}, "before must be an integer from 1"),
+        ({"before": str(2**63)}, "before must be an integer"),
+        ({"limit": "100000"}, "limit must be an integer from 1 to 500"),
+        ({"queue": "a,b"}, "must not contain a comma"),
+    ],
+)
+def test_bad_filters_are_a_422_that_says_why(
+    client: TestClient, params: dict[str, str], problem: str
+) -> None:
+    response = client.get("/jobs", params=params)
+    assert response.status_code == 422
+    assert problem in response.text
+
+
+def test_job_page_shows_every_field(engine: Engine, client: TestClient) -> None:
+    with engine.begin() as conn:
+        job_id = pgqueue.enqueue(
+            conn, {"to": 42}, queue="email", priority=7, headers={"trace": "abc"}, unique_key="k1"
+        )
+    html = client.get(f"/jobs/{job_id}").text
+    for fragment in (
+        f"Job {job_id}",
+        "queued",
+        "<dd>7</dd>",
+        "<dd>0/5</dd>",
+        "&#34;to&#34;: 42",
+        "&#34;trace&#34;: &#34;abc&#34;",
+        "k1",
+        "run_at",
+        "locked_until",
+        "created",
+        "finished",
+        "last_error",
+    ):
+        assert fragment in html, fragment
+
+
+def test_payload_and_last_error_with_script_render_as_text(
+    engine: Engine, client: TestClient
+) -> None:
+    job_id = failed_job(engine, queue=SCRIPT, payload={"html": SCRIPT}, error=SCRIPT)
+    escaped = "&lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;"
+    for path in ("/", "/live", "/jobs", f"/jobs/{job_id}", "/jobs?status=failed"):
+        html = client.get(path).text
+        assert "<script>alert" not in html, path
+        assert escaped in html, path
+    assert "&#34;html&#34;: &#34;&lt;script&gt;" in client.get(f"/jobs/{job_id}").text
+
+
+@pytest.mark.parametrize("path", ["/jobs/999999", f"/jobs/{2**63}", f"/jobs/{10**30}"])
+def test_unknown_job_is_a_404(client: TestClient, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 404
+    assert "No job with id" in response.text
+
+
+@pytest.mark.parametrize("path", ["/jobs/abc", "/jobs/-1", "/jobs/1.5", "/nowhere"])
+def test_non_integer_ids_and_unknown_paths_are_a_404(client: TestClient, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 404
+    assert "<!doctype html>" in response.text
+
+
+def test_static_files_ship_in_the_package(client: TestClient) -> None:
+    script = client.get("/static/pgqueue.js")
+    assert script.status_code == 200
+    assert "javascript" in script.headers["content-type"]
+    assert "data-refresh-url" in script.text
+    assert client.get("/static/pgqueue.css").status_code == 200
+    assert client.get("/static/nothing.js").status_code == 404
+
+
+def test_every_response_carries_the_security_headers(client: TestClient) -> None:
+    for path in ("/", "/static/pgqueue.js", "/nowhere"):
+        headers = client.get(path).headers
+        assert "frame-ancestors 'none'" in headers["content-security-policy"]
+        assert "script-src 'self'" in headers["content-security-policy"]
+        assert headers["x-content-type-options"] == "nosniff"
+        assert headers["x-frame-options"] == "DENY"
+
+
+def test_no_page_shows_the_database_password(make_client: MakeClient, engine: Engine) -> None:
+    """Trust auth ignores the password, so the app works with one in its URL; it never shows."""
+    secret = "hunter2-in-the-url"
+    with_password = create_engine(engine.url.set(password=secret))
+    try:
+        client = make_client(create_app(with_password))
+        html = "".join(client.get(p).text for p in ("/", "/live", "/jobs", "/nowhere"))
+    finally:
+        with_password.dispose()
+    assert "Queues" in html
+    assert secret not in html
+
+
+def test_a_database_error_is_a_503_with_the_password_masked(
+    make_client: MakeClient, engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret = "hunter2-in-the-url"
+    gone = create_engine(
+        engine.url.set(password=secret, database="pgqueue_no_such_database"),
+        connect_args={"connect_timeout": 5},
+    )
+    try:
+        response = make_client(create_app(gone)).get("/")
+    finally:
+        gone.dispose()
+    assert response.status_code == 503
+    assert "Database error" in response.text
+    assert "pgqueue_no_such_database" in response.text
+    assert secret not in response.text
+    assert secret not in caplog.text

@@ -1,0 +1,130 @@
+"""The dashboard's queries stay bounded on a table of 1,000,000 done jobs: keyset pages of the
+job list and the chart's last hour read an index range, never the whole table.
+
+Plans are read with ``EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`` of the statements the dashboard
+runs, with their parameters bound as the driver binds them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, Engine, Select, text
+from sqlalchemy.dialects import postgresql
+
+from pgqueue import admin
+from pgqueue.models import JobStatus
+
+DONE_JOBS = 1_000_000
+
+
+@pytest.fixture(scope="module")
+def history(pg_server: Any, template_db: str) -> Iterator[Engine]:
+    """One database for the module: a million done jobs finished one per second (about 11.6
+    days of history), plus a few failed and queued ones, vacuumed and analyzed."""
+    from sqlalchemy import create_engine
+
+    from tests.conftest import _database
+
+    with _database(pg_server, "pgqueue_plans", template_db) as name:
+        engine = create_engine(pg_server.database_url(name))
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (queue, payload, status, attempts, created_at, finished_at) "
+                    "SELECT 'bulk', '{}', 'done', 1, now() - make_interval(secs => i), "
+                    "now() - make_interval(secs => i) FROM generate_series(:n, 1, -1) AS i"
+                ),
+                {"n": DONE_JOBS},
+            )
+            conn.execute(
+                text(
+                    "INSERT INTO jobs (queue, payload, status, attempts, max_attempts, last_error, "
+                    "finished_at) SELECT 'bulk', '{}', 'failed', 1, 1, 'boom', now() "
+                    "FROM generate_series(1, 10)"
+                )
+            )
+            conn.execute(text("INSERT INTO jobs (queue, payload) VALUES ('bulk', '{}')"))
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.execute(text("VACUUM ANALYZE jobs"))
+        try:
+            yield engine
+        finally:
+            engine.dispose()
+
+
+def _plan(conn: Connection, stmt: Select[Any]) -> dict[str, Any]:
+    compiled = stmt.compile(dialect=postgresql.dialect())  # type: ignore[no-untyped-call]
+    result = conn.exec_driver_sql(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + str(compiled), compiled.params
+    ).scalar_one()
+    plan: dict[str, Any] = result[0]["Plan"]
+    return plan
+
+
+def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    yield plan
+    for child in plan.get("Plans", []):
+        yield from _nodes(child)
+
+
+def _buffers(plan: dict[str, Any]) -> int:
+    return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
+
+
+def _assert_bounded(plan: dict[str, Any], index: str) -> None:
+    kinds = [node["Node Type"] for node in _nodes(plan)]
+    assert "Seq Scan" not in kinds, kinds
+    scans = [n for n in _nodes(plan) if n.get("Index Name") == index]
+    assert scans, (index, kinds)
+    # Whatever the history, the work is a page's worth (a few hundred buffers at most).
+    assert _buffers(plan) < 500, (_buffers(plan), kinds)
+
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("status", [None, JobStatus.DONE])
+@pytest.mark.parametrize("before", [None, 500_000, 20])
+def test_a_page_of_jobs_is_a_backward_index_scan_without_sort(
+    history: Engine, status: JobStatus | None, before: int | None
+) -> None:
+    stmt = admin.list_jobs_statement(queue="bulk", status=status, limit=51, before_id=before)
+    with history.connect() as conn:
+        plan = _plan(conn, stmt)
+    kinds = [node["Node Type"] for node in _nodes(plan)]
+    assert kinds[0] == "Limit"
+    assert "Sort" not in kinds, kinds
+    (scan,) = [n for n in _nodes(plan) if n["Node Type"] == "Index Scan"]
+    assert scan["Index Name"] == "jobs_pkey"
+    assert scan["Scan Direction"] == "Backward"
+    _assert_bounded(plan, "jobs_pkey")
+    assert plan["Actual Rows"] == (19 if before == 20 else 51)
+
+
+def test_a_page_of_failed_jobs_reads_only_the_failed_index(history: Engine) -> None:
+    """10 failed jobs behind a million done ones: the partial index of failed ids (0008)."""
+    stmt = admin.list_jobs_statement(status=JobStatus.FAILED, limit=51)
+    with history.connect() as conn:
+        plan = _plan(conn, stmt)
+    _assert_bounded(plan, "jobs_failed_idx")
+    assert plan["Actual Rows"] == 10
+
+
+def test_the_chart_reads_only_the_last_hour_of_finished_at(history: Engine) -> None:
+    with history.connect() as conn:
+        plan = _plan(conn, admin.finished_per_minute_statement())
+        rows = admin.finished_per_minute(conn)
+    _assert_bounded_chart(plan)
+    assert sum(r["done"] for r in rows) == pytest.approx(3600, abs=120)  # one per second
+    assert sum(r["failed"] for r in rows) == 10
+
+
+def _assert_bounded_chart(plan: dict[str, Any]) -> None:
+    kinds = [node["Node Type"] for node in _nodes(plan)]
+    assert "Seq Scan" not in kinds, kinds
+    assert any(n.get("Index Name") == "jobs_finished_at_idx" for n in _nodes(plan)), kinds
+    # An hour of a job a second is ~3,600 rows: tens of heap pages, not the table's thousands.
+    assert _buffers(plan) < 1_000, _buffers(plan)
