@@ -260,4 +260,4 @@ def test_a_target_that_crashes_at_import_stops_after_three_tries(
     assert "failed at start-up (exit code 1 before it started" in text_
     assert text_.strip().splitlines()[-1].startswith("pgqueue: error: worker ")
     assert "RuntimeError: boom at import" in text_  # the child's own traceback, in the log
-    assert db_url.password is None or db_url.password not in text_
+    assert not db_url.password or db_url.password not in text_
