@@ -17,6 +17,7 @@ from datetime import timedelta
 from sqlalchemy import Connection, Engine
 
 from pgqueue import repository
+from pgqueue._pulse import Pulse
 from pgqueue._reaper import reap
 from pgqueue._runtime import Runtime
 from pgqueue._transient import short_transaction
@@ -55,6 +56,7 @@ class Claimer:
         self._poll_requested = False
         self._claimed_since_poll = 0
         self._idle_polls = 0
+        self.pulse = Pulse("claimer")
 
     # -- called from other threads ----------------------------------------------------------------
 
@@ -93,10 +95,18 @@ class Claimer:
 
     def run(self, until_empty: bool) -> None:
         """Claim until stopped; with ``until_empty``, until a whole poll found nothing."""
-        rt, opts = self._rt, self._opts
+        self.pulse.attach()
+        try:
+            self._loop(until_empty)
+        finally:
+            self.pulse.finish()
+
+    def _loop(self, until_empty: bool) -> None:
+        rt, opts, pulse = self._rt, self._opts, self.pulse
         next_poll = 0.0
         next_reap = time.monotonic() + (0.0 if until_empty else opts.reap_interval)
         while not rt.stop.is_set():
+            pulse.step()
             now = time.monotonic()
             if now >= next_poll or self._poll_requested:
                 self._poll_requested = False
@@ -125,6 +135,7 @@ class Claimer:
                     (self._notified or self._poll_requested) and self._rt.window.any_worth_claim()
                 ):
                     continue
+                pulse.waiting()
                 rt.claimer_wakeup.wait(max(0.0, min(next_poll, next_reap) - time.monotonic()))
 
     def _next_poll_interval(self) -> float:
@@ -178,6 +189,7 @@ class Claimer:
                         self._ready[queue] = None  # more may be waiting: back of the line
                     self._claimed_since_poll += rt.accept(lane, claimed)
             if claimed is None:
+                self.pulse.waiting()
                 rt.stop.wait(1.0)
                 return
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine
 
 from pgqueue import repository
+from pgqueue._pulse import Pulse
 from pgqueue._transient import short_transaction
 from pgqueue._window import Held, keys
 from pgqueue.jobs import Outcome
@@ -77,6 +78,7 @@ class Completer:
         self._failed: list[Failure] = []
         self._closing = False
         self._give_up_at: float | None = None
+        self.pulse = Pulse("completer")
         self._thread = threading.Thread(target=self._run, name="pgqueue-completer", daemon=True)
 
     def start(self) -> None:
@@ -106,15 +108,20 @@ class Completer:
         self._thread.join(max(0.0, deadline - time.monotonic()) + 1.0)
 
     def _keep_trying(self) -> bool:
+        self.pulse.step()  # a retry is progress: a database outage is /readyz's business
         return self._give_up_at is None or time.monotonic() < self._give_up_at
 
     def _run(self) -> None:
+        self.pulse.attach()
         while True:
             with self._cond:
+                self.pulse.waiting()
                 while not (self._done or self._failed or self._closing):
                     self._cond.wait()
                 if not (self._done or self._failed):
+                    self.pulse.finish()
                     return
+                self.pulse.step()
                 # Let a burst gather: one statement for many jobs.
                 if len(self._done) + len(self._failed) < self._batch_size and not self._closing:
                     self._cond.wait(self._flush_delay)

@@ -16,6 +16,7 @@ from datetime import timedelta
 from sqlalchemy import Connection, Engine
 
 from pgqueue import repository
+from pgqueue._pulse import Pulse
 from pgqueue._runtime import Runtime
 from pgqueue._transient import short_transaction
 from pgqueue._window import Held, keys
@@ -32,6 +33,7 @@ class Heartbeat:
         self._period = lease.total_seconds() / 3
         self._lock_timeout_ms = lock_timeout_ms
         self._poked = threading.Event()
+        self.pulse = Pulse("heartbeat")
         self._thread = threading.Thread(target=self._run, name="pgqueue-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -47,15 +49,25 @@ class Heartbeat:
 
     def _run(self) -> None:
         stop = self._runtime.stop
-        while not stop.is_set():
+        self.pulse.attach()
+        while True:
+            self.pulse.waiting()
+            if stop.is_set():
+                break
             self._poked.wait(self._period)
             self._poked.clear()
             if stop.is_set():
-                return
+                break
+            self.pulse.step()
             with self._runtime.lock:
                 held = self._runtime.window.leased()
             if held:
                 self.beat(held, deadline=time.monotonic() + self._period)
+        self.pulse.finish()  # not on an exception: a dead heartbeat is what /livez reports
+
+    def _retry(self, deadline: float) -> bool:
+        self.pulse.step()
+        return not self._runtime.stop.is_set() and time.monotonic() < deadline
 
     def beat(self, held: list[Held], deadline: float) -> None:
         def work(conn: Connection) -> tuple[set[int], dict[int, Settled]]:
@@ -67,7 +79,7 @@ class Heartbeat:
             self._engine,
             work,
             what="heartbeat",
-            keep_trying=lambda: not self._runtime.stop.is_set() and time.monotonic() < deadline,
+            keep_trying=lambda: self._retry(deadline),
             lock_timeout_ms=self._lock_timeout_ms,
         )
         if result is None:

@@ -41,6 +41,8 @@ ENV_URL = "PGQUEUE_DATABASE_URL"
 APPLICATION_NAME = "pgqueue-cli"
 #: ``pgqueue web --auth`` from the environment, so the password stays off the command line.
 ENV_WEB_AUTH = "PGQUEUE_WEB_AUTH"
+#: Where ``pgqueue worker --health-port`` serves unless ``--health-host`` says otherwise.
+DEFAULT_HEALTH_HOST = "127.0.0.1"
 
 
 class UserError(PgQueueError):
@@ -66,6 +68,17 @@ def _positive_int(value: str) -> int:
         number = 0
     if number < 1:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+def _port(value: str) -> int:
+    """A probe's port: 0 lets the system choose one (the probe says which)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port from 0 to 65535, got {value!r}")
     return number
 
 
@@ -138,8 +151,15 @@ def schema_arg(args: argparse.Namespace) -> str | None:
         raise UserError(f"--schema {exc}") from exc
 
 
-def make_engine(url: str, *, schema: str | None = None, **kwargs: Any) -> Engine:
-    """An engine for the URL (``postgresql://`` mapped to psycopg), named in pg_stat_activity.
+def make_engine(
+    url: str,
+    *,
+    schema: str | None = None,
+    application_name: str = APPLICATION_NAME,
+    **kwargs: Any,
+) -> Engine:
+    """An engine for the URL (``postgresql://`` mapped to psycopg), named in pg_stat_activity
+    (``application_name``, unless the URL sets one).
 
     With ``schema``, pgqueue's table is mapped there (:func:`pgqueue.use_schema`) and the schema
     leads the search path, so the catalog queries of ``stats`` and ``doctor`` find it too.
@@ -157,7 +177,7 @@ def make_engine(url: str, *, schema: str | None = None, **kwargs: Any) -> Engine
         )
     connect_args: dict[str, Any] = {"connect_timeout": 10}
     if "application_name" not in parsed.query:
-        connect_args["application_name"] = APPLICATION_NAME
+        connect_args["application_name"] = application_name
     if schema is not None:
         connect_args["options"] = f"-c search_path={schema},public"
     try:
@@ -570,13 +590,97 @@ def _ids(ids: Sequence[int]) -> str:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    """Run a worker from ``module:attr``."""
+    """Run a worker from ``module:attr`` (``--processes N``: N worker processes)."""
+    from pgqueue._supervisor import ChildLink
+
+    link = ChildLink.from_env()  # set when a supervisor started this process
+    if link is None and args.processes > 1:
+        return _supervise(args)
+    _configure_logging(f"worker-{link.id} pid {os.getpid()}" if link is not None else None)
+    try:
+        worker = _build_worker(args)
+        host, port = (
+            (DEFAULT_HEALTH_HOST, 0 if link.health else None)
+            if link is not None
+            else (args.health_host, args.health_port)
+        )
+        if port is not None and worker.health_port is not None:
+            raise UserError(
+                f"{args.target} sets health_port={worker.health_port} in code: drop it or "
+                "--health-port (the command serves the probes)"
+            )
+        server = None if port is None else _health_server(worker, host, port)
+    except UserError as exc:
+        if link is not None:
+            link.error(str(exc))
+            link.close()
+        raise
+    try:
+        if link is not None:
+            link.started(
+                health_port=None if server is None else server.port,
+                shutdown_timeout=worker.shutdown_timeout,
+            )
+            link.watch_parent(worker.stop)
+        worker.run(until_empty=args.burst)
+    finally:
+        if server is not None:
+            server.stop()
+        if link is not None:
+            link.close()
+    return 0
+
+
+def _configure_logging(who: str | None) -> None:
+    """One line per record; a supervised worker process names itself (``worker-2 pid 123``)."""
+    prefix = f"[{who}] " if who else ""
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s %(levelname)s {prefix}%(name)s: %(message)s"
+    )
+
+
+def _health_server(probe: Any, host: str, port: int) -> Any:
+    from pgqueue.health import HealthServer
+
+    try:
+        return HealthServer(probe, host=host, port=port).start()
+    except OSError as exc:
+        raise UserError(
+            f"cannot serve health probes on {host}:{port}: {exc.strerror or exc}"
+        ) from exc
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    """``--processes N``: a supervisor of N worker processes with the same arguments."""
+    from pgqueue._supervisor import Supervisor, SupervisorOptions, child_command
+
+    _configure_logging(f"supervisor pid {os.getpid()}")
+    supervisor = Supervisor(
+        child_command(args.argv),
+        SupervisorOptions(processes=args.processes, burst=args.burst),
+        health=args.health_port is not None,
+    )
+    server = (
+        None
+        if args.health_port is None
+        else _health_server(supervisor, args.health_host, args.health_port)
+    )
+    try:
+        result = supervisor.run()
+    finally:
+        if server is not None:
+            server.stop()
+    if result.code:
+        raise UserError(result.reason, code=result.code)
+    return 0
+
+
+def _build_worker(args: argparse.Namespace) -> Any:
+    """The Worker ``args.target`` names, or one built from its handler mapping or Registry."""
     from pgqueue import worker as worker_module
+    from pgqueue._connections import worker_name
 
     target = load_target(args.target)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
     options = {
         "--queues": args.queues,
         "--concurrency": args.concurrency,
@@ -592,8 +696,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 f"{args.target} is a ready Worker: {', '.join(given)} would be ignored; "
                 "configure the Worker in code, or point at a handler mapping or Registry instead"
             )
-        worker = target
-    elif isinstance(target, Mapping):
+        return target
+    if isinstance(target, Mapping):
         handlers: dict[str, Any] = dict(target)
         definitions = target.periodic_definitions if isinstance(target, pgqueue.Registry) else ()
         if args.queues:
@@ -617,19 +721,20 @@ def cmd_worker(args: argparse.Namespace) -> int:
         url = database_url(args) or ""
         concurrency = kwargs.get("concurrency", 4)
         engine = make_engine(
-            url, schema=schema_arg(args), pool_size=concurrency + 4, max_overflow=concurrency
+            url,
+            schema=schema_arg(args),
+            application_name=worker_name(),
+            pool_size=concurrency + 4,
+            max_overflow=concurrency,
         )
-        worker = worker_module.Worker(engine, handlers, periodic=definitions, **kwargs)
-    else:
-        raise UserError(
-            f"{args.target} is a {type(target).__name__}: expected a pgqueue.Worker, "
-            "a {queue: handler} mapping or a pgqueue Registry"
-        )
-    worker.run(until_empty=args.burst)
-    return 0
+        return worker_module.Worker(engine, handlers, periodic=definitions, **kwargs)
+    raise UserError(
+        f"{args.target} is a {type(target).__name__}: expected a pgqueue.Worker, "
+        "a {queue: handler} mapping or a pgqueue Registry"
+    )
 
 
-def _port(value: str) -> int:
+def _web_port(value: str) -> int:
     try:
         number = int(value)
     except ValueError:
@@ -771,6 +876,22 @@ def build_parser() -> argparse.ArgumentParser:
         "--poll-interval", type=parse_duration, help="fallback poll interval (default 5s)"
     )
     p.add_argument("--listen-url", help="direct URL for LISTEN when --url is a pooler")
+    p.add_argument(
+        "--processes",
+        type=_positive_int,
+        default=1,
+        help="worker processes under one supervisor, each with its own engine (default 1)",
+    )
+    p.add_argument(
+        "--health-port",
+        type=_port,
+        help="serve GET /livez and /readyz on this port (with --processes: for all of them)",
+    )
+    p.add_argument(
+        "--health-host",
+        default=DEFAULT_HEALTH_HOST,
+        help=f"address of the health probes (default {DEFAULT_HEALTH_HOST}; 0.0.0.0 in a pod)",
+    )
 
     p = add("enqueue", cmd_enqueue, "insert one job and print its id")
     p.add_argument("queue", help="queue name (the job kind)")
@@ -860,7 +981,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue[web])")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=_port, default=8080, help="TCP port (default 8080)")
+    p.add_argument("--port", type=_web_port, default=8080, help="TCP port (default 8080)")
     p.add_argument(
         "--read-only", action="store_true", help="show no action; every POST answers 403"
     )
@@ -874,7 +995,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``pgqueue`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # a supervisor's children run the same command line
     url = getattr(args, "url", None) or os.environ.get(ENV_URL)
     try:
         return int(args.func(args))

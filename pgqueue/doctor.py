@@ -19,6 +19,7 @@ from sqlalchemy import Connection, text
 
 import pgqueue.migrations
 from pgqueue import admin, periodic, repository
+from pgqueue._connections import WORKER_PREFIX
 from pgqueue.pooler import check_listen
 from pgqueue.repository import DEFAULT_PURGE_AGE
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS, alter_table_sql
@@ -29,6 +30,9 @@ DEAD_RATIO_WARNING = 0.2
 DEAD_TUPLES_MIN = 1_000
 #: With many dead tuples, no autovacuum for this long is a warning.
 AUTOVACUUM_STALE = timedelta(hours=1)
+#: Free connections below this share of the usable ones (and below :data:`HEADROOM_MIN`) warn.
+HEADROOM_WARNING = 0.1
+HEADROOM_MIN = 5
 
 
 @dataclass(frozen=True)
@@ -87,6 +91,7 @@ def run_checks(
         _storage,
         _jobs,
         _periodic,
+        _connections,
         *([_listen] if listen else []),
     ):
         findings.extend(check(conn))
@@ -405,6 +410,60 @@ def _periodic(conn: Connection) -> Iterator[Finding]:
         )
     if rows and not stale and all(periodic.overdue(r, now) is None for r in rows):
         yield Finding("periodic", "ok", f"{len(rows)} periodic definition(s) fired on time")
+
+
+_CONNECTION_LIMITS = text(
+    """
+    SELECT current_setting('max_connections')::int AS max_connections,
+           current_setting('superuser_reserved_connections')::int
+             + coalesce(nullif(current_setting('reserved_connections', true), '')::int, 0)
+             AS reserved,
+           (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')
+             AS in_use
+    """
+)
+
+_WORKER_CONNECTIONS = text(
+    """
+    SELECT datname AS database, application_name, count(*) AS connections
+    FROM pg_stat_activity
+    WHERE backend_type = 'client backend' AND starts_with(application_name, :prefix)
+    GROUP BY datname, application_name
+    ORDER BY datname, application_name
+    """
+)
+
+
+def headroom_severity(usable: int, in_use: int) -> str:
+    """``warning`` when fewer than 10% of the usable connections (at least 5) are free."""
+    free = usable - in_use
+    return "warning" if free < max(HEADROOM_MIN, HEADROOM_WARNING * usable) else "ok"
+
+
+def _connections(conn: Connection) -> Iterator[Finding]:
+    limits = conn.execute(_CONNECTION_LIMITS).one()
+    rows = [dict(r._mapping) for r in conn.execute(_WORKER_CONNECTIONS, {"prefix": WORKER_PREFIX})]
+    here = conn.execute(text("SELECT current_database()")).scalar_one()
+    ours = [r for r in rows if r["database"] == here]
+    usable = limits.max_connections - limits.reserved
+    severity = headroom_severity(usable, limits.in_use)
+    message = (
+        f"{len(rows)} pgqueue worker process(es) hold {sum(r['connections'] for r in rows)} "
+        f"connection(s) on this server ({len(ours)} process(es), "
+        f"{sum(r['connections'] for r in ours)} connection(s) on this database); "
+        f"{limits.in_use} of {usable} usable connections in use (max_connections "
+        f"{limits.max_connections} - {limits.reserved} reserved): {usable - limits.in_use} free"
+    )
+    yield Finding(
+        "connections",
+        severity,
+        message,
+        "fewer worker processes or a smaller --concurrency, producers through PgBouncer, or "
+        "a higher max_connections (see docs/deploy.md, Sizing)"
+        if severity == "warning"
+        else "",
+        rows,
+    )
 
 
 def _listen(conn: Connection) -> Iterator[Finding]:

@@ -14,6 +14,7 @@ import psycopg
 import psycopg.sql
 from sqlalchemy.engine import URL
 
+from pgqueue._connections import name_kwargs, worker_name
 from pgqueue._urls import error_line, mask_url, to_libpq_url
 from pgqueue.schema import DEFAULT_CHANNEL
 
@@ -43,6 +44,8 @@ class Listener:
         min_reconnect_interval: A callable giving the least time between two connection attempts,
             evaluated at each attempt (an idle scale-to-zero worker stretches it; default 0).
         channel: The NOTIFY channel (default ``jobs``; ``<schema>.jobs`` for a schema of its own).
+        application_name: The connection's name in ``pg_stat_activity`` unless the URL sets
+            one. Default ``pgqueue-worker:<host>:<pid>``.
 
     .. versionadded:: 0.1.0
     """
@@ -57,9 +60,11 @@ class Listener:
         max_backoff: float = 10.0,
         min_reconnect_interval: Callable[[], float] = lambda: 0.0,
         channel: str = CHANNEL,
+        application_name: str | None = None,
     ) -> None:
         self.channel = channel
         self._conninfo = to_libpq_url(url)
+        self._name = name_kwargs(url, application_name or worker_name())
         self._masked = mask_url(url)
         self._on_notify = on_notify
         self._on_connected = on_connected
@@ -88,7 +93,9 @@ class Listener:
                 break
             last_attempt = time.monotonic()
             try:
-                with psycopg.connect(self._conninfo, autocommit=True, connect_timeout=10) as conn:
+                with psycopg.connect(
+                    self._conninfo, autocommit=True, connect_timeout=10, **self._name
+                ) as conn:
                     conn.execute(
                         psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(self.channel))
                     )

@@ -30,6 +30,7 @@ import psycopg.sql
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
 
+from pgqueue._connections import name_kwargs
 from pgqueue._urls import mask_url, to_libpq_url, to_sqlalchemy_url
 
 log = logging.getLogger("pgqueue.pooler")
@@ -58,17 +59,24 @@ def check_listen(
     *,
     timeout: float = LISTEN_CHECK_TIMEOUT,
     stop: threading.Event | None = None,
+    application_name: str = "pgqueue-listen-check",
 ) -> bool | None:
     """Whether ``LISTEN`` on ``listen_url`` receives a ``NOTIFY`` sent through ``engine``.
 
     Listens on a private channel, sends one notification from another connection and waits up to
     ``timeout`` seconds. ``False`` means ``listen_url`` swallows notifications (a
     transaction-mode pooler); ``None`` means the check could not run (connection refused, or
-    ``stop`` was set while waiting).
+    ``stop`` was set while waiting). The listening connection is named ``application_name``
+    unless ``listen_url`` sets one.
     """
     channel = f"pgqueue_listen_check_{uuid.uuid4().hex[:12]}"
     try:
-        with psycopg.connect(to_libpq_url(listen_url), autocommit=True, connect_timeout=10) as conn:
+        with psycopg.connect(
+            to_libpq_url(listen_url),
+            autocommit=True,
+            connect_timeout=10,
+            **name_kwargs(listen_url, application_name),
+        ) as conn:
             conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
             with engine.begin() as sender:
                 sender.execute(text("SELECT pg_notify(:channel, '')"), {"channel": channel})
@@ -90,6 +98,7 @@ def warn_if_listen_is_deaf(
     engine: Engine,
     *,
     stop: threading.Event | None = None,
+    application_name: str = "pgqueue-listen-check",
 ) -> bool | None:
     """Log a warning when the worker's ``LISTEN`` cannot work; :func:`check_listen`'s result.
 
@@ -105,7 +114,7 @@ def warn_if_listen_is_deaf(
             "a transaction-mode pooler receives nothing; pass listen_url=<direct server URL>",
             PGBOUNCER_PORT,
         )
-    reached = check_listen(listen_url, engine, stop=stop)
+    reached = check_listen(listen_url, engine, stop=stop, application_name=application_name)
     if reached is False:
         log.warning(
             "LISTEN on %s received no notification within %.0f s: is it a transaction-mode "
@@ -118,13 +127,16 @@ def warn_if_listen_is_deaf(
 
 
 def start_listen_check(
-    listen_url: str | URL, engine: Engine, stop: threading.Event
+    listen_url: str | URL,
+    engine: Engine,
+    stop: threading.Event,
+    application_name: str = "pgqueue-listen-check",
 ) -> threading.Thread:
     """Run :func:`warn_if_listen_is_deaf` in a daemon thread, so start-up never waits for it."""
     thread = threading.Thread(
         target=warn_if_listen_is_deaf,
         args=(listen_url, engine),
-        kwargs={"stop": stop},
+        kwargs={"stop": stop, "application_name": application_name},
         name="pgqueue-listen-check",
         daemon=True,
     )

