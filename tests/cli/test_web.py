@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
-import httpx
 from sqlalchemy.engine import URL
 
 from tests.cli.conftest import plain, run_pgqueue
@@ -85,17 +87,17 @@ def test_serves_on_localhost_with_auth_until_interrupted(db_url: URL) -> None:
         deadline = time.monotonic() + 30
         while True:
             try:
-                response = httpx.get(base + "/", timeout=2)
+                status, _ = _get(base + "/", None)
                 break
-            except httpx.TransportError:
+            except OSError:
                 assert proc.poll() is None, proc.communicate()
                 assert time.monotonic() < deadline, "pgqueue web did not start within 30 s"
                 time.sleep(0.1)
-        assert response.status_code == 401
-        page = httpx.get(base + "/", auth=("ops", "pw"), timeout=10)
-        assert page.status_code == 200
-        assert 'method="post"' not in page.text
-        assert "read-only" in page.text
+        assert status == 401
+        status, text = _get(base + "/", ("ops", "pw"))
+        assert status == 200
+        assert 'method="post"' not in text
+        assert "read-only" in text
     finally:
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
@@ -104,3 +106,17 @@ def test_serves_on_localhost_with_auth_until_interrupted(db_url: URL) -> None:
     assert SECRET not in out + err
     assert '"GET / HTTP/1.1" 401' in out  # uvicorn's access log
     assert err.rstrip().endswith("pgqueue web: stopped")
+
+
+def _get(url: str, auth: tuple[str, str] | None) -> tuple[int, str]:
+    """One GET with the standard library: (status, body); HTTP errors are answers too."""
+    request = urllib.request.Request(url)
+    if auth is not None:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode()
+        request.add_header("Authorization", f"Basic {token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code, error.read().decode()
