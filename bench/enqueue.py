@@ -54,7 +54,7 @@ def run(url: URL, engine: Engine, *, single: int, many: int, batch: int = 1_000)
         query = many_sql.sql.encode()
         params = dict(many_sql.params)
         for payloads in payload_batches:
-            params["payloads"] = [json.dumps(p) for p in payloads]
+            params["batch_json"] = json.dumps(payloads, separators=(",", ":"))
             raw.execute(query, params).fetchall()
             raw.commit()
     bulk_raw = batches * batch / (time.perf_counter() - t0)

@@ -7,6 +7,7 @@ validation, parameter building and row mapping exist once.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -140,7 +141,8 @@ def enqueue_many(
     unique_keys: Iterable[str | None] | None = None,
 ) -> Plan[list[int]]:
     params = _insert_params(queue, run_at, delay, max_attempts, headers, priority)
-    encoded = params["payloads"] = encode_payloads(payloads)
+    encoded = encode_payloads(payloads)
+    params["batch_json"] = _json_array(encoded)
     if unique_keys is None:
         stmt = statements.ENQUEUE_MANY if encoded else None
         new_ids: list[int] = yield Call(stmt, params, _sorted_ids)
@@ -151,7 +153,8 @@ def enqueue_many(
     for _ in range(_KEY_ROUNDS):
         if not todo:
             break
-        batch = {"payloads": [encoded[i] for i in todo], "keys": [keys[i] for i in todo]}
+        pairs = (f"[{encoded[i]},{json.dumps(keys[i])}]" for i in todo)
+        batch = {"batch_json": _json_array(pairs)}
         rows = yield Call(statements.ENQUEUE_MANY_UNIQUE, {**params, **batch}, _id_key_rows)
         held = _assign_inserted(todo, keys, rows, ids)
         todo = held
@@ -194,6 +197,11 @@ def _assign_inserted(
         else:
             held.append(i)
     return held
+
+
+def _json_array(encoded: Iterable[str]) -> str:
+    """Elements already encoded as JSON texts, as one JSON array text."""
+    return "[" + ",".join(encoded) + "]"
 
 
 def _holders_call(queue: str, keys: list[str]) -> Call[dict[str, int]]:
