@@ -109,7 +109,8 @@ class Worker:
             ``timedelta`` or seconds; default 30 seconds, extended every ``lease / 3`` while the
             job runs, so the jobs of a killed worker run again within a minute.
         poll_interval: Seconds between fallback polls of every queue. Default 5.
-        batch_size: Most jobs per claim. Default 50 (completions are batched separately, up to
+        batch_size: Most jobs per claim, and the most an adaptive prefetch claims ahead.
+            Default 100 (completions are batched separately, up to
             500 outcomes per statement).
         prefetch: Jobs claimed beyond the free handler threads, so a thread finds its next job
             waiting and one claim serves many jobs. Default None: adaptive, from
@@ -174,7 +175,7 @@ class Worker:
         async_concurrency: int = DEFAULT_ASYNC_CONCURRENCY,
         lease: timedelta | float = DEFAULT_LEASE,
         poll_interval: timedelta | float = 5.0,
-        batch_size: int = 50,
+        batch_size: int = 100,
         prefetch: int | None = None,
         listen: bool = True,
         listen_url: str | URL | None = None,
