@@ -78,6 +78,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="an interpreter whose environment has pgqueuer and asyncpg: measure pgqueuer's "
         "bulk enqueue and drain beside pgqueue's (never installed into pgqueue's environment)",
     )
+    parser.add_argument(
+        "--peer",
+        action="append",
+        default=[],
+        metavar="NAME=PYTHON",
+        help="another peer (procrastinate or awa) and an interpreter whose environment has it; "
+        "repeatable; its bulk enqueue and drain (its defaults) are reported beside pgqueue's",
+    )
     return parser.parse_args(argv)
 
 
@@ -126,6 +134,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                         timeout=sizes.timeout,
                     ),
                 }
+            for spec in args.peer:
+                name, _, python = spec.partition("=")
+                _section(f"peers: {name} (its defaults)", started)
+                results.setdefault("peers", {})[name] = peers.run_peer(
+                    name, server_url[0], python, sizes.drain_jobs, timeout=sizes.timeout
+                )
             biggest = max(results["drain"]["worker"], key=lambda w: w["concurrency"])
             results["rss"] = {
                 "concurrency": biggest["concurrency"],

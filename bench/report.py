@@ -73,8 +73,30 @@ def rows(results: dict[str, Any]) -> list[Row]:
         if coroutines:
             metric = f"worker async async_concurrency={coroutines['async_concurrency']}, jobs/s"
             out.append(("drain", metric, coroutines["jobs_per_s"], limit, None, True))
-    if results.get("peers") and enq and drain:
+    if results.get("peers", {}).get("pgqueuer") and enq and drain:
         out.extend(_peer_rows(results["peers"], enq, drain))
+    for name in ("procrastinate", "awa"):
+        other = results.get("peers", {}).get(name)
+        if other and enq and drain:
+            best = max(w["jobs_per_s"] for w in drain["worker"])
+            out += [
+                (
+                    "peers",
+                    f"enqueue_many x1000 vs {name} bulk enqueue, jobs/s",
+                    enq["many"]["jobs_per_s"],
+                    other["enqueue_jobs_per_s"],
+                    None,
+                    True,
+                ),
+                (
+                    "peers",
+                    f"best drain vs {name} drain (its defaults), jobs/s",
+                    best,
+                    other["drain_jobs_per_s"],
+                    None,
+                    True,
+                ),
+            ]
     io = results.get("io")
     if io:
         out.extend(_io_rows(io))

@@ -20,26 +20,39 @@ from pgqueue._urls import to_libpq_url
 HERE = Path(__file__).parent
 
 
+#: The peers with a script here (``<name>_peer.py``).
+PEERS = ("pgqueuer", "procrastinate", "awa")
+
+
 def run_pgqueuer(
     server_url: URL, python: str, jobs: int, *, drain_batch: int = 0, timeout: float = 600.0
 ) -> dict[str, Any]:
     """pgqueuer's bulk enqueue (1,000 per call) and no-op drain (its defaults when 0)."""
+    return run_peer("pgqueuer", server_url, python, jobs, drain_batch=drain_batch, timeout=timeout)
+
+
+def run_peer(
+    name: str,
+    server_url: URL,
+    python: str,
+    jobs: int,
+    *,
+    drain_batch: int = 0,
+    timeout: float = 600.0,
+) -> dict[str, Any]:
+    """One peer's bulk enqueue (1,000 per call) and no-op drain (its defaults when 0)."""
+    if name not in PEERS:
+        raise ValueError(f"no peer script for {name!r}: one of {', '.join(PEERS)}")
+    script = HERE / f"{name}_peer.py"
     with _db.throwaway_database(server_url) as url:
         done = subprocess.run(
-            [
-                python,
-                str(HERE / "pgqueuer_peer.py"),
-                to_libpq_url(url),
-                str(jobs),
-                "1000",
-                str(drain_batch),
-            ],
+            [python, str(script), to_libpq_url(url), str(jobs), "1000", str(drain_batch)],
             capture_output=True,
             text=True,
             timeout=timeout,
             check=False,
         )
     if done.returncode != 0:
-        raise RuntimeError(f"the pgqueuer peer failed: {done.stderr.strip()[-2000:]}")
+        raise RuntimeError(f"the {name} peer failed: {done.stderr.strip()[-2000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
