@@ -93,13 +93,15 @@ def enqueue(
     priority: int = 0,
     unique_key: str | None = None,
 ) -> Plan[int]:
+    if unique_key is not None:
+        found = yield from enqueue_unique(
+            payload, queue, run_at, delay, max_attempts, headers, priority, unique_key
+        )
+        return found.id
     params = _insert_params(queue, run_at, delay, max_attempts, headers, priority)
     params["payload_json"] = encode_payload(payload)
-    if unique_key is None:
-        new_id: int = yield Call(statements.ENQUEUE, params, _scalar_int)
-        return new_id
-    found = yield from _enqueue_keyed(params, unique_key)
-    return found.id
+    new_id: int = yield Call(statements.ENQUEUE, params, _scalar_int)
+    return new_id
 
 
 def enqueue_unique(
@@ -110,15 +112,11 @@ def enqueue_unique(
     max_attempts: int,
     headers: Mapping[str, str] | None,
     priority: int,
-    unique_key: str,
+    unique_key: object,
 ) -> Plan[EnqueuedJob]:
+    """Insert unless a live job holds the key; the inserted job, or the holder."""
     params = _insert_params(queue, run_at, delay, max_attempts, headers, priority)
     params["payload_json"] = encode_payload(payload)
-    return (yield from _enqueue_keyed(params, unique_key))
-
-
-def _enqueue_keyed(params: dict[str, Any], unique_key: object) -> Plan[EnqueuedJob]:
-    """Insert unless a live job holds the key; the inserted job, or the holder."""
     key = params["key"] = check_unique_key(unique_key)
     for _ in range(_KEY_ROUNDS):
         inserted: list[int] = yield Call(statements.ENQUEUE_UNIQUE, params, _inserted_ids)

@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import FrameType
 
+from pgqueue._signals import handle_stop_signals
 from pgqueue.health import OK, Health
 
 log = logging.getLogger("pgqueue.supervisor")
@@ -312,9 +313,6 @@ class Supervisor:
     # -- signals ----------------------------------------------------------------------------------
 
     def _install_signals(self) -> Callable[[], None]:
-        if threading.current_thread() is not threading.main_thread():
-            return lambda: None
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             self._signals += 1
@@ -330,14 +328,7 @@ class Supervisor:
             self._stopping.set()
             self._wake.set()
 
-        for sig in previous:
-            signal.signal(sig, on_signal)
-
-        def restore() -> None:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-
-        return restore
+        return handle_stop_signals(on_signal)
 
     # -- health -----------------------------------------------------------------------------------
 

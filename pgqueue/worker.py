@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,6 +31,7 @@ from pgqueue._heartbeat import Heartbeat
 from pgqueue._pulse import Pulse
 from pgqueue._runtime import Runtime
 from pgqueue._scheduler import Scheduler
+from pgqueue._signals import handle_stop_signals
 from pgqueue._threads import ThreadLane
 from pgqueue._transient import short_transaction
 from pgqueue._urls import mask_url
@@ -494,11 +494,8 @@ class Worker:
     # -- signals ----------------------------------------------------------------------------------
 
     def _install_signals(self) -> Callable[[], None]:
-        if not self.install_signal_handlers or threading.current_thread() is not (
-            threading.main_thread()
-        ):
+        if not self.install_signal_handlers:
             return lambda: None
-        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             if self._stop.is_set():
@@ -509,14 +506,7 @@ class Worker:
             log.info("signal %d: stopping (handlers get %ss)", signum, self.shutdown_timeout)
             self.stop()
 
-        for sig in previous:
-            signal.signal(sig, on_signal)
-
-        def restore() -> None:
-            for sig, old in previous.items():
-                signal.signal(sig, old)
-
-        return restore
+        return handle_stop_signals(on_signal)
 
     # -- shutdown ---------------------------------------------------------------------------------
 

@@ -31,7 +31,8 @@ WORKER_IMPORTERS = {"pgqueue", "pgqueue.cli", "pgqueue.demo"}
 #: What the process supervisor and the health server may import: the supervisor never builds an
 #: engine or a worker (its children do), and the probes know the worker only as a ``Probe``.
 NARROW_MODULES = {
-    "pgqueue._supervisor": {"pgqueue.health"},
+    "pgqueue._supervisor": {"pgqueue.health", "pgqueue._signals"},
+    "pgqueue._signals": set(),
     "pgqueue.health": {"pgqueue._urls", "pgqueue.errors"},
     "pgqueue._pulse": set(),
 }
