@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from alembic import context
+from alembic import context, op
 from sqlalchemy.dialects import postgresql
 
 from pgqueue.schema import SCHEMA_ENV_VAR, channel_for, check_schema
@@ -43,3 +43,25 @@ def qualified(name: str, schema: str | None) -> str:
 def notify_channel(schema: str | None) -> str:
     """The NOTIFY channel the trigger of this placement uses."""
     return channel_for(schema)
+
+
+def drop_invalid_index(name: str, schema: str | None) -> None:
+    """An interrupted CONCURRENTLY build leaves an INVALID index: drop it before building again.
+
+    Run it inside the same autocommit block as the build. (S608: the only value inlined is the
+    schema, a checked plain identifier; ``name`` is one of pgqueue's own index names.)
+    """
+    op.execute(
+        f"""
+        DO $$
+        BEGIN
+          IF EXISTS (
+            SELECT 1 FROM pg_index i
+            WHERE i.indexrelid = to_regclass('{qualified(name, schema)}') AND NOT i.indisvalid
+          ) THEN
+            DROP INDEX {qualified(name, schema)};
+          END IF;
+        END
+        $$
+        """  # noqa: S608
+    )

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from pgqueue.migrations.options import qualified, target_schema
+from pgqueue.migrations.options import drop_invalid_index, target_schema
 
 revision: str = "pgqueue_0003"
 down_revision: str | Sequence[str] | None = "pgqueue_0002"
@@ -25,23 +25,7 @@ depends_on: str | Sequence[str] | None = None
 def upgrade() -> None:
     schema = target_schema()
     with op.get_context().autocommit_block():
-        # A CONCURRENTLY build that was interrupted leaves an INVALID index behind: drop it first.
-        # (S608: the only value inlined is the schema, a checked plain identifier.)
-        op.execute(
-            f"""
-            DO $$
-            BEGIN
-              IF EXISTS (
-                SELECT 1 FROM pg_index i
-                WHERE i.indexrelid = to_regclass('{qualified("jobs_lease_idx", schema)}')
-                  AND NOT i.indisvalid
-              ) THEN
-                DROP INDEX {qualified("jobs_lease_idx", schema)};
-              END IF;
-            END
-            $$
-            """  # noqa: S608
-        )
+        drop_invalid_index("jobs_lease_idx", schema)
         op.create_index(
             "jobs_lease_idx",
             "jobs",

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from pgqueue.migrations.options import qualified, target_schema
+from pgqueue.migrations.options import drop_invalid_index, qualified, target_schema
 
 revision: str = "pgqueue_0006"
 down_revision: str | Sequence[str] | None = "pgqueue_0005"
@@ -31,30 +31,9 @@ depends_on: str | Sequence[str] | None = None
 _LIVE_KEYS = "unique_key IS NOT NULL AND status IN ('queued', 'running')"
 
 
-def _drop_invalid(name: str, schema: str | None) -> None:
-    """An interrupted CONCURRENTLY build leaves an INVALID index: drop it before building again.
-
-    (S608: the only value inlined is the schema, a checked plain identifier.)
-    """
-    op.execute(
-        f"""
-        DO $$
-        BEGIN
-          IF EXISTS (
-            SELECT 1 FROM pg_index i
-            WHERE i.indexrelid = to_regclass('{qualified(name, schema)}') AND NOT i.indisvalid
-          ) THEN
-            DROP INDEX {qualified(name, schema)};
-          END IF;
-        END
-        $$
-        """  # noqa: S608
-    )
-
-
 def _swap_ready_index(columns: list[str], schema: str | None) -> None:
     """Build ``jobs_ready_idx`` on ``columns`` under a temporary name, then replace the old one."""
-    _drop_invalid("jobs_ready_idx_new", schema)
+    drop_invalid_index("jobs_ready_idx_new", schema)
     op.create_index(
         "jobs_ready_idx_new",
         "jobs",
@@ -81,7 +60,7 @@ def upgrade() -> None:
     )
     with op.get_context().autocommit_block():
         _swap_ready_index(["queue", "priority", "run_at"], schema)
-        _drop_invalid("jobs_unique_key_idx", schema)
+        drop_invalid_index("jobs_unique_key_idx", schema)
         op.create_index(
             "jobs_unique_key_idx",
             "jobs",

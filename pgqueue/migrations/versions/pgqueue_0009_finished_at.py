@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from pgqueue.migrations.options import qualified, target_schema
+from pgqueue.migrations.options import drop_invalid_index, target_schema
 
 revision: str = "pgqueue_0009"
 down_revision: str | Sequence[str] | None = "pgqueue_0008"
@@ -38,27 +38,6 @@ _INDEXES = {
 }
 
 
-def _drop_invalid(name: str, schema: str | None) -> None:
-    """An interrupted CONCURRENTLY build leaves an INVALID index: drop it before building again.
-
-    (S608: the only value inlined is the schema, a checked plain identifier.)
-    """
-    op.execute(
-        f"""
-        DO $$
-        BEGIN
-          IF EXISTS (
-            SELECT 1 FROM pg_index i
-            WHERE i.indexrelid = to_regclass('{qualified(name, schema)}') AND NOT i.indisvalid
-          ) THEN
-            DROP INDEX {qualified(name, schema)};
-          END IF;
-        END
-        $$
-        """  # noqa: S608
-    )
-
-
 def upgrade() -> None:
     schema = target_schema()
     op.add_column(
@@ -68,7 +47,7 @@ def upgrade() -> None:
     )
     with op.get_context().autocommit_block():
         for name, (columns, predicate) in _INDEXES.items():
-            _drop_invalid(name, schema)
+            drop_invalid_index(name, schema)
             op.create_index(
                 name,
                 "jobs",
