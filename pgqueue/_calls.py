@@ -65,12 +65,14 @@ class Call(Generic[T]):
     """One statement to execute with its parameters, and how to turn its result into ``T``.
 
     ``statement`` is ``None`` when the answer is known without SQL (an empty batch): the runner
-    then calls ``finish(None)``.
+    then calls ``finish(None)``. ``from_rows`` is set on the calls the worker replays on the
+    driver (:mod:`pgqueue._replay`): the same mapping from rows with attribute access.
     """
 
     statement: Executable | None
     params: dict[str, Any]
     finish: Callable[[Result[Any] | None], T]
+    from_rows: Callable[[Iterable[Any]], T] | None = None
 
 
 #: A repository operation of several statements: a generator that yields each :class:`Call` and is
@@ -231,7 +233,7 @@ def claim(queue: str, limit: int, lease: timedelta) -> Call[list[ClaimedJob]]:
         "queue_name": check_queue(queue),
         "lease": check_duration("lease", lease, allow_zero=False),
     }
-    return Call(stmt, params, _claimed)
+    return Call(stmt, params, _claimed, from_rows=claimed_jobs)
 
 
 def complete(job_id: int, attempts: int) -> Call[bool]:
@@ -435,8 +437,12 @@ def _fail_results(result: Result[Any] | None) -> dict[int, FailResult]:
 
 
 def _claimed(result: Result[Any] | None) -> list[ClaimedJob]:
+    return claimed_jobs(_executed(result))
+
+
+def claimed_jobs(rows: Iterable[Any]) -> list[ClaimedJob]:
     # UPDATE ... RETURNING promises no order: restore the claim's order.
-    ordered = sorted(_executed(result), key=lambda r: (-r.priority, r.run_at, r.id))
+    ordered = sorted(rows, key=lambda r: (-r.priority, r.run_at, r.id))
     return [
         ClaimedJob(r.id, r.queue, r.payload, r.attempts, r.headers, r.priority) for r in ordered
     ]

@@ -14,13 +14,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from pgqueue import repository
 from pgqueue._pulse import Pulse
 from pgqueue._reaper import reap
+from pgqueue._replay import Replay
 from pgqueue._runtime import Runtime
-from pgqueue._transient import short_transaction
+from pgqueue._transient import retrying
 from pgqueue._window import Lane
 from pgqueue.results import ClaimedJob
 
@@ -50,6 +51,7 @@ class Claimer:
         self._engine = engine
         self._lanes = dict(lanes)
         self._opts = options
+        self._replay = Replay(engine)  # the claim's connection, held between claims
         # All under the runtime's lock.
         self._ready: dict[str, None] = {}  # queues worth a claim, in round-robin order
         self._notified: dict[str, None] = {}
@@ -99,6 +101,7 @@ class Claimer:
         try:
             self._loop(until_empty)
         finally:
+            self._replay.release()
             self.pulse.finish()
 
     def _loop(self, until_empty: bool) -> None:
@@ -136,6 +139,8 @@ class Claimer:
                 ):
                     continue
                 pulse.waiting()
+                if self.idle():
+                    self._replay.release()  # scale-to-zero: nothing held while idle
                 rt.claimer_wakeup.wait(max(0.0, min(next_poll, next_reap) - time.monotonic()))
 
     def _next_poll_interval(self) -> float:
@@ -147,6 +152,7 @@ class Claimer:
         return min(opts.idle_poll_interval, opts.poll_interval * 2.0 ** min(self._idle_polls, 30))
 
     def _reap(self) -> None:
+        self._replay.release()  # the loop holds one pooled connection at a time
         reaped = reap(
             self._engine, lock_timeout_ms=self._opts.lock_timeout_ms, hooks=self._rt.hooks
         )
@@ -194,11 +200,11 @@ class Claimer:
                 return
 
     def _claim(self, queue: str, limit: int) -> list[ClaimedJob] | None:
-        def work(conn: Connection) -> list[ClaimedJob]:
-            return repository.claim(conn, queue=queue, limit=limit, lease=self._opts.lease)
-
         # One statement in autocommit: committed before it returns, without the BEGIN and COMMIT
         # round trips, and no session state for a transaction-mode pooler.
-        return short_transaction(
-            self._engine, work, what=f"claim on queue {queue}", autocommit=True
+        return retrying(
+            lambda: repository.claim_replayed(
+                self._replay, queue=queue, limit=limit, lease=self._opts.lease
+            ),
+            what=f"claim on queue {queue}",
         )

@@ -50,17 +50,29 @@ def short_transaction(
     trips). Backs off from 50 ms to 2 s between attempts while ``keep_trying()``; returns
     ``None`` once it gave up (logged). Non-transient errors propagate.
     """
+
+    def step() -> T:
+        with engine.connect() as conn:
+            if autocommit:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+                return work(conn)
+            with conn.begin():
+                if lock_timeout_ms is not None:
+                    repository.set_local_lock_timeout(conn, lock_timeout_ms)
+                return work(conn)
+
+    return retrying(step, what=what, keep_trying=keep_trying)
+
+
+def retrying(
+    step: Callable[[], T], *, what: str, keep_trying: Callable[[], bool] = never
+) -> T | None:
+    """``step()``, run again after each transient error while ``keep_trying()`` (backing off
+    from 50 ms to 2 s); ``None`` once it gave up (logged). Non-transient errors propagate."""
     delay = 0.05
     while True:
         try:
-            with engine.connect() as conn:
-                if autocommit:
-                    conn.execution_options(isolation_level="AUTOCOMMIT")
-                    return work(conn)
-                with conn.begin():
-                    if lock_timeout_ms is not None:
-                        repository.set_local_lock_timeout(conn, lock_timeout_ms)
-                    return work(conn)
+            return step()
         except Exception as exc:
             if not is_transient(exc):
                 raise

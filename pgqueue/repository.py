@@ -15,6 +15,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from pgqueue import _calls, _periodic_calls
+from pgqueue._replay import Replay
 from pgqueue.models import JobStatus
 from pgqueue.periodic import Periodic
 from pgqueue.results import (
@@ -154,6 +155,12 @@ def claim(
     jobs of a few milliseconds (R8). Jobs come back oldest ``run_at`` first.
     """
     return _run(conn, _calls.claim(queue, limit, lease))
+
+
+def claim_replayed(replay: Replay, *, queue: str, limit: int, lease: timedelta) -> list[ClaimedJob]:
+    """The worker's claim: :func:`claim` in autocommit, on its held connection, replayed on the
+    driver after the first run (:mod:`pgqueue._replay`)."""
+    return replay.run(_calls.claim(queue, limit, lease))
 
 
 def complete(conn: Executor, job_id: int, attempts: int) -> bool:

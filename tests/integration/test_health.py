@@ -88,6 +88,8 @@ def test_readyz_fails_while_the_listener_cannot_reconnect(engine: Engine) -> Non
     with running(worker):
         port = _port(worker)
         until(lambda: probe(port, "/readyz")[0] == 200, 20, "ready")
+        with engine.connect(), engine.connect():
+            pass  # sessions in the pool for this test and the check (the claim loop keeps its own)
         with engine.connect() as conn, _connections_refused(engine):
             (terminated,) = conn.exec_driver_sql(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "

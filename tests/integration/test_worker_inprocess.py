@@ -15,7 +15,7 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
-from worker_helpers import running, scalar, until
+from worker_helpers import running, scalar, terminate_others, until
 
 import pgqueue
 from pgqueue._urls import to_libpq_url
@@ -255,13 +255,7 @@ def test_worker_recovers_when_all_its_connections_are_killed(engine: Engine, db_
     with running(worker):
         until(_listening(db_url), 10, "LISTEN")
         until(lambda: len(done) > 20, 20, "work to start")
-        with psycopg.connect(to_libpq_url(db_url), autocommit=True) as admin:
-            killed = admin.execute(
-                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND pid <> pg_backend_pid()) t"
-            ).fetchone()
-        assert killed is not None
-        assert killed[0] >= 2  # the pool's connections and the LISTEN one
+        assert terminate_others(db_url) >= 2  # the pool's connections and the LISTEN one
         time.sleep(0.5)
         until(_listening(db_url), 20, "LISTEN again")
         t0 = time.monotonic()

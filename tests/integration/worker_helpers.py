@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import psycopg
 from sqlalchemy import Engine, event, text
+from sqlalchemy.engine import URL
 
 import pgqueue
+from pgqueue._urls import to_libpq_url
 
 
 def until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -64,3 +70,66 @@ def captured_claim(engine: Engine, queue: str = "default", limit: int = 10) -> t
         conn.rollback()
     (captured,) = seen
     return captured
+
+
+class Tally:
+    """A handler that counts how many times each job ran (from any number of threads)."""
+
+    def __init__(self) -> None:
+        self.runs: Counter[int] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, job: pgqueue.JobContext) -> None:
+        with self._lock:
+            self.runs[job.id] += 1
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self.runs.values())
+
+
+def replayed_claims(records: Iterable[logging.LogRecord]) -> int:
+    """Claims the worker's claim loop replayed on the driver, from its DEBUG lines."""
+    found = (_REPLAYED.search(r.getMessage()) for r in records)
+    return sum(int(m.group(1)) for m in found if m)
+
+
+_REPLAYED = re.compile(r"given back.* after (\d+) replayed")
+
+
+def terminate_others(db_url: URL) -> int:
+    """Terminate every other session of the test's database (a real fault); how many."""
+    with psycopg.connect(to_libpq_url(db_url), autocommit=True) as admin:
+        row = admin.execute(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()) t"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def two_workers_drain(
+    engine: Engine, jobs: int, caplog: Any, **options: Any
+) -> tuple[list[int], Tally]:
+    """Enqueue ``jobs`` no-op jobs and drain them with two workers (concurrency 4, claims of 5);
+    the ids enqueued and the tally of runs."""
+    caplog.set_level(logging.DEBUG, logger="pgqueue.worker")
+    with engine.begin() as conn:
+        ids = pgqueue.enqueue_many(conn, [{"n": n} for n in range(jobs)])
+    tally = Tally()
+    workers = [
+        pgqueue.Worker(
+            engine,
+            {"default": tally},
+            concurrency=4,
+            batch_size=5,
+            install_signal_handlers=False,
+            **options,
+        )
+        for _ in range(2)
+    ]
+    done = "SELECT count(*) FROM jobs WHERE status = 'done'"
+    with running(workers[0]), running(workers[1]):
+        until(lambda: tally.total() >= jobs, 60, f"{jobs} jobs handled")
+        until(lambda: scalar(engine, done) == jobs, 30, "every completion committed")
+    return ids, tally

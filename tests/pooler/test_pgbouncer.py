@@ -19,7 +19,7 @@ import pgqueue
 from pgqueue._urls import to_libpq_url
 from pgqueue.pooler import check_listen
 from tests.cli.conftest import plain, run_pgqueue
-from tests.integration.worker_helpers import scalar, until
+from tests.integration.worker_helpers import replayed_claims, scalar, two_workers_drain, until
 
 JOBS = 5_000
 CONCURRENCY = 8
@@ -237,3 +237,16 @@ def test_periodic_ticks_fire_once_through_the_pooler(pooled_engine: Engine, db_u
     periodic_sql = [s for s in statements if "jobs_periodic" in s]
     assert periodic_sql
     assert not [s for s in statements if _SESSION_STATE.search(s)]
+
+
+def test_worker_claims_replayed_through_the_pooler_run_each_job_once(
+    pooled_engine: Engine, db_url: URL, caplog: pytest.LogCaptureFixture
+) -> None:
+    """No statement recorder here: with nobody watching, the claim loop replays its statement
+    on the driver connection, and the pooler must still see nothing but plain statements."""
+    ids, tally = two_workers_drain(pooled_engine, 1_500, caplog, listen_url=db_url)
+    assert sorted(tally.runs) == ids
+    assert set(tally.runs.values()) == {1}, "a job ran twice"
+    assert replayed_claims(caplog.records) > 0, "the claims were never replayed"
+    problems = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not problems, caplog.text  # no prepared-statement collision, no failed claim
