@@ -28,6 +28,7 @@ class Sizes:
     enqueue_single: int = 5_000
     enqueue_many: int = 100_000
     latency_samples: int = 200
+    latency_rounds: int = 3
     done_rows: int = 1_000_000
     scale_claims: int = 200
     #: The claim with priorities: ready jobs at 0, future ones at 5-9, a ready backlog at 0-9.
@@ -51,6 +52,7 @@ SMOKE = Sizes(
     enqueue_single=200,
     enqueue_many=2_000,
     latency_samples=20,
+    latency_rounds=1,
     done_rows=10_000,
     scale_claims=20,
     claim_ready=100,
@@ -155,10 +157,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 url, sizes.io_jobs, sizes.io_threads, sizes.io_coroutines, sizes.timeout
             )
             _section("latency", started)
-            results["latency"] = {
-                "worker": latency.run_worker(url, sizes.latency_samples),
-                "raw": latency.run_raw(url, engine, sizes.latency_samples),
-            }
+            results["latency"] = latency.run(
+                url, engine, sizes.latency_samples, rounds=sizes.latency_rounds
+            )
             _section("scale", started)
             results["scale"] = scale.run(
                 url, engine, done_rows=sizes.done_rows, claims=sizes.scale_claims

@@ -1,17 +1,32 @@
 """Enqueue-to-start latency with LISTEN/NOTIFY: a ``Worker`` in a thread, beside a minimal psycopg
-loop that claims with the same statement when notified."""
+loop that claims with the same statement when notified.
+
+The floor is that bare loop with the claim in autocommit: one round trip, like the worker's own
+claim. A second floor claims in a transaction (BEGIN, claim, COMMIT: three round trips with
+psycopg), the floor this benchmark used until the worker's claim went to autocommit.
+
+The producer runs in a process of its own, as a service enqueueing would: in the consumer's
+process its post-commit Python (pool check-in) held the GIL while the worker's threads woke,
+which a deployment never sees. Start times cross back over a pipe; ``perf_counter`` is the
+system-wide monotonic clock on Linux, so the two processes' readings compare. The three consumers
+run in interleaved rounds and their samples are pooled, because one round of 200 samples moves
+by 10% from one minute to the next on a small machine.
+"""
 
 from __future__ import annotations
 
+import multiprocessing
 import random
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
 import psycopg
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL
 
 import pgqueue
@@ -20,42 +35,88 @@ from pgqueue._urls import to_libpq_url
 
 #: Longest wait for one sample's job to start before the run is abandoned.
 SAMPLE_TIMEOUT = 5.0
+#: Pause between samples (plus up to 3 ms of jitter): longer than the worker's completer waits
+#: before a flush (2 ms) plus the flush, so each sample meets both sides idle.
+IDLE_GAP = 0.006
+WARMUP = 5
 
 
 class _Starts:
-    """Start times by job index, with a way to wait for one."""
+    """Records the first start of each job and tells the producer, over the pipe."""
 
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self.times: dict[int, float] = {}
+    def __init__(self, pipe: Pipe) -> None:
+        self._pipe = pipe
+        self._lock = threading.Lock()
+        self._seen: set[int] = set()
 
     def record(self, index: int) -> None:
         now = time.perf_counter()
-        with self._cond:
-            self.times.setdefault(index, now)
-            self._cond.notify_all()
-
-    def wait(self, index: int, timeout: float) -> bool:
-        with self._cond:
-            return self._cond.wait_for(lambda: index in self.times, timeout)
+        with self._lock:
+            if index in self._seen:
+                return
+            self._seen.add(index)
+            self._pipe.send((index, now))
 
 
-def _produce(engine: Engine, starts: _Starts, samples: int, warmup: int) -> list[float]:
+def _producer(url: str, samples: int, pipe: Pipe) -> None:
     """Enqueue one job per transaction, wait for its start; milliseconds from commit to start."""
+    engine = create_engine(url)
     rng = random.Random(6)
     latencies = []
-    for i in range(-warmup, samples):
-        with engine.connect() as conn:
-            tx = conn.begin()
-            pgqueue.enqueue(conn, {"i": i}, queue=_db.QUEUE)
-            tx.commit()
-            committed = time.perf_counter()
-        if not starts.wait(i, SAMPLE_TIMEOUT):
-            raise RuntimeError(f"job {i} did not start within {SAMPLE_TIMEOUT}s")
-        if i >= 0:
-            latencies.append((starts.times[i] - committed) * 1000.0)
-        time.sleep(0.002 + rng.random() * 0.003)  # let both sides go idle between samples
-    return latencies
+    try:
+        for i in range(-WARMUP, samples):
+            with engine.connect() as conn:
+                tx = conn.begin()
+                pgqueue.enqueue(conn, {"i": i}, queue=_db.QUEUE)
+                tx.commit()
+                committed = time.perf_counter()
+            if not pipe.poll(SAMPLE_TIMEOUT):
+                raise RuntimeError(f"job {i} did not start within {SAMPLE_TIMEOUT}s")
+            index, started = pipe.recv()
+            if index != i:
+                raise RuntimeError(f"job {index} started while job {i} was expected")
+            if i >= 0:
+                latencies.append((started - committed) * 1000.0)
+            time.sleep(IDLE_GAP + rng.random() * 0.003)
+        pipe.send(latencies)
+    except Exception as exc:
+        pipe.send(f"producer failed: {exc!r}")
+    finally:
+        engine.dispose()
+
+
+@contextmanager
+def _pipe() -> Iterator[tuple[Pipe, Pipe]]:
+    """Both ends: the consumer's (start times out, the latencies back) and the producer's."""
+    here, there = multiprocessing.Pipe()
+    try:
+        yield here, there
+    finally:
+        here.close()
+        there.close()
+
+
+def _produce(url: URL, samples: int, starts_pipe: Pipe, producer_end: Pipe) -> list[float]:
+    process = multiprocessing.get_context("spawn").Process(
+        target=_producer,
+        args=(url.render_as_string(hide_password=False), samples, producer_end),
+        name="bench-producer",
+        daemon=True,
+    )
+    process.start()
+    try:
+        deadline = time.monotonic() + 60.0 + samples * (SAMPLE_TIMEOUT + IDLE_GAP)
+        while not starts_pipe.poll(1.0):
+            if not process.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the latency producer stopped without an answer")
+        answer = starts_pipe.recv()
+        if isinstance(answer, str):
+            raise RuntimeError(answer)
+        return list(answer)
+    finally:
+        process.join(10.0)
+        if process.is_alive():
+            process.kill()
 
 
 def summary(latencies: list[float]) -> dict[str, Any]:
@@ -70,63 +131,73 @@ def summary(latencies: list[float]) -> dict[str, Any]:
     }
 
 
-def run_worker(url: URL, samples: int, warmup: int = 5) -> dict[str, Any]:
+def run(url: URL, engine: Engine, samples: int, rounds: int = 3) -> dict[str, Any]:
+    """The worker and both floors, ``rounds`` interleaved rounds of ``samples`` each, pooled."""
+    pooled: dict[str, list[float]] = {"worker": [], "raw": [], "raw_tx": []}
+    for _ in range(rounds):
+        pooled["raw"] += raw_samples(url, engine, samples)
+        pooled["worker"] += worker_samples(url, samples)
+        pooled["raw_tx"] += raw_samples(url, engine, samples, in_transaction=True)
+    return {name: summary(values) for name, values in pooled.items()}
+
+
+def worker_samples(url: URL, samples: int) -> list[float]:
     """The pgqueue figure: a LISTENing worker (concurrency 4) in a thread of this process."""
     _db.reset(url)
-    starts = _Starts()
+    with _pipe() as (here, there):
+        starts = _Starts(here)
 
-    def handler(job: pgqueue.JobContext) -> None:
-        starts.record(job.payload["i"])
+        def handler(job: pgqueue.JobContext) -> None:
+            starts.record(job.payload["i"])
 
-    worker_engine = _db.make_engine(url, pool_size=8)
-    producer = _db.make_engine(url)
-    worker = pgqueue.Worker(
-        worker_engine,
-        {_db.QUEUE: handler},
-        concurrency=4,
-        listen=True,
-        poll_interval=30.0,
-        install_signal_handlers=False,
-    )
-    thread = threading.Thread(target=worker.run, name="bench-worker", daemon=True)
-    thread.start()
-    try:
-        time.sleep(0.5)  # LISTEN is in place before the first sample
-        return summary(_produce(producer, starts, samples, warmup))
-    finally:
-        worker.stop()
-        thread.join(30.0)
-        worker_engine.dispose()
-        producer.dispose()
+        worker_engine = _db.make_engine(url, pool_size=8)
+        worker = pgqueue.Worker(
+            worker_engine,
+            {_db.QUEUE: handler},
+            concurrency=4,
+            listen=True,
+            poll_interval=30.0,
+            install_signal_handlers=False,
+        )
+        thread = threading.Thread(target=worker.run, name="bench-worker", daemon=True)
+        thread.start()
+        try:
+            time.sleep(0.5)  # LISTEN is in place before the first sample
+            return _produce(url, samples, here, there)
+        finally:
+            worker.stop()
+            thread.join(30.0)
+            worker_engine.dispose()
 
 
-def run_raw(url: URL, engine: Engine, samples: int, warmup: int = 5) -> dict[str, Any]:
-    """The floor: one LISTEN connection, one claiming connection, no framework in between."""
+def raw_samples(
+    url: URL, engine: Engine, samples: int, *, in_transaction: bool = False
+) -> list[float]:
+    """A floor: one LISTEN connection, one claiming connection, no framework in between."""
     _db.reset(url)
     claim = _sql.claim_sql(engine, 10)
-    starts = _Starts()
     stop = threading.Event()
     ready = threading.Event()
     errors: list[BaseException] = []
+    with _pipe() as (here, there):
+        starts = _Starts(here)
 
-    def loop() -> None:
+        def loop() -> None:
+            try:
+                _listen_and_claim(url, claim, starts.record, stop, ready, in_transaction)
+            except BaseException as exc:
+                errors.append(exc)
+                ready.set()
+
+        thread = threading.Thread(target=loop, name="bench-raw-listener", daemon=True)
+        thread.start()
         try:
-            _listen_and_claim(url, claim, starts.record, stop, ready)
-        except BaseException as exc:
-            errors.append(exc)
-            ready.set()
-
-    thread = threading.Thread(target=loop, name="bench-raw-listener", daemon=True)
-    thread.start()
-    producer = _db.make_engine(url)
-    try:
-        if not ready.wait(10.0) or errors:
-            raise RuntimeError(f"raw listener did not start: {errors}")
-        return summary(_produce(producer, starts, samples, warmup))
-    finally:
-        stop.set()
-        thread.join(10.0)
-        producer.dispose()
+            if not ready.wait(10.0) or errors:
+                raise RuntimeError(f"raw listener did not start: {errors}")
+            return _produce(url, samples, here, there)
+        finally:
+            stop.set()
+            thread.join(10.0)
 
 
 def _listen_and_claim(
@@ -135,11 +206,12 @@ def _listen_and_claim(
     record: Callable[[int], None],
     stop: threading.Event,
     ready: threading.Event,
+    in_transaction: bool,
 ) -> None:
     query = claim.sql.encode()
     with (
         psycopg.connect(to_libpq_url(url), autocommit=True) as listener,
-        psycopg.connect(to_libpq_url(url)) as worker,
+        psycopg.connect(to_libpq_url(url), autocommit=not in_transaction) as worker,
     ):
         listener.execute("LISTEN jobs")
         ready.set()
@@ -147,6 +219,7 @@ def _listen_and_claim(
         while not stop.is_set() and time.monotonic() < deadline:
             for _ in listener.notifies(timeout=0.2):
                 rows = worker.execute(query, claim.params).fetchall()
-                worker.commit()
+                if in_transaction:
+                    worker.commit()
                 for row in rows:
                     record(row[2]["i"])

@@ -114,6 +114,17 @@ def rows(results: dict[str, Any]) -> list[Row]:
                     False,
                 )
             )
+        if "raw_tx" in lat:
+            out.append(
+                (
+                    "latency",
+                    "enqueue->start p50 vs a floor claiming in a transaction, ms",
+                    lat["worker"]["p50_ms"],
+                    lat["raw_tx"]["p50_ms"],
+                    None,
+                    False,
+                )
+            )
     scale = results.get("scale")
     if scale:
         rows_k = f"{scale['done_rows']:,}"

@@ -59,6 +59,7 @@ class Replay:
         self._max_hold = max_hold
         self._driver_ok = engine.dialect.driver == "psycopg"
         self._conn: Connection | None = None
+        self._cursor: psycopg.Cursor[Any] | None = None
         self._held_since = 0.0
         self._replayed_here = 0  # on the held connection
         self._sent: dict[Hashable, _Sent] = {}
@@ -72,23 +73,20 @@ class Replay:
         key = (call.statement, tuple(sorted(call.params.items())))
         conn = self._connection()
         sent = self._sent.get(key)
-        if sent is not None and not self._watched(conn):
-            driver = conn.connection.driver_connection
-            if isinstance(driver, psycopg.Connection) and driver.autocommit:
-                try:
-                    with driver.cursor(row_factory=namedtuple_row) as cursor:
-                        cursor.execute(sent.sql, sent.params)
-                        rows = cursor.fetchall()
-                except psycopg.Error as exc:
-                    log.debug(
-                        "replayed statement failed (%s); again through SQLAlchemy", error_line(exc)
-                    )
-                    self.release(invalidate=True)
-                    conn = self._connection()
-                else:
-                    self.replayed += 1
-                    self._replayed_here += 1
-                    return call.from_rows(rows)
+        if sent is not None and self._cursor is not None and not self._watched(conn):
+            try:
+                self._cursor.execute(sent.sql, sent.params)
+                rows = self._cursor.fetchall()
+            except psycopg.Error as exc:
+                log.debug(
+                    "replayed statement failed (%s); again through SQLAlchemy", error_line(exc)
+                )
+                self.release(invalidate=True)
+                conn = self._connection()
+            else:
+                self.replayed += 1
+                self._replayed_here += 1
+                return call.from_rows(rows)
         try:
             result = conn.execute(call.statement, call.params)
             answer = call.finish(result)
@@ -104,6 +102,7 @@ class Replay:
     def release(self, *, invalidate: bool = False) -> None:
         """Give the held connection back to the pool (``invalidate``: close it for good)."""
         conn, self._conn = self._conn, None
+        cursor, self._cursor = self._cursor, None
         if conn is None:
             return
         log.debug(
@@ -113,6 +112,8 @@ class Replay:
         )
         self._replayed_here = 0
         try:
+            if cursor is not None:
+                cursor.close()
             if invalidate:
                 conn.invalidate()
             conn.close()
@@ -123,8 +124,12 @@ class Replay:
         if self._conn is not None and time.monotonic() - self._held_since > self._max_hold:
             self.release()
         if self._conn is None:
-            self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
-            self._held_since = time.monotonic()
+            conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            self._conn, self._held_since = conn, time.monotonic()
+            driver = conn.connection.driver_connection
+            if self._driver_ok and isinstance(driver, psycopg.Connection) and driver.autocommit:
+                # One cursor for the hold: a new one per claim cost ~25 µs here.
+                self._cursor = driver.cursor(row_factory=namedtuple_row)
         return self._conn
 
     def _watched(self, conn: Connection) -> bool:
