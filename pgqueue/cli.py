@@ -17,58 +17,44 @@ import logging
 import os
 import socket
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from datetime import date, datetime, timedelta, timezone
-from decimal import Decimal
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
 from typing import Any, NoReturn
 
 import psycopg
-from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy import Connection
 from sqlalchemy import exc as sa_exc
 
 import pgqueue
-from pgqueue import _durations, admin, periodic, repository
+from pgqueue import admin, periodic, repository
+from pgqueue._cli_common import (
+    ENV_URL,
+    UserError,
+    cell,
+    database_url,
+    emit,
+    emit_json,
+    json_default,
+    make_engine,
+    note,
+    parse_duration,
+    positive_int,
+    schema_arg,
+    table,
+    transaction,
+    translate_error,
+)
 from pgqueue._durations import format_duration
-from pgqueue._text import psql_table
-from pgqueue._urls import error_line, mask_text, mask_url, to_sqlalchemy_url
+from pgqueue._urls import mask_url, to_sqlalchemy_url
 from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY, check_priority, check_unique_key
 from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobStatus
-from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
+from pgqueue.schema import SCHEMA_ENV_VAR
 
-ENV_URL = "PGQUEUE_DATABASE_URL"
-APPLICATION_NAME = "pgqueue-cli"
 #: ``pgqueue web --auth`` from the environment, so the password stays off the command line.
 ENV_WEB_AUTH = "PGQUEUE_WEB_AUTH"
 #: Where ``pgqueue worker --health-port`` serves unless ``--health-host`` says otherwise.
 DEFAULT_HEALTH_HOST = "127.0.0.1"
-
-
-class UserError(PgQueueError):
-    """A problem the user can fix; printed as one line on stderr, exit code 2 by default."""
-
-    def __init__(self, message: str, *, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def parse_duration(value: str) -> timedelta:
-    """``7d``, ``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds (``1.5``) as a timedelta."""
-    try:
-        return _durations.parse_duration(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
-    return number
 
 
 def _port(value: str) -> int:
@@ -80,142 +66,6 @@ def _port(value: str) -> int:
     if not 0 <= number <= 65535:
         raise argparse.ArgumentTypeError(f"expected a TCP port from 0 to 65535, got {value!r}")
     return number
-
-
-# -- output ----------------------------------------------------------------------------------------
-
-
-def _json_default(value: object) -> object:
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Decimal):
-        return float(value)
-    return str(value)
-
-
-def emit(text: str = "") -> None:
-    """Print one line of output on stdout, passwords masked."""
-    sys.stdout.write(mask_text(text) + "\n")
-
-
-def emit_json(data: object) -> None:
-    """Print ``data`` as indented JSON on stdout, passwords masked."""
-    emit(json.dumps(data, indent=2, default=_json_default))
-
-
-def note(text: str) -> None:
-    """A progress or diagnostic line on stderr, passwords masked."""
-    sys.stderr.write(mask_text(text) + "\n")
-    sys.stderr.flush()
-
-
-def _cell(value: object, width: int = 0) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, datetime):
-        return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-    if isinstance(value, float):
-        return f"{value:.1f}"
-    text = str(value).replace("\n", " ")
-    return text if not width or len(text) <= width else text[: width - 1] + "…"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """Print rows as a psql-style table."""
-    emit(psql_table(headers, [[_cell(v, 48) for v in row] for row in rows]))
-
-
-# -- connection ----------------------------------------------------------------------------------
-
-
-def database_url(args: argparse.Namespace, *, required: bool = True) -> str | None:
-    """``--url``, else ``PGQUEUE_DATABASE_URL``; a user error when neither is set."""
-    url: str | None = getattr(args, "url", None) or os.environ.get(ENV_URL) or None
-    if url is None and required:
-        raise UserError(
-            f"no database URL: pass --url postgresql://user@host/dbname or set {ENV_URL}"
-        )
-    return url
-
-
-def schema_arg(args: argparse.Namespace) -> str | None:
-    """``--schema``, else ``PGQUEUE_SCHEMA``, else the default placement (``public.jobs``)."""
-    schema: str | None = getattr(args, "schema", None) or os.environ.get(SCHEMA_ENV_VAR) or None
-    if schema is None:
-        return None
-    try:
-        return check_schema(schema)
-    except PgQueueError as exc:
-        raise UserError(f"--schema {exc}") from exc
-
-
-def make_engine(
-    url: str,
-    *,
-    schema: str | None = None,
-    application_name: str = APPLICATION_NAME,
-    **kwargs: Any,
-) -> Engine:
-    """An engine for the URL (``postgresql://`` mapped to psycopg), named in pg_stat_activity
-    (``application_name``, unless the URL sets one).
-
-    With ``schema``, pgqueue's table is mapped there (:func:`pgqueue.use_schema`) and the schema
-    leads the search path, so the catalog queries of ``stats`` and ``doctor`` find it too.
-    """
-    try:
-        parsed = to_sqlalchemy_url(url)
-    except sa_exc.ArgumentError as exc:
-        raise UserError(
-            f"invalid database URL {mask_url(url)!r}: expected postgresql://user:password@host:5432/dbname"
-        ) from exc
-    if parsed.get_backend_name() != "postgresql":
-        raise UserError(
-            f"{mask_url(url)!r} is not a PostgreSQL URL: pgqueue needs "
-            "postgresql://user:password@host:5432/dbname"
-        )
-    connect_args: dict[str, Any] = {"connect_timeout": 10}
-    if "application_name" not in parsed.query:
-        connect_args["application_name"] = application_name
-    if schema is not None:
-        connect_args["options"] = f"-c search_path={schema},public"
-    try:
-        return use_schema(create_engine(parsed, connect_args=connect_args, **kwargs), schema)
-    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError) as exc:
-        raise UserError(f"invalid database URL {mask_url(url)!r}: {exc}") from exc
-
-
-@contextmanager
-def transaction(args: argparse.Namespace) -> Iterator[Connection]:
-    """One short transaction on the command's database, committed on success."""
-    engine = make_engine(database_url(args) or "", schema=schema_arg(args))
-    try:
-        with engine.begin() as conn:
-            yield conn
-    finally:
-        engine.dispose()
-
-
-def translate_error(exc: BaseException, url: str | None) -> str | None:
-    """One line naming the problem and its fix for the database errors users cause."""
-    where = f" ({mask_url(url)})" if url else ""
-    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None else exc
-    first_line = error_line(orig)
-    if isinstance(orig, psycopg.errors.UndefinedTable):
-        return (
-            f"the database{where} has no pgqueue schema ({first_line}): run `pgqueue migrate` first"
-        )
-    if isinstance(orig, psycopg.errors.InsufficientPrivilege):
-        return f"permission denied{where}: {first_line}; grant this role that privilege"
-    if isinstance(orig, psycopg.OperationalError):
-        return (
-            f"cannot connect to the database{where}: {first_line}; check --url or {ENV_URL} "
-            "and that the server is running"
-        )
-    if isinstance(orig, psycopg.Error):
-        return f"database error{where}: {first_line}"
-    return None
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -336,9 +186,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     for key, value in job.items():
         if key == "payload":
-            value = json.dumps(value, indent=2, default=_json_default)
+            value = json.dumps(value, indent=2, default=json_default)
             value = value.replace("\n", "\n" + " " * 15)
-        emit(f"{key + ':':<14} {_cell(value) if key != 'payload' else value}")
+        emit(f"{key + ':':<14} {cell(value) if key != 'payload' else value}")
     return 0
 
 
@@ -360,7 +210,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     emit()
     emit(
         "jobs table: "
-        + ", ".join(f"{key} {_cell(value)}" for key, value in tables.items())
+        + ", ".join(f"{key} {cell(value)}" for key, value in tables.items())
         + " (pg_stat_user_tables)"
     )
     return 0
@@ -539,7 +389,7 @@ def cmd_periodic(args: argparse.Namespace) -> int:
             if not periodic.is_stale(rows[0], now) and not args.force:
                 raise UserError(
                     f"periodic {args.remove!r} is not stale: a worker declared it at "
-                    f"{_cell(rows[0].declared_at)}; stop those workers first, or pass --force",
+                    f"{cell(rows[0].declared_at)}; stop those workers first, or pass --force",
                     code=1,
                 )
             repository.remove_periodic(conn, args.remove)
@@ -856,7 +706,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("demo", cmd_demo, "reproduce the article on an embedded or given server")
     p.add_argument(
-        "--jobs", type=_positive_int, default=10_000, help="jobs for steps 1-2 (default 10000)"
+        "--jobs", type=positive_int, default=10_000, help="jobs for steps 1-2 (default 10000)"
     )
 
     p = add("migrate", cmd_migrate, "apply pgqueue's revisions (alembic upgrade pgqueue@head)")
@@ -865,7 +715,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("worker", cmd_worker, "run a worker for module:attr (Worker, mapping or Registry)")
     p.add_argument("target", metavar="module:attr", help="e.g. myapp.jobs:registry")
     p.add_argument("--queues", help="comma-separated subset of the handlers' queues")
-    p.add_argument("--concurrency", type=_positive_int, help="handler threads (default 4)")
+    p.add_argument("--concurrency", type=positive_int, help="handler threads (default 4)")
     p.add_argument("--burst", action="store_true", help="drain the ready jobs and exit")
     p.add_argument(
         "--lease",
@@ -878,7 +728,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen-url", help="direct URL for LISTEN when --url is a pooler")
     p.add_argument(
         "--processes",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         help="worker processes under one supervisor, each with its own engine (default 1)",
     )
@@ -897,7 +747,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queue", help="queue name (the job kind)")
     p.add_argument("payload", help="JSON payload, e.g. '{\"to\": 42}'")
     p.add_argument("--delay", type=parse_duration, help="not ready before this delay (e.g. 5m)")
-    p.add_argument("--max-attempts", type=_positive_int, default=repository.DEFAULT_MAX_ATTEMPTS)
+    p.add_argument("--max-attempts", type=positive_int, default=repository.DEFAULT_MAX_ATTEMPTS)
     p.add_argument(
         "--priority",
         metavar="N",
@@ -916,7 +766,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("list", cmd_list, "list jobs, newest first")
     p.add_argument("--queue")
     p.add_argument("--status", choices=statuses)
-    p.add_argument("--limit", type=_positive_int, default=50, help="default 50")
+    p.add_argument("--limit", type=positive_int, default=50, help="default 50")
     p.add_argument("--json", action="store_true")
 
     p = add("show", cmd_show, "show one job with its payload")
@@ -960,7 +810,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--batch-size",
-        type=_positive_int,
+        type=positive_int,
         default=repository.DEFAULT_PURGE_BATCH,
         help="default 10000",
     )
@@ -971,7 +821,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", help="with --failed: only this queue")
     p.add_argument(
         "--attempts",
-        type=_positive_int,
+        type=positive_int,
         default=repository.DEFAULT_MAX_ATTEMPTS,
         help="attempts added to the budget (default 5)",
     )
