@@ -25,8 +25,9 @@ import pgqueue
 PACKAGE_DIR = Path(pgqueue.__file__).parent
 
 #: The only modules allowed to import the worker: the public ``pgqueue.Worker`` and the commands
-#: that run one. The components get their types from ``pgqueue.jobs`` and ``pgqueue._window``.
-WORKER_IMPORTERS = {"pgqueue", "pgqueue.cli", "pgqueue.demo"}
+#: that run one (``pgqueue worker``, ``pgqueue demo``). The components get their types from
+#: ``pgqueue.jobs`` and ``pgqueue._window``.
+WORKER_IMPORTERS = {"pgqueue", "pgqueue._cli_worker", "pgqueue.demo"}
 
 #: What the process supervisor and the health server may import: the supervisor never builds an
 #: engine or a worker (its children do), and the probes know the worker only as a ``Probe``.
