@@ -9,11 +9,9 @@ Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cance
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
 import os
-import socket
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
@@ -42,6 +40,7 @@ from pgqueue._cli_common import (
     transaction,
     translate_error,
 )
+from pgqueue._cli_web import ENV_WEB_AUTH, cmd_web, web_port
 from pgqueue._cli_worker import DEFAULT_HEALTH_HOST, cmd_worker, probe_port
 from pgqueue._durations import format_duration
 from pgqueue._urls import mask_url, to_sqlalchemy_url
@@ -49,10 +48,6 @@ from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY, check_priority, chec
 from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobStatus
 from pgqueue.schema import SCHEMA_ENV_VAR
-
-#: ``pgqueue web --auth`` from the environment, so the password stays off the command line.
-ENV_WEB_AUTH = "PGQUEUE_WEB_AUTH"
-
 
 # -- commands ------------------------------------------------------------------------------------
 
@@ -425,76 +420,6 @@ def _ids(ids: Sequence[int]) -> str:
     return (shown + (f", ... ({len(ids)} in all)" if len(ids) > 20 else "")) or "none"
 
 
-def _web_port(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port from 1 to 65535, got {value!r}")
-    return number
-
-
-def _check_bind(host: str, port: int) -> None:
-    """Fail with one line before serving when the address cannot be bound."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        family, kind, proto, _, address = infos[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
-    except OSError as exc:
-        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-
-
-def cmd_web(args: argparse.Namespace) -> int:
-    """Serve the dashboard (needs the web extra); Ctrl-C stops it."""
-    try:
-        import uvicorn
-
-        import pgqueue.web
-    except ImportError as exc:
-        raise UserError('pgqueue web needs the web extra: pip install "pgqueue[web]"') from exc
-    raw_auth = args.auth if args.auth is not None else os.environ.get(ENV_WEB_AUTH) or None
-    try:
-        auth = None if raw_auth is None else pgqueue.web.parse_credentials(raw_auth)
-    except PgQueueError as exc:
-        source = "--auth" if args.auth is not None else ENV_WEB_AUTH
-        raise UserError(f"{source} must be USER:PASSWORD ({exc})") from exc
-    url = database_url(args) or ""
-    engine = make_engine(url, schema=schema_arg(args))
-    try:
-        with engine.connect() as conn:
-            if not admin.schema_present(conn):
-                raise UserError(
-                    f"the database ({mask_url(url)}) has no pgqueue schema: "
-                    "run `pgqueue migrate` first"
-                )
-        _check_bind(args.host, args.port)
-        app = pgqueue.web.create_app(engine, read_only=args.read_only, auth=auth)
-        mode = "read-only" if args.read_only else "writable"
-        guard = ", basic auth" if auth else ", no auth"
-        note(
-            f"pgqueue web: {mask_url(url)} on http://{args.host}:{args.port}/ "
-            f"({mode}{guard}); Ctrl-C stops it"
-        )
-        if auth is None and args.host not in ("127.0.0.1", "localhost", "::1"):
-            note(
-                f"pgqueue web: warning: {args.host} is reachable from other machines and there is "
-                f"no --auth: anyone who reaches it can retry, cancel and purge jobs"
-            )
-        server = uvicorn.Server(
-            uvicorn.Config(app, host=args.host, port=args.port, log_level="info", lifespan="off")
-        )
-        # uvicorn shuts down gracefully on Ctrl-C, then raises the signal it held back.
-        with contextlib.suppress(KeyboardInterrupt):
-            server.run()
-    finally:
-        engine.dispose()
-    note("pgqueue web: stopped")
-    return 0
-
-
 # -- parser ----------------------------------------------------------------------------------------
 
 
@@ -652,7 +577,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue[web])")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=_web_port, default=8080, help="TCP port (default 8080)")
+    p.add_argument("--port", type=web_port, default=8080, help="TCP port (default 8080)")
     p.add_argument(
         "--read-only", action="store_true", help="show no action; every POST answers 403"
     )
