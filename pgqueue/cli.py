@@ -4,219 +4,57 @@ Built on the standard library's :mod:`argparse`, so the core needs no extra depe
 command takes ``--url`` (before or after the subcommand) or reads ``PGQUEUE_DATABASE_URL``.
 Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cancel``), 2 errors
 (bad arguments, no connection, no schema). Passwords are masked in every line printed.
+
+This module parses and dispatches; the commands live in ``_cli_ops``, ``_cli_worker`` and
+``_cli_web``, on the helpers of ``_cli_common``, and none of them imports this module back.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import dataclasses
-import importlib
-import json
-import logging
 import os
-import socket
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from datetime import date, datetime, timedelta, timezone
-from decimal import Decimal
+from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any, NoReturn
 
 import psycopg
-from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy import exc as sa_exc
 
 import pgqueue
-from pgqueue import _durations, admin, periodic, repository
-from pgqueue._durations import format_duration
-from pgqueue._text import psql_table
-from pgqueue._urls import error_line, mask_text, mask_url, to_sqlalchemy_url
-from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY, check_priority, check_unique_key
-from pgqueue.errors import InvalidArgumentError, PgQueueError
+from pgqueue import repository
+from pgqueue._cli_common import (
+    ENV_URL,
+    UserError,
+    database_url,
+    emit,
+    make_engine,
+    note,
+    parse_duration,
+    positive_int,
+    schema_arg,
+    translate_error,
+)
+from pgqueue._cli_ops import (
+    cmd_cancel,
+    cmd_doctor,
+    cmd_enqueue,
+    cmd_grants,
+    cmd_list,
+    cmd_periodic,
+    cmd_purge,
+    cmd_reap,
+    cmd_retry,
+    cmd_show,
+    cmd_stats,
+)
+from pgqueue._cli_web import ENV_WEB_AUTH, cmd_web, web_port
+from pgqueue._cli_worker import DEFAULT_HEALTH_HOST, cmd_worker, probe_port
+from pgqueue._urls import mask_url, to_sqlalchemy_url
+from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY
+from pgqueue.errors import PgQueueError
 from pgqueue.models import JobStatus
-from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
-
-ENV_URL = "PGQUEUE_DATABASE_URL"
-APPLICATION_NAME = "pgqueue-cli"
-#: ``pgqueue web --auth`` from the environment, so the password stays off the command line.
-ENV_WEB_AUTH = "PGQUEUE_WEB_AUTH"
-#: Where ``pgqueue worker --health-port`` serves unless ``--health-host`` says otherwise.
-DEFAULT_HEALTH_HOST = "127.0.0.1"
-
-
-class UserError(PgQueueError):
-    """A problem the user can fix; printed as one line on stderr, exit code 2 by default."""
-
-    def __init__(self, message: str, *, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def parse_duration(value: str) -> timedelta:
-    """``7d``, ``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds (``1.5``) as a timedelta."""
-    try:
-        return _durations.parse_duration(value)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
-
-
-def _positive_int(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
-    return number
-
-
-def _port(value: str) -> int:
-    """A probe's port: 0 lets the system choose one (the probe says which)."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = -1
-    if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port from 0 to 65535, got {value!r}")
-    return number
-
-
-# -- output ----------------------------------------------------------------------------------------
-
-
-def _json_default(value: object) -> object:
-    if isinstance(value, (datetime, date)):
-        return value.isoformat()
-    if isinstance(value, timedelta):
-        return value.total_seconds()
-    if isinstance(value, Decimal):
-        return float(value)
-    return str(value)
-
-
-def emit(text: str = "") -> None:
-    """Print one line of output on stdout, passwords masked."""
-    sys.stdout.write(mask_text(text) + "\n")
-
-
-def emit_json(data: object) -> None:
-    """Print ``data`` as indented JSON on stdout, passwords masked."""
-    emit(json.dumps(data, indent=2, default=_json_default))
-
-
-def note(text: str) -> None:
-    """A progress or diagnostic line on stderr, passwords masked."""
-    sys.stderr.write(mask_text(text) + "\n")
-    sys.stderr.flush()
-
-
-def _cell(value: object, width: int = 0) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, datetime):
-        return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-    if isinstance(value, float):
-        return f"{value:.1f}"
-    text = str(value).replace("\n", " ")
-    return text if not width or len(text) <= width else text[: width - 1] + "…"
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
-    """Print rows as a psql-style table."""
-    emit(psql_table(headers, [[_cell(v, 48) for v in row] for row in rows]))
-
-
-# -- connection ----------------------------------------------------------------------------------
-
-
-def database_url(args: argparse.Namespace, *, required: bool = True) -> str | None:
-    """``--url``, else ``PGQUEUE_DATABASE_URL``; a user error when neither is set."""
-    url: str | None = getattr(args, "url", None) or os.environ.get(ENV_URL) or None
-    if url is None and required:
-        raise UserError(
-            f"no database URL: pass --url postgresql://user@host/dbname or set {ENV_URL}"
-        )
-    return url
-
-
-def schema_arg(args: argparse.Namespace) -> str | None:
-    """``--schema``, else ``PGQUEUE_SCHEMA``, else the default placement (``public.jobs``)."""
-    schema: str | None = getattr(args, "schema", None) or os.environ.get(SCHEMA_ENV_VAR) or None
-    if schema is None:
-        return None
-    try:
-        return check_schema(schema)
-    except PgQueueError as exc:
-        raise UserError(f"--schema {exc}") from exc
-
-
-def make_engine(
-    url: str,
-    *,
-    schema: str | None = None,
-    application_name: str = APPLICATION_NAME,
-    **kwargs: Any,
-) -> Engine:
-    """An engine for the URL (``postgresql://`` mapped to psycopg), named in pg_stat_activity
-    (``application_name``, unless the URL sets one).
-
-    With ``schema``, pgqueue's table is mapped there (:func:`pgqueue.use_schema`) and the schema
-    leads the search path, so the catalog queries of ``stats`` and ``doctor`` find it too.
-    """
-    try:
-        parsed = to_sqlalchemy_url(url)
-    except sa_exc.ArgumentError as exc:
-        raise UserError(
-            f"invalid database URL {mask_url(url)!r}: expected postgresql://user:password@host:5432/dbname"
-        ) from exc
-    if parsed.get_backend_name() != "postgresql":
-        raise UserError(
-            f"{mask_url(url)!r} is not a PostgreSQL URL: pgqueue needs "
-            "postgresql://user:password@host:5432/dbname"
-        )
-    connect_args: dict[str, Any] = {"connect_timeout": 10}
-    if "application_name" not in parsed.query:
-        connect_args["application_name"] = application_name
-    if schema is not None:
-        connect_args["options"] = f"-c search_path={schema},public"
-    try:
-        return use_schema(create_engine(parsed, connect_args=connect_args, **kwargs), schema)
-    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError) as exc:
-        raise UserError(f"invalid database URL {mask_url(url)!r}: {exc}") from exc
-
-
-@contextmanager
-def transaction(args: argparse.Namespace) -> Iterator[Connection]:
-    """One short transaction on the command's database, committed on success."""
-    engine = make_engine(database_url(args) or "", schema=schema_arg(args))
-    try:
-        with engine.begin() as conn:
-            yield conn
-    finally:
-        engine.dispose()
-
-
-def translate_error(exc: BaseException, url: str | None) -> str | None:
-    """One line naming the problem and its fix for the database errors users cause."""
-    where = f" ({mask_url(url)})" if url else ""
-    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None else exc
-    first_line = error_line(orig)
-    if isinstance(orig, psycopg.errors.UndefinedTable):
-        return (
-            f"the database{where} has no pgqueue schema ({first_line}): run `pgqueue migrate` first"
-        )
-    if isinstance(orig, psycopg.errors.InsufficientPrivilege):
-        return f"permission denied{where}: {first_line}; grant this role that privilege"
-    if isinstance(orig, psycopg.OperationalError):
-        return (
-            f"cannot connect to the database{where}: {first_line}; check --url or {ENV_URL} "
-            "and that the server is running"
-        )
-    if isinstance(orig, psycopg.Error):
-        return f"database error{where}: {first_line}"
-    return None
-
+from pgqueue.schema import SCHEMA_ENV_VAR
 
 # -- commands ------------------------------------------------------------------------------------
 
@@ -245,583 +83,6 @@ def cmd_migrate(args: argparse.Namespace) -> int:
     where = "" if schema is None else f" (schema {schema})"
     emit(f"migrated {mask_url(url)} to {pgqueue.migrations.HEAD}{where}")
     return 0
-
-
-def _priority_arg(value: str) -> int:
-    try:
-        return check_priority(int(value))
-    except (ValueError, PgQueueError) as exc:
-        raise UserError(
-            f"--priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY} "
-            f"(higher runs first), got {value!r}"
-        ) from exc
-
-
-def _unique_key_arg(value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return check_unique_key(value)
-    except InvalidArgumentError as exc:
-        raise UserError(f"--unique-key {exc.problem}") from exc
-
-
-def cmd_enqueue(args: argparse.Namespace) -> int:
-    """Insert one job and print its id (with --unique-key: that of a live job holding the key)."""
-    try:
-        payload = json.loads(args.payload)
-    except ValueError as exc:
-        raise UserError(f"the payload is not valid JSON ({exc}): e.g. '{{\"to\": 42}}'") from exc
-    priority = _priority_arg(args.priority)
-    key = _unique_key_arg(args.unique_key)
-    options: dict[str, Any] = {
-        "queue": args.queue,
-        "delay": args.delay,
-        "max_attempts": args.max_attempts,
-        "priority": priority,
-    }
-    with transaction(args) as conn:
-        if key is None:
-            job_id, inserted = repository.enqueue(conn, payload, **options), True
-        else:
-            found = repository.enqueue_unique(conn, payload, unique_key=key, **options)
-            job_id, inserted = found.id, found.inserted
-    if not inserted:
-        note(
-            f"unique key {key!r} is held by live job {job_id} of queue {args.queue!r}: "
-            "no job inserted, that job's id printed"
-        )
-    if args.json:
-        emit_json({"id": job_id, "inserted": inserted})
-    else:
-        emit(str(job_id))
-    return 0
-
-
-def cmd_list(args: argparse.Namespace) -> int:
-    """List jobs, newest first."""
-    status = JobStatus(args.status) if args.status else None
-    with transaction(args) as conn:
-        rows = admin.list_jobs(conn, queue=args.queue, status=status, limit=args.limit)
-    if args.json:
-        emit_json(rows)
-        return 0
-    table(
-        ["id", "queue", "status", "prio", "attempts", "run_at", "locked_until", "last_error"],
-        [
-            (
-                r["id"],
-                r["queue"],
-                r["status"],
-                r["priority"],
-                f"{r['attempts']}/{r['max_attempts']}",
-                r["run_at"],
-                r["locked_until"],
-                r["last_error"],
-            )
-            for r in rows
-        ],
-    )
-    return 0
-
-
-def cmd_show(args: argparse.Namespace) -> int:
-    """Show one job with its payload."""
-    with transaction(args) as conn:
-        job = admin.get_job(conn, args.id)
-    if job is None:
-        raise UserError(f"no job with id {args.id}", code=1)
-    if args.json:
-        emit_json(job)
-        return 0
-    for key, value in job.items():
-        if key == "payload":
-            value = json.dumps(value, indent=2, default=_json_default)
-            value = value.replace("\n", "\n" + " " * 15)
-        emit(f"{key + ':':<14} {_cell(value) if key != 'payload' else value}")
-    return 0
-
-
-def cmd_stats(args: argparse.Namespace) -> int:
-    """Per-queue counts and the jobs table's vacuum statistics."""
-    with transaction(args) as conn:
-        queues = admin.queue_stats(conn)
-        tables = admin.table_stats(conn)
-    if args.json:
-        emit_json({"queues": queues, "table": tables})
-        return 0
-    columns = ["ready", "scheduled", "running", "expired_leases", "done", "failed"]
-    table(
-        ["queue", *columns, "oldest_ready_age_s"],
-        [[q["queue"], *(q[c] for c in columns), q["oldest_ready_age_s"]] for q in queues],
-    )
-    if not queues:
-        emit("(no jobs)")
-    emit()
-    emit(
-        "jobs table: "
-        + ", ".join(f"{key} {_cell(value)}" for key, value in tables.items())
-        + " (pg_stat_user_tables)"
-    )
-    return 0
-
-
-def cmd_doctor(args: argparse.Namespace) -> int:
-    """Check the database and print findings; the exit code is the worst severity."""
-    from pgqueue import doctor
-
-    with transaction(args) as conn:
-        findings = doctor.run_checks(conn, idle_threshold=args.idle_threshold)
-    code = doctor.exit_code(findings)
-    if args.json:
-        emit_json(
-            {
-                "status": ("healthy", "warning", "error")[code],
-                "findings": [f.as_dict() for f in findings],
-            }
-        )
-        return code
-    for finding in findings:
-        emit(f"[{finding.severity.upper():<7}] {finding.check}: {finding.message}")
-        if finding.fix:
-            emit(f"          fix: {finding.fix}")
-    emit(("healthy", "warnings found", "errors found")[code])
-    return code
-
-
-def cmd_grants(args: argparse.Namespace) -> int:
-    """Print the GRANT statements of least-privilege roles; run them as the objects' owner."""
-    from pgqueue.grants import grants_sql
-
-    if not (args.role_worker or args.role_producer or args.role_monitor):
-        raise UserError("name at least one of --role-worker, --role-producer, --role-monitor")
-    try:
-        text = grants_sql(
-            worker=args.role_worker,
-            producer=args.role_producer,
-            monitor=args.role_monitor,
-            schema=schema_arg(args),
-        )
-    except PgQueueError as exc:
-        raise UserError(str(exc)) from exc
-    sys.stdout.write(text)
-    return 0
-
-
-def cmd_reap(args: argparse.Namespace) -> int:
-    """Requeue (or fail) running jobs whose lease expired."""
-    with transaction(args) as conn:
-        reaped = repository.reap_expired(conn)
-    failed = sum(1 for job in reaped if job.status == JobStatus.FAILED.value)
-    emit(
-        f"reaped {len(reaped)} job(s) with an expired lease: "
-        f"{len(reaped) - failed} requeued, {failed} failed"
-    )
-    return 0
-
-
-def cmd_purge(args: argparse.Namespace) -> int:
-    """Delete finished jobs in batches, one short transaction per batch."""
-    status = JobStatus(args.status)
-    engine = make_engine(database_url(args) or "", schema=schema_arg(args))
-    total = 0
-    try:
-        while True:
-            with engine.begin() as conn:
-                deleted = repository.purge(
-                    conn, status=status, older_than=args.older_than, batch_size=args.batch_size
-                )
-            total += deleted
-            if deleted:
-                note(f"  purged {total} {status} job(s) so far")
-            if deleted < args.batch_size:
-                break
-    finally:
-        engine.dispose()
-    emit(f"purged {total} {status} job(s) created more than {format_duration(args.older_than)} ago")
-    return 0
-
-
-def _report_untouched(
-    conn: Connection,
-    asked: list[int],
-    changed: list[int],
-    verb: str,
-    why: Mapping[str, str],
-    explain: Callable[[list[int]], Mapping[int, str]] | None = None,
-) -> int:
-    """Name on stderr each id asked for but left alone, with the reason for its status (``why``),
-    or the reason ``explain`` gives for that id; 1 when there is one, else 0."""
-    untouched = [i for i in dict.fromkeys(asked) if i not in set(changed)]
-    statuses = admin.job_statuses(conn, untouched) if untouched else {}
-    reasons = explain(untouched) if explain is not None and untouched else {}
-    for job_id in untouched:
-        status = statuses.get(job_id)
-        reason = why.get(status or "", f"it is {status}") if status else "no such job"
-        note(f"job {job_id} not {verb}: {reasons.get(job_id, reason)}")
-    return 1 if untouched else 0
-
-
-def _held_keys(conn: Connection, job_ids: list[int]) -> dict[int, str]:
-    return {
-        job_id: f"its unique key {key!r} is held by live job {holder}"
-        for job_id, (key, holder) in admin.key_holders(conn, job_ids).items()
-    }
-
-
-def cmd_retry(args: argparse.Namespace) -> int:
-    """Requeue jobs with a fresh budget of attempts."""
-    if bool(args.ids) == bool(args.failed):
-        raise UserError("give job ids or --failed (not both)")
-    if args.queue and not args.failed:
-        raise UserError("--queue goes with --failed")
-    with transaction(args) as conn:
-        if args.failed:
-            done = repository.retry_failed(conn, queue=args.queue, attempts=args.attempts)
-            code = 0
-        else:
-            done = repository.retry(conn, args.ids, attempts=args.attempts)
-            code = _report_untouched(
-                conn,
-                args.ids,
-                done,
-                "retried",
-                {
-                    "running": "it is running (its worker holds it)",
-                    "done": "it is done",
-                    # Left alone for its key, whose holder has finished since: the key is free.
-                    "failed": "its unique key was held by another live job; try again",
-                },
-                lambda untouched: _held_keys(conn, untouched),
-            )
-    emit(f"requeued {len(done)} job(s) with {args.attempts} more attempt(s): {_ids(done)}")
-    return code
-
-
-def cmd_cancel(args: argparse.Namespace) -> int:
-    """Fail queued and running jobs with ``last_error = 'cancelled'``; say which were running."""
-    with transaction(args) as conn:
-        cancelled = repository.cancel_jobs(conn, args.ids)
-        done = [c.id for c in cancelled]
-        code = _report_untouched(
-            conn,
-            args.ids,
-            done,
-            "cancelled",
-            {
-                "running": "its row is locked right now (held inside a transaction-mode worker's "
-                "transaction, or mid-claim); try again",
-                "queued": "its row is locked right now (mid-claim); try again",
-                "done": "it is already done",
-                "failed": "it has already failed",
-            },
-        )
-    emit(f"cancelled {len(done)} job(s): {_ids(done)}")
-    running = [c.id for c in cancelled if c.was_running]
-    if running:
-        emit(f"of which running (their workers stop them): {_ids(running)}")
-    return code
-
-
-def cmd_periodic(args: argparse.Namespace) -> int:
-    """List the periodic definitions stored in the database, or remove a stale one.
-
-    A definition is stale when no worker has declared it for an hour, or two of its periods if
-    longer. ``--remove`` refuses a definition that is not stale unless ``--force``: a worker that
-    still declares it would bring it back at its next start.
-    """
-    now = datetime.now(timezone.utc)
-    if args.remove is not None:
-        with transaction(args) as conn:
-            rows = repository.periodic_states(conn, [args.remove])
-            if not rows:
-                raise UserError(f"no periodic definition named {args.remove!r}", code=1)
-            if not periodic.is_stale(rows[0], now) and not args.force:
-                raise UserError(
-                    f"periodic {args.remove!r} is not stale: a worker declared it at "
-                    f"{_cell(rows[0].declared_at)}; stop those workers first, or pass --force",
-                    code=1,
-                )
-            repository.remove_periodic(conn, args.remove)
-        emit(f"removed periodic definition {args.remove!r} (its jobs stay)")
-        return 0
-    with transaction(args) as conn:
-        rows = repository.periodic_states(conn)
-    described = [
-        {
-            **dataclasses.asdict(row),
-            "next_tick": periodic.next_tick(row, now),
-            "stale": periodic.is_stale(row, now),
-            "overdue_s": _seconds_or_none(periodic.overdue(row, now)),
-        }
-        for row in rows
-    ]
-    if args.json:
-        emit_json(described)
-        return 0
-    table(
-        ["name", "schedule", "timezone", "queue", "last_tick", "next_tick", "declared", "state"],
-        [
-            (
-                d["name"],
-                d["schedule"],
-                d["timezone"],
-                d["queue"],
-                d["last_tick"],
-                d["next_tick"],
-                d["declared_at"],
-                "stale" if d["stale"] else ("overdue" if d["overdue_s"] else "ok"),
-            )
-            for d in described
-        ],
-    )
-    if not rows:
-        emit("(no periodic definitions)")
-    return 0
-
-
-def _seconds_or_none(value: timedelta | None) -> float | None:
-    return None if value is None else value.total_seconds()
-
-
-def _ids(ids: Sequence[int]) -> str:
-    shown = ", ".join(str(i) for i in ids[:20])
-    return (shown + (f", ... ({len(ids)} in all)" if len(ids) > 20 else "")) or "none"
-
-
-def cmd_worker(args: argparse.Namespace) -> int:
-    """Run a worker from ``module:attr`` (``--processes N``: N worker processes)."""
-    from pgqueue._supervisor import ChildLink
-
-    link = ChildLink.from_env()  # set when a supervisor started this process
-    if link is None and args.processes > 1:
-        return _supervise(args)
-    _configure_logging(f"worker-{link.id} pid {os.getpid()}" if link is not None else None)
-    try:
-        worker = _build_worker(args)
-        host, port = (
-            (DEFAULT_HEALTH_HOST, 0 if link.health else None)
-            if link is not None
-            else (args.health_host, args.health_port)
-        )
-        if port is not None and worker.health_port is not None:
-            raise UserError(
-                f"{args.target} sets health_port={worker.health_port} in code: drop it or "
-                "--health-port (the command serves the probes)"
-            )
-        server = None if port is None else _health_server(worker, host, port)
-    except UserError as exc:
-        if link is not None:
-            link.error(str(exc))
-            link.close()
-        raise
-    try:
-        if link is not None:
-            link.started(
-                health_port=None if server is None else server.port,
-                shutdown_timeout=worker.shutdown_timeout,
-            )
-            link.watch_parent(worker.stop)
-        worker.run(until_empty=args.burst)
-    finally:
-        if server is not None:
-            server.stop()
-        if link is not None:
-            link.close()
-    return 0
-
-
-def _configure_logging(who: str | None) -> None:
-    """One line per record; a supervised worker process names itself (``worker-2 pid 123``)."""
-    prefix = f"[{who}] " if who else ""
-    logging.basicConfig(
-        level=logging.INFO, format=f"%(asctime)s %(levelname)s {prefix}%(name)s: %(message)s"
-    )
-
-
-def _health_server(probe: Any, host: str, port: int) -> Any:
-    from pgqueue.health import HealthServer
-
-    try:
-        return HealthServer(probe, host=host, port=port).start()
-    except OSError as exc:
-        raise UserError(
-            f"cannot serve health probes on {host}:{port}: {exc.strerror or exc}"
-        ) from exc
-
-
-def _supervise(args: argparse.Namespace) -> int:
-    """``--processes N``: a supervisor of N worker processes with the same arguments."""
-    from pgqueue._supervisor import Supervisor, SupervisorOptions, child_command
-
-    _configure_logging(f"supervisor pid {os.getpid()}")
-    supervisor = Supervisor(
-        child_command(args.argv),
-        SupervisorOptions(processes=args.processes, burst=args.burst),
-        health=args.health_port is not None,
-    )
-    server = (
-        None
-        if args.health_port is None
-        else _health_server(supervisor, args.health_host, args.health_port)
-    )
-    try:
-        result = supervisor.run()
-    finally:
-        if server is not None:
-            server.stop()
-    if result.code:
-        raise UserError(result.reason, code=result.code)
-    return 0
-
-
-def _build_worker(args: argparse.Namespace) -> Any:
-    """The Worker ``args.target`` names, or one built from its handler mapping or Registry."""
-    from pgqueue import worker as worker_module
-    from pgqueue._connections import worker_name
-
-    target = load_target(args.target)
-    options = {
-        "--queues": args.queues,
-        "--concurrency": args.concurrency,
-        "--lease": args.lease,
-        "--poll-interval": args.poll_interval,
-        "--listen-url": args.listen_url,
-        "--url": getattr(args, "url", None),
-    }
-    if isinstance(target, worker_module.Worker):
-        given = [name for name, value in options.items() if value is not None]
-        if given:
-            raise UserError(
-                f"{args.target} is a ready Worker: {', '.join(given)} would be ignored; "
-                "configure the Worker in code, or point at a handler mapping or Registry instead"
-            )
-        return target
-    if isinstance(target, Mapping):
-        handlers: dict[str, Any] = dict(target)
-        definitions = target.periodic_definitions if isinstance(target, pgqueue.Registry) else ()
-        if args.queues:
-            wanted = [q.strip() for q in args.queues.split(",") if q.strip()]
-            unknown = [q for q in wanted if q not in handlers]
-            if unknown:
-                raise UserError(
-                    f"no handler for queue(s) {', '.join(unknown)} in {args.target} "
-                    f"(it has: {', '.join(handlers)})"
-                )
-            handlers = {q: handlers[q] for q in wanted}
-        kwargs: dict[str, Any] = {}
-        for key, value in (
-            ("concurrency", args.concurrency),
-            ("lease", args.lease),
-            ("poll_interval", args.poll_interval),
-            ("listen_url", args.listen_url),
-        ):
-            if value is not None:
-                kwargs[key] = value
-        url = database_url(args) or ""
-        concurrency = kwargs.get("concurrency", 4)
-        engine = make_engine(
-            url,
-            schema=schema_arg(args),
-            application_name=worker_name(),
-            pool_size=concurrency + 4,
-            max_overflow=concurrency,
-        )
-        return worker_module.Worker(engine, handlers, periodic=definitions, **kwargs)
-    raise UserError(
-        f"{args.target} is a {type(target).__name__}: expected a pgqueue.Worker, "
-        "a {queue: handler} mapping or a pgqueue Registry"
-    )
-
-
-def _web_port(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port from 1 to 65535, got {value!r}")
-    return number
-
-
-def _check_bind(host: str, port: int) -> None:
-    """Fail with one line before serving when the address cannot be bound."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        family, kind, proto, _, address = infos[0]
-        with socket.socket(family, kind, proto) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind(address)
-    except OSError as exc:
-        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
-
-
-def cmd_web(args: argparse.Namespace) -> int:
-    """Serve the dashboard (needs the web extra); Ctrl-C stops it."""
-    try:
-        import uvicorn
-
-        import pgqueue.web
-    except ImportError as exc:
-        raise UserError('pgqueue web needs the web extra: pip install "pgqueue[web]"') from exc
-    raw_auth = args.auth if args.auth is not None else os.environ.get(ENV_WEB_AUTH) or None
-    try:
-        auth = None if raw_auth is None else pgqueue.web.parse_credentials(raw_auth)
-    except PgQueueError as exc:
-        source = "--auth" if args.auth is not None else ENV_WEB_AUTH
-        raise UserError(f"{source} must be USER:PASSWORD ({exc})") from exc
-    url = database_url(args) or ""
-    engine = make_engine(url, schema=schema_arg(args))
-    try:
-        with engine.connect() as conn:
-            if not admin.schema_present(conn):
-                raise UserError(
-                    f"the database ({mask_url(url)}) has no pgqueue schema: "
-                    "run `pgqueue migrate` first"
-                )
-        _check_bind(args.host, args.port)
-        app = pgqueue.web.create_app(engine, read_only=args.read_only, auth=auth)
-        mode = "read-only" if args.read_only else "writable"
-        guard = ", basic auth" if auth else ", no auth"
-        note(
-            f"pgqueue web: {mask_url(url)} on http://{args.host}:{args.port}/ "
-            f"({mode}{guard}); Ctrl-C stops it"
-        )
-        if auth is None and args.host not in ("127.0.0.1", "localhost", "::1"):
-            note(
-                f"pgqueue web: warning: {args.host} is reachable from other machines and there is "
-                f"no --auth: anyone who reaches it can retry, cancel and purge jobs"
-            )
-        server = uvicorn.Server(
-            uvicorn.Config(app, host=args.host, port=args.port, log_level="info", lifespan="off")
-        )
-        # uvicorn shuts down gracefully on Ctrl-C, then raises the signal it held back.
-        with contextlib.suppress(KeyboardInterrupt):
-            server.run()
-    finally:
-        engine.dispose()
-    note("pgqueue web: stopped")
-    return 0
-
-
-def load_target(spec: str) -> object:
-    """Import ``module:attr`` (the current directory first on ``sys.path``, like ``python -m``)."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise UserError(f"expected module:attr (e.g. myapp.jobs:registry), got {spec!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UserError(f"cannot import {module_name!r}: {exc}") from exc
-    target: object = module
-    for part in attr.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError as exc:
-            raise UserError(f"{module_name!r} has no attribute {attr!r}") from exc
-    return target
 
 
 # -- parser ----------------------------------------------------------------------------------------
@@ -856,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("demo", cmd_demo, "reproduce the article on an embedded or given server")
     p.add_argument(
-        "--jobs", type=_positive_int, default=10_000, help="jobs for steps 1-2 (default 10000)"
+        "--jobs", type=positive_int, default=10_000, help="jobs for steps 1-2 (default 10000)"
     )
 
     p = add("migrate", cmd_migrate, "apply pgqueue's revisions (alembic upgrade pgqueue@head)")
@@ -865,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("worker", cmd_worker, "run a worker for module:attr (Worker, mapping or Registry)")
     p.add_argument("target", metavar="module:attr", help="e.g. myapp.jobs:registry")
     p.add_argument("--queues", help="comma-separated subset of the handlers' queues")
-    p.add_argument("--concurrency", type=_positive_int, help="handler threads (default 4)")
+    p.add_argument("--concurrency", type=positive_int, help="handler threads (default 4)")
     p.add_argument("--burst", action="store_true", help="drain the ready jobs and exit")
     p.add_argument(
         "--lease",
@@ -878,13 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--listen-url", help="direct URL for LISTEN when --url is a pooler")
     p.add_argument(
         "--processes",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         help="worker processes under one supervisor, each with its own engine (default 1)",
     )
     p.add_argument(
         "--health-port",
-        type=_port,
+        type=probe_port,
         help="serve GET /livez and /readyz on this port (with --processes: for all of them)",
     )
     p.add_argument(
@@ -897,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("queue", help="queue name (the job kind)")
     p.add_argument("payload", help="JSON payload, e.g. '{\"to\": 42}'")
     p.add_argument("--delay", type=parse_duration, help="not ready before this delay (e.g. 5m)")
-    p.add_argument("--max-attempts", type=_positive_int, default=repository.DEFAULT_MAX_ATTEMPTS)
+    p.add_argument("--max-attempts", type=positive_int, default=repository.DEFAULT_MAX_ATTEMPTS)
     p.add_argument(
         "--priority",
         metavar="N",
@@ -916,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("list", cmd_list, "list jobs, newest first")
     p.add_argument("--queue")
     p.add_argument("--status", choices=statuses)
-    p.add_argument("--limit", type=_positive_int, default=50, help="default 50")
+    p.add_argument("--limit", type=positive_int, default=50, help="default 50")
     p.add_argument("--json", action="store_true")
 
     p = add("show", cmd_show, "show one job with its payload")
@@ -960,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--batch-size",
-        type=_positive_int,
+        type=positive_int,
         default=repository.DEFAULT_PURGE_BATCH,
         help="default 10000",
     )
@@ -971,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--queue", help="with --failed: only this queue")
     p.add_argument(
         "--attempts",
-        type=_positive_int,
+        type=positive_int,
         default=repository.DEFAULT_MAX_ATTEMPTS,
         help="attempts added to the budget (default 5)",
     )
@@ -981,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue[web])")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=_web_port, default=8080, help="TCP port (default 8080)")
+    p.add_argument("--port", type=web_port, default=8080, help="TCP port (default 8080)")
     p.add_argument(
         "--read-only", action="store_true", help="show no action; every POST answers 403"
     )

@@ -25,8 +25,9 @@ import pgqueue
 PACKAGE_DIR = Path(pgqueue.__file__).parent
 
 #: The only modules allowed to import the worker: the public ``pgqueue.Worker`` and the commands
-#: that run one. The components get their types from ``pgqueue.jobs`` and ``pgqueue._window``.
-WORKER_IMPORTERS = {"pgqueue", "pgqueue.cli", "pgqueue.demo"}
+#: that run one (``pgqueue worker``, ``pgqueue demo``). The components get their types from
+#: ``pgqueue.jobs`` and ``pgqueue._window``.
+WORKER_IMPORTERS = {"pgqueue", "pgqueue._cli_worker", "pgqueue.demo"}
 
 #: What the process supervisor and the health server may import: the supervisor never builds an
 #: engine or a worker (its children do), and the probes know the worker only as a ``Probe``.
@@ -331,8 +332,8 @@ def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
 
 
 def test_nothing_outside_the_dashboard_imports_it() -> None:
-    """The core must import without the web extra: only pgqueue.web's own modules (and the CLI,
-    lazily, inside ``pgqueue web``) may import pgqueue.web."""
+    """The core must import without the web extra: only pgqueue.web's own modules (and the
+    ``pgqueue web`` command, lazily) may import pgqueue.web."""
     graph = import_graph(PACKAGE_DIR)
     importers = {
         module
@@ -340,5 +341,5 @@ def test_nothing_outside_the_dashboard_imports_it() -> None:
         if any(t == "pgqueue.web" or t.startswith("pgqueue.web.") for t in targets)
         and not module.startswith("pgqueue.web")
     }
-    assert importers == {"pgqueue.cli"}
+    assert importers == {"pgqueue._cli_web"}
     assert all(not t.startswith("pgqueue.web") for t in graph["pgqueue"])

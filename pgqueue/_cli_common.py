@@ -1,0 +1,191 @@
+"""What every ``pgqueue`` command shares: user errors, argument types, output, connection.
+
+Output goes through :func:`emit` and :func:`note` so that no line printed shows a password.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+from sqlalchemy import Connection, Engine, create_engine
+from sqlalchemy import exc as sa_exc
+
+from pgqueue import _durations
+from pgqueue._text import psql_table
+from pgqueue._urls import error_line, mask_text, mask_url, to_sqlalchemy_url
+from pgqueue.errors import PgQueueError
+from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
+
+ENV_URL = "PGQUEUE_DATABASE_URL"
+APPLICATION_NAME = "pgqueue-cli"
+
+
+class UserError(PgQueueError):
+    """A problem the user can fix; printed as one line on stderr, exit code 2 by default."""
+
+    def __init__(self, message: str, *, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def parse_duration(value: str) -> timedelta:
+    """``7d``, ``5m``, ``30s``, ``1h``, ``250ms`` or plain seconds (``1.5``) as a timedelta."""
+    try:
+        return _durations.parse_duration(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def positive_int(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    return number
+
+
+# -- output ----------------------------------------------------------------------------------------
+
+
+def json_default(value: object) -> object:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, Decimal):
+        return float(value)
+    return str(value)
+
+
+def emit(text: str = "") -> None:
+    """Print one line of output on stdout, passwords masked."""
+    sys.stdout.write(mask_text(text) + "\n")
+
+
+def emit_json(data: object) -> None:
+    """Print ``data`` as indented JSON on stdout, passwords masked."""
+    emit(json.dumps(data, indent=2, default=json_default))
+
+
+def note(text: str) -> None:
+    """A progress or diagnostic line on stderr, passwords masked."""
+    sys.stderr.write(mask_text(text) + "\n")
+    sys.stderr.flush()
+
+
+def cell(value: object, width: int = 0) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, float):
+        return f"{value:.1f}"
+    text = str(value).replace("\n", " ")
+    return text if not width or len(text) <= width else text[: width - 1] + "…"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    """Print rows as a psql-style table."""
+    emit(psql_table(headers, [[cell(v, 48) for v in row] for row in rows]))
+
+
+# -- connection ----------------------------------------------------------------------------------
+
+
+def database_url(args: argparse.Namespace, *, required: bool = True) -> str | None:
+    """``--url``, else ``PGQUEUE_DATABASE_URL``; a user error when neither is set."""
+    url: str | None = getattr(args, "url", None) or os.environ.get(ENV_URL) or None
+    if url is None and required:
+        raise UserError(
+            f"no database URL: pass --url postgresql://user@host/dbname or set {ENV_URL}"
+        )
+    return url
+
+
+def schema_arg(args: argparse.Namespace) -> str | None:
+    """``--schema``, else ``PGQUEUE_SCHEMA``, else the default placement (``public.jobs``)."""
+    schema: str | None = getattr(args, "schema", None) or os.environ.get(SCHEMA_ENV_VAR) or None
+    if schema is None:
+        return None
+    try:
+        return check_schema(schema)
+    except PgQueueError as exc:
+        raise UserError(f"--schema {exc}") from exc
+
+
+def make_engine(
+    url: str,
+    *,
+    schema: str | None = None,
+    application_name: str = APPLICATION_NAME,
+    **kwargs: Any,
+) -> Engine:
+    """An engine for the URL (``postgresql://`` mapped to psycopg), named in pg_stat_activity
+    (``application_name``, unless the URL sets one).
+
+    With ``schema``, pgqueue's table is mapped there (:func:`pgqueue.use_schema`) and the schema
+    leads the search path, so the catalog queries of ``stats`` and ``doctor`` find it too.
+    """
+    try:
+        parsed = to_sqlalchemy_url(url)
+    except sa_exc.ArgumentError as exc:
+        raise UserError(
+            f"invalid database URL {mask_url(url)!r}: expected postgresql://user:password@host:5432/dbname"
+        ) from exc
+    if parsed.get_backend_name() != "postgresql":
+        raise UserError(
+            f"{mask_url(url)!r} is not a PostgreSQL URL: pgqueue needs "
+            "postgresql://user:password@host:5432/dbname"
+        )
+    connect_args: dict[str, Any] = {"connect_timeout": 10}
+    if "application_name" not in parsed.query:
+        connect_args["application_name"] = application_name
+    if schema is not None:
+        connect_args["options"] = f"-c search_path={schema},public"
+    try:
+        return use_schema(create_engine(parsed, connect_args=connect_args, **kwargs), schema)
+    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ImportError) as exc:
+        raise UserError(f"invalid database URL {mask_url(url)!r}: {exc}") from exc
+
+
+@contextmanager
+def transaction(args: argparse.Namespace) -> Iterator[Connection]:
+    """One short transaction on the command's database, committed on success."""
+    engine = make_engine(database_url(args) or "", schema=schema_arg(args))
+    try:
+        with engine.begin() as conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+def translate_error(exc: BaseException, url: str | None) -> str | None:
+    """One line naming the problem and its fix for the database errors users cause."""
+    where = f" ({mask_url(url)})" if url else ""
+    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None else exc
+    first_line = error_line(orig)
+    if isinstance(orig, psycopg.errors.UndefinedTable):
+        return (
+            f"the database{where} has no pgqueue schema ({first_line}): run `pgqueue migrate` first"
+        )
+    if isinstance(orig, psycopg.errors.InsufficientPrivilege):
+        return f"permission denied{where}: {first_line}; grant this role that privilege"
+    if isinstance(orig, psycopg.OperationalError):
+        return (
+            f"cannot connect to the database{where}: {first_line}; check --url or {ENV_URL} "
+            "and that the server is running"
+        )
+    if isinstance(orig, psycopg.Error):
+        return f"database error{where}: {first_line}"
+    return None

@@ -1,0 +1,375 @@
+"""The operator's commands: enqueue, list, show, stats, doctor, grants, reap, purge, retry,
+cancel and periodic; ``pgqueue.cli`` wires them into the parser."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from sqlalchemy import Connection
+
+from pgqueue import admin, periodic, repository
+from pgqueue._cli_common import (
+    UserError,
+    cell,
+    database_url,
+    emit,
+    emit_json,
+    json_default,
+    make_engine,
+    note,
+    schema_arg,
+    table,
+    transaction,
+)
+from pgqueue._durations import format_duration
+from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY, check_priority, check_unique_key
+from pgqueue.errors import InvalidArgumentError, PgQueueError
+from pgqueue.models import JobStatus
+
+
+def _priority_arg(value: str) -> int:
+    try:
+        return check_priority(int(value))
+    except (ValueError, PgQueueError) as exc:
+        raise UserError(
+            f"--priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY} "
+            f"(higher runs first), got {value!r}"
+        ) from exc
+
+
+def _unique_key_arg(value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_unique_key(value)
+    except InvalidArgumentError as exc:
+        raise UserError(f"--unique-key {exc.problem}") from exc
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    """Insert one job and print its id (with --unique-key: that of a live job holding the key)."""
+    try:
+        payload = json.loads(args.payload)
+    except ValueError as exc:
+        raise UserError(f"the payload is not valid JSON ({exc}): e.g. '{{\"to\": 42}}'") from exc
+    priority = _priority_arg(args.priority)
+    key = _unique_key_arg(args.unique_key)
+    options: dict[str, Any] = {
+        "queue": args.queue,
+        "delay": args.delay,
+        "max_attempts": args.max_attempts,
+        "priority": priority,
+    }
+    with transaction(args) as conn:
+        if key is None:
+            job_id, inserted = repository.enqueue(conn, payload, **options), True
+        else:
+            found = repository.enqueue_unique(conn, payload, unique_key=key, **options)
+            job_id, inserted = found.id, found.inserted
+    if not inserted:
+        note(
+            f"unique key {key!r} is held by live job {job_id} of queue {args.queue!r}: "
+            "no job inserted, that job's id printed"
+        )
+    if args.json:
+        emit_json({"id": job_id, "inserted": inserted})
+    else:
+        emit(str(job_id))
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    """List jobs, newest first."""
+    status = JobStatus(args.status) if args.status else None
+    with transaction(args) as conn:
+        rows = admin.list_jobs(conn, queue=args.queue, status=status, limit=args.limit)
+    if args.json:
+        emit_json(rows)
+        return 0
+    table(
+        ["id", "queue", "status", "prio", "attempts", "run_at", "locked_until", "last_error"],
+        [
+            (
+                r["id"],
+                r["queue"],
+                r["status"],
+                r["priority"],
+                f"{r['attempts']}/{r['max_attempts']}",
+                r["run_at"],
+                r["locked_until"],
+                r["last_error"],
+            )
+            for r in rows
+        ],
+    )
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    """Show one job with its payload."""
+    with transaction(args) as conn:
+        job = admin.get_job(conn, args.id)
+    if job is None:
+        raise UserError(f"no job with id {args.id}", code=1)
+    if args.json:
+        emit_json(job)
+        return 0
+    for key, value in job.items():
+        if key == "payload":
+            value = json.dumps(value, indent=2, default=json_default)
+            value = value.replace("\n", "\n" + " " * 15)
+        emit(f"{key + ':':<14} {cell(value) if key != 'payload' else value}")
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    """Per-queue counts and the jobs table's vacuum statistics."""
+    with transaction(args) as conn:
+        queues = admin.queue_stats(conn)
+        tables = admin.table_stats(conn)
+    if args.json:
+        emit_json({"queues": queues, "table": tables})
+        return 0
+    columns = ["ready", "scheduled", "running", "expired_leases", "done", "failed"]
+    table(
+        ["queue", *columns, "oldest_ready_age_s"],
+        [[q["queue"], *(q[c] for c in columns), q["oldest_ready_age_s"]] for q in queues],
+    )
+    if not queues:
+        emit("(no jobs)")
+    emit()
+    emit(
+        "jobs table: "
+        + ", ".join(f"{key} {cell(value)}" for key, value in tables.items())
+        + " (pg_stat_user_tables)"
+    )
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Check the database and print findings; the exit code is the worst severity."""
+    from pgqueue import doctor
+
+    with transaction(args) as conn:
+        findings = doctor.run_checks(conn, idle_threshold=args.idle_threshold)
+    code = doctor.exit_code(findings)
+    if args.json:
+        emit_json(
+            {
+                "status": ("healthy", "warning", "error")[code],
+                "findings": [f.as_dict() for f in findings],
+            }
+        )
+        return code
+    for finding in findings:
+        emit(f"[{finding.severity.upper():<7}] {finding.check}: {finding.message}")
+        if finding.fix:
+            emit(f"          fix: {finding.fix}")
+    emit(("healthy", "warnings found", "errors found")[code])
+    return code
+
+
+def cmd_grants(args: argparse.Namespace) -> int:
+    """Print the GRANT statements of least-privilege roles; run them as the objects' owner."""
+    from pgqueue.grants import grants_sql
+
+    if not (args.role_worker or args.role_producer or args.role_monitor):
+        raise UserError("name at least one of --role-worker, --role-producer, --role-monitor")
+    try:
+        text = grants_sql(
+            worker=args.role_worker,
+            producer=args.role_producer,
+            monitor=args.role_monitor,
+            schema=schema_arg(args),
+        )
+    except PgQueueError as exc:
+        raise UserError(str(exc)) from exc
+    sys.stdout.write(text)
+    return 0
+
+
+def cmd_reap(args: argparse.Namespace) -> int:
+    """Requeue (or fail) running jobs whose lease expired."""
+    with transaction(args) as conn:
+        reaped = repository.reap_expired(conn)
+    failed = sum(1 for job in reaped if job.status == JobStatus.FAILED.value)
+    emit(
+        f"reaped {len(reaped)} job(s) with an expired lease: "
+        f"{len(reaped) - failed} requeued, {failed} failed"
+    )
+    return 0
+
+
+def cmd_purge(args: argparse.Namespace) -> int:
+    """Delete finished jobs in batches, one short transaction per batch."""
+    status = JobStatus(args.status)
+    engine = make_engine(database_url(args) or "", schema=schema_arg(args))
+    total = 0
+    try:
+        while True:
+            with engine.begin() as conn:
+                deleted = repository.purge(
+                    conn, status=status, older_than=args.older_than, batch_size=args.batch_size
+                )
+            total += deleted
+            if deleted:
+                note(f"  purged {total} {status} job(s) so far")
+            if deleted < args.batch_size:
+                break
+    finally:
+        engine.dispose()
+    emit(f"purged {total} {status} job(s) created more than {format_duration(args.older_than)} ago")
+    return 0
+
+
+def _report_untouched(
+    conn: Connection,
+    asked: list[int],
+    changed: list[int],
+    verb: str,
+    why: Mapping[str, str],
+    explain: Callable[[list[int]], Mapping[int, str]] | None = None,
+) -> int:
+    """Name on stderr each id asked for but left alone, with the reason for its status (``why``),
+    or the reason ``explain`` gives for that id; 1 when there is one, else 0."""
+    untouched = [i for i in dict.fromkeys(asked) if i not in set(changed)]
+    statuses = admin.job_statuses(conn, untouched) if untouched else {}
+    reasons = explain(untouched) if explain is not None and untouched else {}
+    for job_id in untouched:
+        status = statuses.get(job_id)
+        reason = why.get(status or "", f"it is {status}") if status else "no such job"
+        note(f"job {job_id} not {verb}: {reasons.get(job_id, reason)}")
+    return 1 if untouched else 0
+
+
+def _held_keys(conn: Connection, job_ids: list[int]) -> dict[int, str]:
+    return {
+        job_id: f"its unique key {key!r} is held by live job {holder}"
+        for job_id, (key, holder) in admin.key_holders(conn, job_ids).items()
+    }
+
+
+def cmd_retry(args: argparse.Namespace) -> int:
+    """Requeue jobs with a fresh budget of attempts."""
+    if bool(args.ids) == bool(args.failed):
+        raise UserError("give job ids or --failed (not both)")
+    if args.queue and not args.failed:
+        raise UserError("--queue goes with --failed")
+    with transaction(args) as conn:
+        if args.failed:
+            done = repository.retry_failed(conn, queue=args.queue, attempts=args.attempts)
+            code = 0
+        else:
+            done = repository.retry(conn, args.ids, attempts=args.attempts)
+            code = _report_untouched(
+                conn,
+                args.ids,
+                done,
+                "retried",
+                {
+                    "running": "it is running (its worker holds it)",
+                    "done": "it is done",
+                    # Left alone for its key, whose holder has finished since: the key is free.
+                    "failed": "its unique key was held by another live job; try again",
+                },
+                lambda untouched: _held_keys(conn, untouched),
+            )
+    emit(f"requeued {len(done)} job(s) with {args.attempts} more attempt(s): {_ids(done)}")
+    return code
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    """Fail queued and running jobs with ``last_error = 'cancelled'``; say which were running."""
+    with transaction(args) as conn:
+        cancelled = repository.cancel_jobs(conn, args.ids)
+        done = [c.id for c in cancelled]
+        code = _report_untouched(
+            conn,
+            args.ids,
+            done,
+            "cancelled",
+            {
+                "running": "its row is locked right now (held inside a transaction-mode worker's "
+                "transaction, or mid-claim); try again",
+                "queued": "its row is locked right now (mid-claim); try again",
+                "done": "it is already done",
+                "failed": "it has already failed",
+            },
+        )
+    emit(f"cancelled {len(done)} job(s): {_ids(done)}")
+    running = [c.id for c in cancelled if c.was_running]
+    if running:
+        emit(f"of which running (their workers stop them): {_ids(running)}")
+    return code
+
+
+def cmd_periodic(args: argparse.Namespace) -> int:
+    """List the periodic definitions stored in the database, or remove a stale one.
+
+    A definition is stale when no worker has declared it for an hour, or two of its periods if
+    longer. ``--remove`` refuses a definition that is not stale unless ``--force``: a worker that
+    still declares it would bring it back at its next start.
+    """
+    now = datetime.now(timezone.utc)
+    if args.remove is not None:
+        with transaction(args) as conn:
+            rows = repository.periodic_states(conn, [args.remove])
+            if not rows:
+                raise UserError(f"no periodic definition named {args.remove!r}", code=1)
+            if not periodic.is_stale(rows[0], now) and not args.force:
+                raise UserError(
+                    f"periodic {args.remove!r} is not stale: a worker declared it at "
+                    f"{cell(rows[0].declared_at)}; stop those workers first, or pass --force",
+                    code=1,
+                )
+            repository.remove_periodic(conn, args.remove)
+        emit(f"removed periodic definition {args.remove!r} (its jobs stay)")
+        return 0
+    with transaction(args) as conn:
+        rows = repository.periodic_states(conn)
+    described = [
+        {
+            **dataclasses.asdict(row),
+            "next_tick": periodic.next_tick(row, now),
+            "stale": periodic.is_stale(row, now),
+            "overdue_s": _seconds_or_none(periodic.overdue(row, now)),
+        }
+        for row in rows
+    ]
+    if args.json:
+        emit_json(described)
+        return 0
+    table(
+        ["name", "schedule", "timezone", "queue", "last_tick", "next_tick", "declared", "state"],
+        [
+            (
+                d["name"],
+                d["schedule"],
+                d["timezone"],
+                d["queue"],
+                d["last_tick"],
+                d["next_tick"],
+                d["declared_at"],
+                "stale" if d["stale"] else ("overdue" if d["overdue_s"] else "ok"),
+            )
+            for d in described
+        ],
+    )
+    if not rows:
+        emit("(no periodic definitions)")
+    return 0
+
+
+def _seconds_or_none(value: timedelta | None) -> float | None:
+    return None if value is None else value.total_seconds()
+
+
+def _ids(ids: Sequence[int]) -> str:
+    shown = ", ".join(str(i) for i in ids[:20])
+    return (shown + (f", ... ({len(ids)} in all)" if len(ids) > 20 else "")) or "none"

@@ -1,0 +1,197 @@
+"""``pgqueue worker``: run the Worker a ``module:attr`` names, or supervise N processes of it.
+
+A supervised child runs this same command (``--processes`` ignored) and reports to its parent
+through :class:`pgqueue._supervisor.ChildLink`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+import pgqueue
+from pgqueue._cli_common import UserError, database_url, make_engine, schema_arg
+
+#: Where ``pgqueue worker --health-port`` serves unless ``--health-host`` says otherwise.
+DEFAULT_HEALTH_HOST = "127.0.0.1"
+
+
+def probe_port(value: str) -> int:
+    """A probe's port: 0 lets the system choose one (the probe says which)."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = -1
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a TCP port from 0 to 65535, got {value!r}")
+    return number
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run a worker from ``module:attr`` (``--processes N``: N worker processes)."""
+    from pgqueue._supervisor import ChildLink
+
+    link = ChildLink.from_env()  # set when a supervisor started this process
+    if link is None and args.processes > 1:
+        return _supervise(args)
+    _configure_logging(f"worker-{link.id} pid {os.getpid()}" if link is not None else None)
+    try:
+        worker = _build_worker(args)
+        host, port = (
+            (DEFAULT_HEALTH_HOST, 0 if link.health else None)
+            if link is not None
+            else (args.health_host, args.health_port)
+        )
+        if port is not None and worker.health_port is not None:
+            raise UserError(
+                f"{args.target} sets health_port={worker.health_port} in code: drop it or "
+                "--health-port (the command serves the probes)"
+            )
+        server = None if port is None else _health_server(worker, host, port)
+    except UserError as exc:
+        if link is not None:
+            link.error(str(exc))
+            link.close()
+        raise
+    try:
+        if link is not None:
+            link.started(
+                health_port=None if server is None else server.port,
+                shutdown_timeout=worker.shutdown_timeout,
+            )
+            link.watch_parent(worker.stop)
+        worker.run(until_empty=args.burst)
+    finally:
+        if server is not None:
+            server.stop()
+        if link is not None:
+            link.close()
+    return 0
+
+
+def _configure_logging(who: str | None) -> None:
+    """One line per record; a supervised worker process names itself (``worker-2 pid 123``)."""
+    prefix = f"[{who}] " if who else ""
+    logging.basicConfig(
+        level=logging.INFO, format=f"%(asctime)s %(levelname)s {prefix}%(name)s: %(message)s"
+    )
+
+
+def _health_server(probe: Any, host: str, port: int) -> Any:
+    from pgqueue.health import HealthServer
+
+    try:
+        return HealthServer(probe, host=host, port=port).start()
+    except OSError as exc:
+        raise UserError(
+            f"cannot serve health probes on {host}:{port}: {exc.strerror or exc}"
+        ) from exc
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    """``--processes N``: a supervisor of N worker processes with the same arguments."""
+    from pgqueue._supervisor import Supervisor, SupervisorOptions, child_command
+
+    _configure_logging(f"supervisor pid {os.getpid()}")
+    supervisor = Supervisor(
+        child_command(args.argv),
+        SupervisorOptions(processes=args.processes, burst=args.burst),
+        health=args.health_port is not None,
+    )
+    server = (
+        None
+        if args.health_port is None
+        else _health_server(supervisor, args.health_host, args.health_port)
+    )
+    try:
+        result = supervisor.run()
+    finally:
+        if server is not None:
+            server.stop()
+    if result.code:
+        raise UserError(result.reason, code=result.code)
+    return 0
+
+
+def _build_worker(args: argparse.Namespace) -> Any:
+    """The Worker ``args.target`` names, or one built from its handler mapping or Registry."""
+    from pgqueue import worker as worker_module
+    from pgqueue._connections import worker_name
+
+    target = load_target(args.target)
+    options = {
+        "--queues": args.queues,
+        "--concurrency": args.concurrency,
+        "--lease": args.lease,
+        "--poll-interval": args.poll_interval,
+        "--listen-url": args.listen_url,
+        "--url": getattr(args, "url", None),
+    }
+    if isinstance(target, worker_module.Worker):
+        given = [name for name, value in options.items() if value is not None]
+        if given:
+            raise UserError(
+                f"{args.target} is a ready Worker: {', '.join(given)} would be ignored; "
+                "configure the Worker in code, or point at a handler mapping or Registry instead"
+            )
+        return target
+    if isinstance(target, Mapping):
+        handlers: dict[str, Any] = dict(target)
+        definitions = target.periodic_definitions if isinstance(target, pgqueue.Registry) else ()
+        if args.queues:
+            wanted = [q.strip() for q in args.queues.split(",") if q.strip()]
+            unknown = [q for q in wanted if q not in handlers]
+            if unknown:
+                raise UserError(
+                    f"no handler for queue(s) {', '.join(unknown)} in {args.target} "
+                    f"(it has: {', '.join(handlers)})"
+                )
+            handlers = {q: handlers[q] for q in wanted}
+        kwargs: dict[str, Any] = {}
+        for key, value in (
+            ("concurrency", args.concurrency),
+            ("lease", args.lease),
+            ("poll_interval", args.poll_interval),
+            ("listen_url", args.listen_url),
+        ):
+            if value is not None:
+                kwargs[key] = value
+        url = database_url(args) or ""
+        concurrency = kwargs.get("concurrency", 4)
+        engine = make_engine(
+            url,
+            schema=schema_arg(args),
+            application_name=worker_name(),
+            pool_size=concurrency + 4,
+            max_overflow=concurrency,
+        )
+        return worker_module.Worker(engine, handlers, periodic=definitions, **kwargs)
+    raise UserError(
+        f"{args.target} is a {type(target).__name__}: expected a pgqueue.Worker, "
+        "a {queue: handler} mapping or a pgqueue Registry"
+    )
+
+
+def load_target(spec: str) -> object:
+    """Import ``module:attr`` (the current directory first on ``sys.path``, like ``python -m``)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"expected module:attr (e.g. myapp.jobs:registry), got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"cannot import {module_name!r}: {exc}") from exc
+    target: object = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as exc:
+            raise UserError(f"{module_name!r} has no attribute {attr!r}") from exc
+    return target
