@@ -13,9 +13,11 @@ roles get only DML:
 - worker: ``SELECT, INSERT, UPDATE`` on ``jobs`` (claim ``FOR UPDATE SKIP LOCKED``, lease
   extensions, completions, failures, the reaper; ``INSERT`` for the jobs of periodic definitions
   and for handlers that enqueue follow-up jobs) and on ``jobs_periodic`` (declaring periodic
-  definitions and firing their ticks). ``LISTEN`` needs no privilege.
+  definitions and firing their ticks); ``SELECT, INSERT, UPDATE, DELETE`` on ``jobs_workers``
+  (a worker records itself when it starts and removes its row when it stops). ``LISTEN`` needs
+  no privilege.
 - monitor (``doctor``, ``stats``, ``periodic``): ``pg_monitor`` to see every session, ``SELECT``
-  on ``jobs``, ``jobs_periodic`` and ``alembic_version``.
+  on ``jobs``, ``jobs_periodic``, ``jobs_workers`` and ``alembic_version``.
 
 Each role gets ``USAGE`` on the schema. ``purge``, ``retry`` and ``cancel`` are maintenance: run
 them as the owner, or grant ``DELETE`` (purge) and ``UPDATE`` (retry, cancel) to a role of yours;
@@ -66,6 +68,7 @@ def grants_sql(
     place = sql.Identifier(check_schema(schema) if schema is not None else "public")
     jobs = sql.SQL("{}.jobs").format(place)
     periodic = sql.SQL("{}.jobs_periodic").format(place)
+    workers = sql.SQL("{}.jobs_workers").format(place)
     version = sql.SQL("{}.alembic_version").format(place)
     lines: list[sql.Composable] = []
     roles = {
@@ -88,9 +91,14 @@ def grants_sql(
             lines.append(
                 sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}, {} TO {};").format(jobs, periodic, who)
             )
+            lines.append(
+                sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {};").format(workers, who)
+            )
         else:
             lines.append(
-                sql.SQL("GRANT SELECT ON {}, {}, {} TO {};").format(jobs, periodic, version, who)
+                sql.SQL("GRANT SELECT ON {}, {}, {}, {} TO {};").format(
+                    jobs, periodic, workers, version, who
+                )
             )
             lines.append(sql.SQL("GRANT pg_monitor TO {};").format(who))
     if not lines:

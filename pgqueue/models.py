@@ -24,7 +24,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 #: Names the revisions use, so autogenerate and the catalog agree (PostgreSQL's own defaults).
@@ -80,6 +80,16 @@ class Job(Base):
     #: When the job became ``done`` or ``failed`` (set by the same UPDATE; a retry clears it).
     #: ``None`` while queued or running, and for jobs finished before pgqueue_0009.
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    #: The last failed attempts, oldest first: ``[{"attempt", "at", "error", "traceback"}, ...]``
+    #: (pgqueue_0010); ``last_error`` holds the newest one-line error.
+    errors: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
+    #: How often a handler gave the job back with :class:`pgqueue.Snooze` (pgqueue_0010).
+    snoozes: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    #: When an operator cancelled the job (its status is then ``failed``); ``None`` otherwise.
+    cancelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    #: The worker (its ``application_name``) that claimed the job last, and when (pgqueue_0010).
+    locked_by: Mapped[str | None] = mapped_column(Text)
+    locked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (
         CheckConstraint(
@@ -155,3 +165,29 @@ class PeriodicState(Base):
 
 #: The Core table behind :class:`PeriodicState`.
 periodic_table: Table = PeriodicState.__table__  # type: ignore[assignment]
+
+
+class WorkerRecord(Base):
+    """One row per running worker process (pgqueue_0010): what it serves and since when.
+
+    Written once when the worker starts and deleted when it stops cleanly; whether it is still
+    connected is read from ``pg_stat_activity`` (its ``application_name`` is ``name``), so the row
+    of a killed worker never claims it is alive.
+
+    .. versionadded:: 0.1.0
+    """
+
+    __tablename__ = "jobs_workers"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    host: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int] = mapped_column(Integer)
+    queues: Mapped[list[str]] = mapped_column(ARRAY(Text))
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    def __repr__(self) -> str:
+        return f"WorkerRecord(name={self.name!r}, queues={self.queues!r})"
+
+
+#: The Core table behind :class:`WorkerRecord`.
+workers_table: Table = WorkerRecord.__table__  # type: ignore[assignment]

@@ -123,6 +123,11 @@ def test_columns_are_exactly_r1(engine: Engine) -> None:
         ("priority", "smallint", "NO", "0", "NO", None),  # pgqueue_0006
         ("unique_key", "text", "YES", None, "NO", None),  # pgqueue_0006
         ("finished_at", "timestamp with time zone", "YES", None, "NO", None),  # pgqueue_0009
+        ("errors", "jsonb", "YES", None, "NO", None),  # pgqueue_0010
+        ("snoozes", "integer", "NO", "0", "NO", None),  # pgqueue_0010
+        ("cancelled_at", "timestamp with time zone", "YES", None, "NO", None),  # pgqueue_0010
+        ("locked_by", "text", "YES", None, "NO", None),  # pgqueue_0010
+        ("locked_at", "timestamp with time zone", "YES", None, "NO", None),  # pgqueue_0010
     ]
 
 
@@ -412,5 +417,47 @@ def test_finished_at_revision_round_trips_in_a_schema_with_rows(
     assert unset == 2  # no backfill: rewriting a live table's history is not a migration's job
     pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0008", schema="queue")
     assert catalog() == ([], {})
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2
+
+
+def test_attempt_history_revision_round_trips_in_a_schema_with_rows(
+    empty_db_url: URL, empty_engine: Engine
+) -> None:
+    """pgqueue_0010 adds five columns (no rewrite: existing rows read the defaults) and
+    ``jobs_workers``; its downgrade removes exactly those and keeps the rows."""
+    added = ["errors", "snoozes", "cancelled_at", "locked_by", "locked_at"]
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0009", schema="queue")
+    with empty_engine.begin() as conn:
+        conn.execute(text("INSERT INTO queue.jobs (payload) VALUES ('1'), ('2')"))
+
+    def catalog() -> tuple[list[str], object]:
+        with empty_engine.connect() as conn:
+            columns = conn.execute(
+                text(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_schema = 'queue' AND table_name = 'jobs' "
+                    "AND column_name = ANY(:names) ORDER BY ordinal_position"
+                ),
+                {"names": added},
+            ).scalars()
+            workers = conn.execute(text("SELECT to_regclass('queue.jobs_workers')")).scalar_one()
+            return list(columns), workers
+
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0010", schema="queue")
+    assert catalog() == (added, "queue.jobs_workers")
+    with empty_engine.begin() as conn:
+        snoozes = conn.execute(text("SELECT snoozes FROM queue.jobs ORDER BY id")).scalars()
+        assert list(snoozes) == [0, 0]
+        conn.execute(
+            text(
+                "INSERT INTO queue.jobs_workers (name, host, pid, queues) "
+                "VALUES ('w', 'h', 1, '{a}')"
+            )
+        )
+        public = conn.execute(text("SELECT to_regclass('public.jobs_workers')")).scalar_one()
+    assert public is None
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0009", schema="queue")
+    assert catalog() == ([], None)
     with empty_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2

@@ -17,6 +17,7 @@ def test_names_are_quoted_identifiers() -> None:
         'GRANT USAGE ON SCHEMA "pgq" TO "w""; DROP TABLE jobs; --";',
         'GRANT SELECT, INSERT, UPDATE ON "pgq".jobs, "pgq".jobs_periodic '
         'TO "w""; DROP TABLE jobs; --";',
+        'GRANT SELECT, INSERT, UPDATE, DELETE ON "pgq".jobs_workers TO "w""; DROP TABLE jobs; --";',
     ]
 
 
@@ -33,8 +34,8 @@ def test_producer_reads_only_what_a_unique_enqueue_needs() -> None:
 def test_monitor_gets_pg_monitor_and_read_access() -> None:
     out = grants_sql(monitor="mon")
     assert (
-        'GRANT SELECT ON "public".jobs, "public".jobs_periodic, "public".alembic_version '
-        'TO "mon";' in out
+        'GRANT SELECT ON "public".jobs, "public".jobs_periodic, "public".jobs_workers, '
+        '"public".alembic_version TO "mon";' in out
     )
     assert 'GRANT pg_monitor TO "mon";' in out
 
