@@ -96,3 +96,37 @@ def _status(engine: Engine, job_id: int) -> Any:
 def _reap(engine: Engine) -> list[int]:
     with engine.begin() as conn:
         return [r.id for r in pgqueue.reap_expired(conn)]
+
+
+def test_a_handler_that_stops_on_job_stopping_gives_its_job_back_with_snooze(
+    effects: Engine, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    # Issue #20 item 2: a handler returning early on job.stopping got its unfinished job marked
+    # done. ``raise pgqueue.Snooze(0)`` gives it back without using up an attempt, so even with
+    # max_attempts=1 a later worker runs it to the end.
+    with effects.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {"sleep": 3}, queue="polite", max_attempts=1)
+    first = spawn(concurrency=1, lease=3, shutdown=10, poll=0.2)
+    until(lambda: scalar(effects, "SELECT count(*) FROM effects") == 1, 20, "the handler")
+    first.send_signal(signal.SIGTERM)
+    assert first.wait(20) == 0
+    with effects.connect() as conn:
+        given_back = conn.execute(
+            text(
+                "SELECT status, attempts, max_attempts, snoozes, run_at <= now() AS ready,"
+                " locked_until, last_error, finished_at FROM jobs WHERE id = :id"
+            ),
+            {"id": job_id},
+        ).one()
+    assert tuple(given_back) == ("queued", 1, 2, 1, True, None, None, None)
+
+    second = spawn(concurrency=1, lease=3, poll=0.2, until_empty=1)
+    assert second.wait(20) == 0
+    with effects.connect() as conn:
+        runs = conn.execute(text("SELECT attempts, pid FROM effects ORDER BY attempts")).all()
+        row = conn.execute(
+            text("SELECT status, attempts, max_attempts, snoozes FROM jobs WHERE id = :id"),
+            {"id": job_id},
+        ).one()
+    assert [tuple(r) for r in runs] == [(1, first.pid), (2, second.pid)]
+    assert tuple(row) == ("done", 2, 2, 1)
