@@ -15,7 +15,7 @@ from pgqueue.errors import (
     UniqueKeyError,
 )
 from pgqueue.hooks import WorkerHooks
-from pgqueue.jobs import JobContext, Outcome, Registry, WorkerStats
+from pgqueue.jobs import JobContext, Outcome, Registry, Snooze, WorkerStats
 from pgqueue.models import Job, JobStatus, metadata
 from pgqueue.periodic import Periodic
 from pgqueue.pooler import pooled_engine_options
@@ -70,6 +70,7 @@ __all__ = [
     "ReapedJob",
     "Registry",
     "RetryPolicy",
+    "Snooze",
     "UniqueKeyError",
     "Worker",
     "WorkerHooks",

@@ -26,6 +26,7 @@ from pgqueue._validation import (
     check_priority,
     check_queue,
     check_schedule,
+    check_snooze_delay,
     check_unique_key,
     check_unique_keys,
     encode_headers,
@@ -259,6 +260,11 @@ def fail(
     return Call(statements.FAIL, {**params, **_guard_params(job_id, attempts)}, _fail_result)
 
 
+def snooze(job_id: int, attempts: int, delay: timedelta | float) -> Call[bool]:
+    params = {"delay_seconds": check_snooze_delay(delay).total_seconds()}
+    return Call(statements.SNOOZE, {**params, **_guard_params(job_id, attempts)}, _matched)
+
+
 def reap_expired() -> Call[list[ReapedJob]]:
     return Call(statements.REAP_EXPIRED, {}, _reaped)
 
@@ -354,6 +360,20 @@ def fail_many(
         "cap_seconds": cap.total_seconds(),
     }
     return Call(statements.FAIL_MANY if failures else None, params, _fail_results)
+
+
+def snooze_many(
+    snoozes: Sequence[tuple[int, int, timedelta]], lock_timeout_ms: int | None = None
+) -> Call[set[int]]:
+    """``snoozes``: ``(job_id, claimed_attempts, delay)``, the delays already checked by
+    :class:`pgqueue.Snooze`."""
+    params = {
+        "lock_timeout": _ms(lock_timeout_ms),
+        "batch_ids": [s[0] for s in snoozes],
+        "batch_attempts": [s[1] for s in snoozes],
+        "batch_delays": [s[2].total_seconds() for s in snoozes],
+    }
+    return Call(statements.SNOOZE_MANY if snoozes else None, params, _id_set)
 
 
 def _batch(

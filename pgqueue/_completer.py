@@ -1,11 +1,12 @@
 """The completer: batches the outcomes of finished jobs into one guarded statement each.
 
 Handlers hand their outcome over and return at once; one thread turns everything that arrived
-within a few milliseconds into one flush: ``complete_many``, ``fail_many`` per retry policy, then
-one ``settled_among`` for any job whose guard matched nothing. Each is one statement in
-autocommit that sets its own lock timeout, so a flush of completions is one round trip. A lost
-connection, a deadlock or a lock timeout retries the flush from the first statement that did not
-commit, so a finished job is not run again for want of its write.
+within a few milliseconds into one flush: ``complete_many``, ``fail_many`` per retry policy,
+``snooze_many`` (only when a handler raised :class:`pgqueue.Snooze`), then one ``settled_among``
+for any job whose guard matched nothing. Each is one statement in autocommit that sets its own
+lock timeout, so a flush of completions is one round trip. A lost connection, a deadlock or a
+lock timeout retries the flush from the first statement that did not commit, so a finished job is
+not run again for want of its write.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 
 from sqlalchemy import Connection, Engine
 
@@ -76,6 +78,7 @@ class Completer:
         self._cond = threading.Condition()
         self._done: list[Held] = []
         self._failed: list[Failure] = []
+        self._snoozed: list[Held] = []
         self._closing = False
         self._give_up_at: float | None = None
         self.pulse = Pulse("completer")
@@ -94,8 +97,14 @@ class Completer:
             self._failed.append(Failure(held, error, retry, policy))
             self._wake()
 
+    def snooze(self, held: Held) -> None:
+        """``held.snooze`` says when the job is ready again."""
+        with self._cond:
+            self._snoozed.append(held)
+            self._wake()
+
     def _wake(self) -> None:
-        queued = len(self._done) + len(self._failed)
+        queued = len(self._done) + len(self._failed) + len(self._snoozed)
         if queued == 1 or queued >= self._batch_size:
             self._cond.notify()  # the first wakes the thread, a full batch ends its wait
 
@@ -116,32 +125,38 @@ class Completer:
         while True:
             with self._cond:
                 self.pulse.waiting()
-                while not (self._done or self._failed or self._closing):
+                while not (self._done or self._failed or self._snoozed or self._closing):
                     self._cond.wait()
-                if not (self._done or self._failed):
+                if not (self._done or self._failed or self._snoozed):
                     self.pulse.finish()
                     return
                 self.pulse.step()
                 # Let a burst gather: one statement for many jobs.
-                if len(self._done) + len(self._failed) < self._batch_size and not self._closing:
+                queued = len(self._done) + len(self._failed) + len(self._snoozed)
+                if queued < self._batch_size and not self._closing:
                     self._cond.wait(self._flush_delay)
                 done, self._done = self._done[: self._batch_size], self._done[self._batch_size :]
                 failed = self._failed[: self._batch_size]
                 self._failed = self._failed[self._batch_size :]
+                snoozed = self._snoozed[: self._batch_size]
+                self._snoozed = self._snoozed[self._batch_size :]
             try:
                 outcomes = short_transaction(
                     self._engine,
-                    Flush(done, failed, self._lock_timeout_ms),
+                    Flush(done, failed, snoozed, self._lock_timeout_ms),
                     what="flush",
                     keep_trying=self._keep_trying,
                     autocommit=True,
                 )
             except Exception:
-                log.exception("flushing %d job outcomes failed", len(done) + len(failed))
+                log.exception(
+                    "flushing %d job outcomes failed", len(done) + len(failed) + len(snoozed)
+                )
                 outcomes = None
             if outcomes is None:
                 outcomes = [(h, Outcome.LOST, "completion not written") for h in done]
                 outcomes += [(f.held, Outcome.LOST, "failure not written") for f in failed]
+                outcomes += [(h, Outcome.LOST, "snooze not written") for h in snoozed]
             self._report(outcomes)
 
 
@@ -152,12 +167,20 @@ class Flush:
     committed): a retried flush never reports a job it completed as completed by someone else.
     """
 
-    def __init__(self, done: list[Held], failed: list[Failure], lock_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        done: list[Held],
+        failed: list[Failure],
+        snoozed: list[Held],
+        lock_timeout_ms: int,
+    ) -> None:
         self._done = done
         self._groups = _by_policy(failed)
+        self._snoozed = snoozed
         self._lock_timeout_ms = lock_timeout_ms
         self._matched: set[int] | None = None if done else set()
         self._failures: dict[int, dict[int, FailResult]] = {}
+        self._requeued: set[int] | None = None if self._snoozed else set()
 
     def __call__(self, conn: Connection) -> list[tuple[Held, Outcome, str]]:
         if self._matched is None:
@@ -173,6 +196,12 @@ class Flush:
                     cap=policy.cap,
                     lock_timeout_ms=self._lock_timeout_ms,
                 )
+        if self._requeued is None:
+            self._requeued = repository.snooze_many(
+                conn,
+                [(h.job.id, h.job.attempts, h.snooze or timedelta(0)) for h in self._snoozed],
+                lock_timeout_ms=self._lock_timeout_ms,
+            )
         outcomes, missed = self._outcomes()
         if missed:
             settled = repository.settled_among(conn, keys(h for h, _ in missed))
@@ -200,6 +229,12 @@ class Flush:
                     outcomes.append((f.held, Outcome.FAILED, f.error))
                 else:
                     outcomes.append((f.held, Outcome.RETRY, f"retry in {row.retry_in}: {f.error}"))
+        requeued = self._requeued or set()
+        for held in self._snoozed:
+            if held.job.id in requeued:
+                outcomes.append((held, Outcome.SNOOZED, str(held.snooze or timedelta(0))))
+            else:
+                missed.append((held, "guard matched no row at snooze"))
         return outcomes, missed
 
 

@@ -16,7 +16,7 @@ from pgqueue import repository
 from pgqueue._completer import settled_outcome
 from pgqueue._window import Held
 from pgqueue.hooks import HookDispatcher
-from pgqueue.jobs import Handler, Outcome
+from pgqueue.jobs import Handler, Outcome, Snooze
 from pgqueue.repository import Executor
 from pgqueue.retry_policy import RetryPolicy, describe_error
 
@@ -68,12 +68,16 @@ def run_inline(handler: Handler, held: Held, is_async: bool) -> BaseException | 
 def settle(
     conn: Executor, held: Held, error: BaseException | None, policy: RetryPolicy
 ) -> tuple[Outcome, str]:
-    """Complete or fail one job in the caller's transaction and say what became of it."""
+    """Complete, snooze or fail one job in the caller's transaction and say what became of it."""
     job = held.job
     if error is None:
         if repository.complete(conn, job.id, job.attempts):
             return Outcome.DONE, ""
         detail = "guard matched no row at completion"
+    elif held.snooze is not None:
+        if repository.snooze(conn, job.id, job.attempts, held.snooze):
+            return Outcome.SNOOZED, str(held.snooze)
+        detail = "guard matched no row at snooze"
     else:
         detail = describe_error(error)
         result = repository.fail(
@@ -105,5 +109,7 @@ def _started(held: Held, hooks: HookDispatcher | None) -> None:
 
 def _handled(held: Held, hooks: HookDispatcher | None, error: BaseException | None) -> None:
     held.handler_seconds = time.monotonic() - held.started_at
+    if isinstance(error, Snooze):
+        held.snooze = error.delay
     if hooks is not None:
         hooks.handled(held.job, held.handler_seconds, error)

@@ -5,6 +5,12 @@ all held leases in one statement. A job the extension misses was completed by it
 transaction, cancelled, or reaped and perhaps claimed by another worker; one more statement tells
 which, and the runtime stops the handler of a job that is no longer worth running. It is a thread
 of its own, so it keeps beating while handlers block, run CPU-bound Python or await.
+
+It has its own stop signal, not the worker's: after a stop the handlers still running get the
+shutdown grace, and their leases must outlive it, or another worker's reaper requeues a job that is
+still running here and runs it a second time at once. The worker calls :meth:`Heartbeat.stop`
+once every handler has finished or been abandoned at the deadline (such a job is then left to its
+lease).
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ class Heartbeat:
         self._period = lease.total_seconds() / 3
         self._lock_timeout_ms = lock_timeout_ms
         self._poked = threading.Event()
+        self._stop = threading.Event()
         self.pulse = Pulse("heartbeat")
         self._thread = threading.Thread(target=self._run, name="pgqueue-heartbeat", daemon=True)
 
@@ -43,12 +50,17 @@ class Heartbeat:
         """Beat now: a job may have been cancelled (the cancel NOTIFY)."""
         self._poked.set()
 
-    def join(self, timeout: float) -> None:
+    def stop(self) -> None:
+        """Stop extending leases (the handlers finished, or the shutdown deadline passed)."""
+        self._stop.set()
         self._poked.set()
+
+    def join(self, timeout: float) -> None:
+        self.stop()
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        stop = self._runtime.stop
+        stop = self._stop
         self.pulse.attach()
         while True:
             self.pulse.waiting()
@@ -67,7 +79,7 @@ class Heartbeat:
 
     def _retry(self, deadline: float) -> bool:
         self.pulse.step()
-        return not self._runtime.stop.is_set() and time.monotonic() < deadline
+        return not self._stop.is_set() and time.monotonic() < deadline
 
     def beat(self, held: list[Held], deadline: float) -> None:
         def work(conn: Connection) -> tuple[set[int], dict[int, Settled]]:

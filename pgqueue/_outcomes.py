@@ -40,6 +40,7 @@ OUTCOMES: dict[Outcome, OutcomeRow] = {
     Outcome.CANCELLED: OutcomeRow(
         "cancelled", logging.WARNING, "cancelled; outcome dropped", "on_cancelled"
     ),
+    Outcome.SNOOZED: OutcomeRow("snoozed", logging.INFO, "snoozed for {detail}", "on_snoozed"),
 }
 
 

@@ -106,6 +106,9 @@ class Runtime:
         if error is None:
             self.completer.complete(held)
             return
+        if held.snooze is not None:
+            self.completer.snooze(held)
+            return
         if not isinstance(error, Exception):
             # A task cancelled at the shutdown deadline, or by the coroutine itself: a failed,
             # retryable attempt, so a job that always outlasts the deadline spends its attempts.
@@ -127,7 +130,7 @@ class Runtime:
         """Count, log and tell hooks of one job's end. Lock held."""
         count_and_log(self.stats, held.job, outcome, detail)
         if self.hooks is not None:
-            self.hooks.outcome(held.job, outcome, detail, held.handler_seconds)
+            self.hooks.outcome(held.job, outcome, detail, held.handler_seconds, held.snooze)
 
     # -- what the heartbeat learnt ----------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -100,6 +101,29 @@ def check_duration(name: str, value: object, *, allow_zero: bool) -> timedelta:
         bound = "negative" if allow_zero else "zero or negative"
         raise InvalidArgumentError(name, f"must not be {bound}, got {value}")
     return value
+
+
+#: Longest delay of a :class:`pgqueue.Snooze`. ``now() + delay`` must stay a valid timestamp (a
+#: ``timedelta.max`` overflows it, and an error in a batched write would cost the whole batch);
+#: beyond a year a snooze is more likely a unit mistake than a plan (enqueue with ``run_at``).
+MAX_SNOOZE = timedelta(days=365)
+
+
+def check_snooze_delay(delay: object) -> timedelta:
+    """A snooze's delay: a ``timedelta`` or seconds (int or float), from 0 to a year."""
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
+        if not math.isfinite(delay):
+            raise InvalidArgumentError("delay", f"must be a finite number of seconds, got {delay}")
+        seconds = float(delay)
+    else:
+        raise InvalidArgumentTypeError("delay", "datetime.timedelta or seconds", delay)
+    if seconds < 0:
+        raise InvalidArgumentError("delay", f"must not be negative, got {delay!r}")
+    if seconds > MAX_SNOOZE.total_seconds():
+        raise InvalidArgumentError("delay", f"must be at most {MAX_SNOOZE}, got {delay!r}")
+    return delay if isinstance(delay, timedelta) else timedelta(seconds=seconds)
 
 
 def check_run_at(run_at: object) -> datetime:

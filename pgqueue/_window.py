@@ -19,6 +19,7 @@ import enum
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from pgqueue.jobs import JobContext
 
@@ -58,6 +59,8 @@ class Held:
     state: State = State.PENDING
     started_at: float = 0.0
     handler_seconds: float | None = None
+    #: The delay of the :class:`pgqueue.Snooze` its handler raised, if it raised one.
+    snooze: timedelta | None = None
     #: Cancels an async handler's task (thread-safe); ``None`` for threads and unstarted jobs.
     cancel_task: Callable[[], None] | None = field(default=None, repr=False)
 

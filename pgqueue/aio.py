@@ -72,6 +72,7 @@ __all__ = [
     "remove_periodic",
     "retry",
     "retry_failed",
+    "snooze",
 ]
 
 
@@ -171,6 +172,13 @@ async def fail(
 ) -> FailResult | None:
     """Record a failed attempt; see :func:`pgqueue.repository.fail`."""
     return await _run(conn, _calls.fail(job_id, attempts, error, retry, base, cap))
+
+
+async def snooze(
+    conn: AsyncExecutor, job_id: int, attempts: int, delay: timedelta | float = 0
+) -> bool:
+    """Give a running job back for later; see :func:`pgqueue.repository.snooze`."""
+    return await _run(conn, _calls.snooze(job_id, attempts, delay))
 
 
 async def reap_expired(conn: AsyncExecutor) -> list[ReapedJob]:

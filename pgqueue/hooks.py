@@ -35,6 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from pgqueue._outcomes import OUTCOMES
@@ -60,7 +61,8 @@ class WorkerHooks:
     carry what the producer passed to ``enqueue(..., headers=...)``.
 
     Events of one job come in this order: ``on_claimed``, ``on_started``, ``on_handled``, then one
-    outcome (``on_succeeded``, ``on_retry``, ``on_failed``, ``on_lost`` or ``on_cancelled``); a
+    outcome (``on_succeeded``, ``on_retry``, ``on_failed``, ``on_lost``, ``on_cancelled`` or
+    ``on_snoozed``); a
     job claimed and then given back at shutdown has no outcome event. For an ``async def``
     handler, ``on_started`` and ``on_handled`` run inside its task on the worker's event loop (so
     a tracing context attached in one is current in the coroutine and detached in the other);
@@ -107,6 +109,10 @@ class WorkerHooks:
         already says ``failed`` / ``'cancelled'``.
         """
 
+    def on_snoozed(self, job: JobContext, duration: float | None, delay: timedelta) -> None:
+        """The handler raised :class:`pgqueue.Snooze`: ``job`` is queued again, ready after
+        ``delay``, without using up an attempt (its ``max_attempts`` grew by one)."""
+
     def on_lease_extended(self, jobs: Sequence[JobContext]) -> None:
         """A heartbeat pushed the leases of ``jobs`` (only those still held)."""
 
@@ -125,6 +131,7 @@ _EVENTS = (
     "on_failed",
     "on_lost",
     "on_cancelled",
+    "on_snoozed",
     "on_lease_extended",
     "on_reaped",
 )
@@ -201,9 +208,15 @@ class HookDispatcher:
         self._call("on_handled", job, duration, error)
 
     def outcome(
-        self, job: JobContext, outcome: Outcome, detail: str, duration: float | None
+        self,
+        job: JobContext,
+        outcome: Outcome,
+        detail: str,
+        duration: float | None,
+        snooze: timedelta | None = None,
     ) -> None:
-        """The event of ``outcome`` in :data:`pgqueue._outcomes.OUTCOMES`, if it has one."""
+        """The event of ``outcome`` in :data:`pgqueue._outcomes.OUTCOMES`, if it has one
+        (``snooze``: the delay of a snoozed job)."""
         event = OUTCOMES[outcome].event
         if event is None:
             return
@@ -211,6 +224,8 @@ class HookDispatcher:
             self._call(event, job, detail or "lost")
         elif event in ("on_retry", "on_failed"):
             self._call(event, job, duration, detail)
+        elif event == "on_snoozed":
+            self._call(event, job, duration, snooze or timedelta(0))
         else:
             self._call(event, job, duration)
 

@@ -1,8 +1,8 @@
 """What handlers and the worker's components share: the job a handler gets, handlers, outcomes.
 
 Nothing here imports the worker, so the worker's components, the hooks and the test helpers all
-take their types from this module (``pgqueue.JobContext``, ``pgqueue.Registry`` and
-``pgqueue.WorkerStats`` are the public names).
+take their types from this module (``pgqueue.JobContext``, ``pgqueue.Registry``,
+``pgqueue.Snooze`` and ``pgqueue.WorkerStats`` are the public names).
 
 .. versionadded:: 0.1.0
 """
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine
 
-from pgqueue._validation import check_queue
+from pgqueue._validation import check_queue, check_snooze_delay
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.periodic import Periodic
 from pgqueue.results import ClaimedJob
@@ -44,8 +44,10 @@ class JobContext:
             for exactly-once effects.
         stopping: Set when the job is no longer worth running: its lease was lost, it was
             cancelled (:func:`pgqueue.cancel`), or shutdown asks handlers to stop. Long loops
-            should check ``job.stopping.is_set()``; an async handler's task is also cancelled
-            (``asyncio.CancelledError``) on a lost lease or a cancel.
+            should check ``job.stopping.is_set()`` and then ``raise pgqueue.Snooze(0)``, which
+            gives the job back (returning would record the unfinished job as done); an async
+            handler's task is also cancelled (``asyncio.CancelledError``) on a lost lease or a
+            cancel.
         lease_lost: True once a heartbeat found the job no longer ours; its outcome is dropped.
         cancelled: True once the worker learnt that the job was cancelled while it held it; its
             outcome is dropped (the row already says ``failed`` / ``'cancelled'``).
@@ -84,6 +86,52 @@ class JobContext:
             headers=claimed.headers,
             priority=claimed.priority,
         )
+
+
+class Snooze(Exception):
+    """Raised by a handler (sync or ``async def``): put the job back, to run again after ``delay``.
+
+    The worker writes it like a completion: guarded by the claimed attempt, batched with the
+    other outcomes in lease mode, inside the job's transaction in transaction mode (where the
+    handler's own writes are rolled back, as for any exception). The job's ``attempts`` counts
+    the snoozed run; its ``max_attempts`` grows by one and ``snoozes`` by one, so a job may be
+    snoozed any number of times and still gets all its attempts. It is counted in
+    :attr:`pgqueue.WorkerStats.snoozed` and told to hooks as ``on_snoozed``. A job whose lease
+    was lost or that was cancelled meanwhile is not requeued (the outcome is dropped, as for
+    any other).
+
+    The way to stop on ``job.stopping`` (shutdown, a lost supervisor) without the unfinished job
+    being recorded ``done``::
+
+        def handler(job: pgqueue.JobContext) -> None:
+            for chunk in chunks(job.payload):
+                if job.stopping.is_set():
+                    raise pgqueue.Snooze(0)  # back to the queue, no attempt used up
+                process(chunk)
+
+    Args:
+        delay: How long until the job is ready again: a ``timedelta`` or seconds (int or
+            float), from 0 to 365 days. Default 0.
+
+    Raises:
+        InvalidArgumentError: for a negative, infinite or NaN delay, or one longer than a year.
+        InvalidArgumentTypeError: for a delay that is neither a ``timedelta`` nor a number.
+
+    Attributes:
+        delay: The delay as a ``timedelta``.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, delay: timedelta | float = 0) -> None:
+        self.delay = check_snooze_delay(delay)
+        super().__init__(f"snoozed for {self.delay}")
+
+    def __repr__(self) -> str:
+        return f"Snooze({self.delay!r})"
+
+    def __reduce__(self) -> tuple[type[Snooze], tuple[timedelta]]:
+        return Snooze, (self.delay,)  # pickles by its delay, not by its message
 
 
 def is_async_handler(handler: object) -> bool:
@@ -207,13 +255,16 @@ class Outcome(enum.Enum):
     RELEASED = "released"
     #: Cancelled by :func:`pgqueue.cancel` while this worker held it: nothing was written.
     CANCELLED = "cancelled"
+    #: Its handler raised :class:`Snooze`: queued again after the delay, no attempt used up.
+    SNOOZED = "snoozed"
 
 
 @dataclass
 class WorkerStats:
     """Counters of one worker since it was created (read them after ``run()`` returns).
 
-    ``cancelled`` counts jobs cancelled (:func:`pgqueue.cancel`) while this worker held them.
+    ``cancelled`` counts jobs cancelled (:func:`pgqueue.cancel`) while this worker held them;
+    ``snoozed`` the jobs whose handler raised :class:`Snooze` (each snooze once).
 
     .. versionadded:: 0.1.0
     """
@@ -226,6 +277,7 @@ class WorkerStats:
     lost: int = 0
     released: int = 0
     cancelled: int = 0
+    snoozed: int = 0
 
 
 class WorkerView(Protocol):
@@ -249,6 +301,7 @@ __all__ = [
     "JobContext",
     "Outcome",
     "Registry",
+    "Snooze",
     "WorkerStats",
     "WorkerView",
     "check_handlers",

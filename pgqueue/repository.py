@@ -195,6 +195,16 @@ def fail(
     return _run(conn, _calls.fail(job_id, attempts, error, retry, base, cap))
 
 
+def snooze(conn: Executor, job_id: int, attempts: int, delay: timedelta | float = 0) -> bool:
+    """Give a running job back to ``queued``, ready after ``delay``, without using up an attempt.
+
+    What the worker does when a handler raises :class:`pgqueue.Snooze`: ``run_at = now() +
+    delay``, ``max_attempts`` and ``snoozes`` one more, ``last_error`` kept. Guarded like
+    :func:`complete`: False when the job is no longer ours, and nothing changed.
+    """
+    return _run(conn, _calls.snooze(job_id, attempts, delay))
+
+
 def reap_expired(conn: Executor) -> list[ReapedJob]:
     """Requeue running jobs whose lease expired, or fail them once attempts are spent (R12).
 
@@ -330,6 +340,17 @@ def fail_many(
     """R11 for a batch of ``(job_id, attempts, error, retry)`` sharing one backoff, by id
     (``lock_timeout_ms`` as for :func:`complete_many`)."""
     return _run(conn, _calls.fail_many(failures, base, cap, lock_timeout_ms))
+
+
+def snooze_many(
+    conn: Executor,
+    snoozes: Sequence[tuple[int, int, timedelta]],
+    *,
+    lock_timeout_ms: int | None = None,
+) -> set[int]:
+    """Snoozes for a batch of ``(job_id, attempts, delay)``: the ids that were still ours and are
+    queued again (``lock_timeout_ms`` as for :func:`complete_many`)."""
+    return _run(conn, _calls.snooze_many(snoozes, lock_timeout_ms))
 
 
 def extend_leases(

@@ -333,6 +333,29 @@ FAIL: Update = (
     .returning(*_FAIL_RETURNING)
 )
 
+
+def _snooze_values(delay_seconds: ColumnElement[Any]) -> dict[str, Any]:
+    """SET clause of a snooze, shared by the single and the batched one: back to ``queued`` after
+    the delay, with one more attempt allowed (the claim counted one; ``attempts`` itself never
+    goes back, so every guard stays unique to one claim). ``last_error`` and ``finished_at``
+    (NULL while running) are left alone."""
+    return {
+        "status": status_literal(JobStatus.QUEUED),
+        "run_at": func.now() + delay_seconds * literal_column("interval '1 second'", Interval),
+        "locked_until": null(),
+        "max_attempts": jobs.c.max_attempts + 1,
+        "snoozes": jobs.c.snoozes + 1,
+    }
+
+
+#: A handler raised ``pgqueue.Snooze(delay)`` (``delay_seconds``). Returns the id when it matched.
+SNOOZE: Update = (
+    jobs.update()
+    .where(_guard())
+    .values(_snooze_values(bindparam("delay_seconds", type_=Float)))
+    .returning(jobs.c.id)
+)
+
 EXTEND_LEASE: Update = (
     jobs.update().where(_guard()).values(locked_until=_lease_end()).returning(jobs.c.id)
 )
@@ -454,6 +477,14 @@ _failed_batch = _locked_batch(
 FAIL_MANY: Update = _batched_update(
     _failed_batch, _failure_values(_failed_batch.c.retry, _failed_batch.c.error)
 ).returning(*_FAIL_RETURNING)
+
+_snoozed_batch = _locked_batch(("delay", bindparam("batch_delays", type_=ARRAY(Float))))
+
+#: Snoozes for a batch, each job with its own delay in seconds (``batch_delays``). Returns the ids
+#: that matched.
+SNOOZE_MANY: Update = _batched_update(
+    _snoozed_batch, _snooze_values(_snoozed_batch.c.delay)
+).returning(jobs.c.id)
 
 #: R14 for a batch (``lease``): the heartbeat. A job missing from the result is no longer ours.
 EXTEND_LEASE_MANY: Update = _batched_update(

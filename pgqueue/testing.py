@@ -36,7 +36,7 @@ from pgqueue._validation import (
 )
 from pgqueue._window import Held, Lane
 from pgqueue.errors import InvalidArgumentError
-from pgqueue.jobs import Handler, JobContext, Outcome, is_async_handler
+from pgqueue.jobs import Handler, JobContext, Outcome, Snooze, is_async_handler
 from pgqueue.models import Job
 from pgqueue.repository import Executor
 from pgqueue.results import ClaimedJob
@@ -144,7 +144,8 @@ class DrainedJob:
     Attributes:
         error: The exception its handler raised; ``None`` when it succeeded.
         status: Where the job went: ``"done"`` (also when its handler completed it),
-            ``"queued"`` (a retry is scheduled), ``"failed"`` (attempts spent, or cancelled
+            ``"queued"`` (a retry is scheduled, or its handler raised :class:`pgqueue.Snooze`),
+            ``"failed"`` (attempts spent, or cancelled
             meanwhile) or ``"lost"`` (no longer this drain's: reaped and taken elsewhere).
     """
 
@@ -164,6 +165,8 @@ class DrainResult:
         ran: Every job whose handler was called.
         succeeded: The jobs whose handler returned (now ``done``).
         failed: The jobs whose handler raised, with the exception in ``error``.
+        snoozed: The jobs whose handler raised :class:`pgqueue.Snooze` (queued again; not in
+            ``failed``).
     """
 
     ran: list[DrainedJob] = field(default_factory=list)
@@ -175,8 +178,13 @@ class DrainResult:
 
     @property
     def failed(self) -> list[DrainedJob]:
-        """Jobs whose handler raised."""
-        return [j for j in self.ran if j.error is not None]
+        """Jobs whose handler raised (a :class:`pgqueue.Snooze` is not a failure)."""
+        return [j for j in self.ran if j.error is not None and not isinstance(j.error, Snooze)]
+
+    @property
+    def snoozed(self) -> list[DrainedJob]:
+        """Jobs whose handler raised :class:`pgqueue.Snooze`."""
+        return [j for j in self.ran if isinstance(j.error, Snooze)]
 
 
 def drain(
@@ -190,7 +198,9 @@ def drain(
 
     A failing handler's job goes through :func:`pgqueue.fail` with the default backoff, so it is
     not ready again during the drain: every ready job runs at most once. Jobs its handlers
-    enqueue run too when they are ready at once.
+    enqueue run too when they are ready at once, and so does a job whose handler raised
+    ``pgqueue.Snooze(0)`` (queued again at once; ``max_jobs`` bounds a handler that always
+    snoozes).
 
     Args:
         conn_or_engine: An ``Engine`` runs in lease mode, like the worker: claim and commit, call
@@ -271,6 +281,7 @@ _STATUS = {
     Outcome.FAILED: "failed",
     Outcome.CANCELLED: "failed",
     Outcome.LOST: "lost",
+    Outcome.SNOOZED: "queued",
 }
 
 

@@ -129,8 +129,10 @@ class Worker:
         mode: ``"lease"`` (default) or ``"transaction"`` (R8: claim, handle and complete in one
             transaction, for jobs of a few milliseconds; the handler gets ``job.connection``).
             Transaction mode takes sync handlers only.
-        shutdown_timeout: Seconds that running handlers get to finish after a stop; async
-            handlers still running then are cancelled (a failed, retryable attempt). Default 30.
+        shutdown_timeout: Seconds that running handlers get to finish after a stop (their
+            leases keep being extended meanwhile); async handlers still running then are
+            cancelled (a failed, retryable attempt), sync ones are left to their lease.
+            Default 30.
         retry: The retry policy of every queue without its own. Default :class:`RetryPolicy()`
             (10 s base, 1 h cap, every exception retryable).
         queue_retry: ``{queue: RetryPolicy}`` overrides. Default none.
@@ -383,7 +385,7 @@ class Worker:
                 )
             claimer.run(until_empty)
         finally:
-            self._shutdown(runtime, threads, coroutines, completer)
+            self._shutdown(runtime, threads, coroutines, completer, heartbeat)
             if listener is not None:
                 listener.stop()
             heartbeat.join(5.0)
@@ -516,7 +518,15 @@ class Worker:
         threads: ThreadLane,
         coroutines: AsyncLane | None,
         completer: Completer,
+        heartbeat: Heartbeat,
     ) -> None:
+        """Stop claiming, give back unstarted jobs, give running handlers until the deadline.
+
+        The heartbeat keeps extending the leases of running jobs meanwhile (another worker's
+        reaper would otherwise requeue a job still running here), and stops once every handler
+        finished and its outcome was written, or was abandoned at the deadline: such a job is
+        left to its lease, so another worker runs it again after the lease.
+        """
         deadline = time.monotonic() + self.shutdown_timeout
         runtime.stop.set()
         with runtime.lock:
@@ -533,6 +543,7 @@ class Worker:
         if coroutines is not None:
             coroutines.shutdown(deadline)
         completer.close(deadline)
+        heartbeat.stop()
         with runtime.lock:
             left = runtime.window.in_state(State.RUNNING)
         for held in left:

@@ -40,6 +40,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
 from pgqueue import __version__
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.hooks import WorkerHooks
+from pgqueue.jobs import Snooze
 
 if TYPE_CHECKING:
     from pgqueue.jobs import JobContext
@@ -84,8 +85,9 @@ class OpenTelemetryHooks(WorkerHooks):
     ``messaging.system=pgqueue``, ``messaging.destination.name`` (the queue),
     ``messaging.message.id`` (the job id), ``messaging.operation.type=process`` and
     ``pgqueue.job.attempt``. It starts when the handler starts and ends when it returns; an
-    exception is recorded on it (``error.type``, an exception event, status ``ERROR``). Whether
-    the failed attempt is retried or failed for good is counted by the outcome hooks (see
+    exception is recorded on it (``error.type``, an exception event, status ``ERROR``), except
+    :class:`pgqueue.Snooze`, which is no error: the span gets ``pgqueue.job.snoozed_seconds``.
+    Whether the failed attempt is retried or failed for good is counted by the outcome hooks (see
     :mod:`pgqueue.contrib.prometheus`), since the worker writes it after the span ended.
 
     Args:
@@ -148,7 +150,9 @@ class OpenTelemetryHooks(WorkerHooks):
             return
         span, token = current
         try:
-            if error is not None:
+            if isinstance(error, Snooze):
+                span.set_attribute("pgqueue.job.snoozed_seconds", error.delay.total_seconds())
+            elif error is not None:
                 span.set_attribute("error.type", type(error).__qualname__)
                 span.record_exception(error)
                 span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))

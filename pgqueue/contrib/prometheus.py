@@ -15,7 +15,7 @@ Metrics (prefix ``namespace``, default ``pgqueue``):
 
 - ``pgqueue_jobs_claimed_total{queue}``
 - ``pgqueue_jobs_finished_total{queue,outcome}``, ``outcome`` one of ``succeeded``, ``retry``,
-  ``failed``, ``lost``
+  ``failed``, ``lost``, ``snoozed``
 - ``pgqueue_job_duration_seconds{queue}``: histogram of handler run time
 - ``pgqueue_job_start_latency_seconds{queue}``: histogram of claim-to-start time (how long claimed
   jobs wait for a free handler thread)
@@ -48,6 +48,8 @@ from pgqueue.errors import InvalidArgumentError
 from pgqueue.hooks import WorkerHooks
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from pgqueue.jobs import JobContext
     from pgqueue.jobs import WorkerView as Worker
     from pgqueue.results import ReapedJob
@@ -108,7 +110,7 @@ class PrometheusHooks(WorkerHooks):
         )
         self.finished = Counter(
             "jobs_finished",
-            "Jobs whose attempt ended, by outcome (succeeded, retry, failed, lost).",
+            "Jobs whose attempt ended, by outcome (succeeded, retry, failed, lost, snoozed).",
             ["queue", "outcome"],
             namespace=namespace,
             registry=reg,
@@ -176,6 +178,9 @@ class PrometheusHooks(WorkerHooks):
 
     def on_lost(self, job: JobContext, reason: str) -> None:
         self.finished.labels(job.queue, "lost").inc()
+
+    def on_snoozed(self, job: JobContext, duration: float | None, delay: timedelta) -> None:
+        self.finished.labels(job.queue, "snoozed").inc()
 
     def on_lease_extended(self, jobs: Sequence[JobContext]) -> None:
         for job in jobs:

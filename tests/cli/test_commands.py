@@ -242,3 +242,18 @@ def test_reap_and_purge(cli: Cli, db: Engine) -> None:
 )
 def test_durations(spelling: str, seconds: int) -> None:
     assert parse_duration(spelling) == timedelta(seconds=seconds)
+
+
+def test_show_tells_how_often_a_job_was_snoozed(cli: Cli, db: Engine) -> None:
+    with db.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {}, queue="q")
+    for _ in range(2):
+        with db.begin() as conn:
+            conn.execute(text("UPDATE jobs SET run_at = now() WHERE id = :id"), {"id": job_id})
+            (job,) = pgqueue.claim(conn, queue="q")
+            assert pgqueue.repository.snooze(conn, job.id, job.attempts, 60)
+    shown = cli("show", str(job_id))
+    assert shown.code == 0
+    assert "\nsnoozes:       2\n" in shown.out
+    assert "\nmax_attempts:  7\n" in shown.out  # each snooze gave its attempt back
+    assert cli("show", str(job_id), "--json").json()["snoozes"] == 2

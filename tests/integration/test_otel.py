@@ -92,6 +92,28 @@ def test_trace_runs_from_the_request_to_the_handler(
     }
 
 
+def test_a_snooze_is_no_error_on_the_span(
+    engine: Engine, traced: tuple[Any, InMemorySpanExporter]
+) -> None:
+    provider, exporter = traced
+
+    def handler(job: pgqueue.JobContext) -> None:
+        raise pgqueue.Snooze(90)
+
+    with engine.begin() as conn:
+        pgqueue.enqueue(conn, {}, queue="emails")
+    hooks = OpenTelemetryHooks(tracer_provider=provider)
+    stats = pgqueue.Worker(engine, {"emails": handler}, hooks=[hooks], listen=False).run(
+        until_empty=True
+    )
+    assert stats.snoozed == 1
+    (span,) = exporter.get_finished_spans()
+    assert span.status.status_code == StatusCode.UNSET
+    assert span.events == ()
+    assert span.attributes["pgqueue.job.snoozed_seconds"] == 90.0
+    assert "error.type" not in span.attributes
+
+
 def test_link_instead_of_parent(engine: Engine, traced: tuple[Any, InMemorySpanExporter]) -> None:
     provider, exporter = traced
     tracer = provider.get_tracer("app")

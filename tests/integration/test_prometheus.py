@@ -57,6 +57,20 @@ def test_worker_metrics_are_scraped(engine: Engine) -> None:
     assert not any(k.startswith("pgqueue_queue_ready_jobs") for k in m)
 
 
+def test_a_snoozed_job_is_counted_as_snoozed(engine: Engine) -> None:
+    def handler(job: pgqueue.JobContext) -> None:
+        raise pgqueue.Snooze(timedelta(hours=1))
+
+    with engine.begin() as conn:
+        pgqueue.enqueue(conn, {}, queue="mail")
+    registry = prometheus_client.CollectorRegistry()
+    hooks = PrometheusHooks(registry=registry, depth_interval=None)
+    pgqueue.Worker(engine, {"mail": handler}, hooks=[hooks], listen=False).run(until_empty=True)
+    m = _scrape(registry)
+    assert m['pgqueue_jobs_finished_total{outcome="snoozed",queue="mail"}'] == 1
+    assert not any('outcome="failed"' in k or 'outcome="retry"' in k for k in m)
+
+
 def test_queue_gauges_from_the_depth_query(engine: Engine) -> None:
     with engine.begin() as conn:
         pgqueue.enqueue_many(conn, list(range(7)), queue="mail")

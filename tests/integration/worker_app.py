@@ -9,7 +9,9 @@ many seconds).
 
 Queues: ``effects`` inserts ``(job_id, attempts, pid)`` into ``effects``, then sleeps
 ``payload["sleep"]`` seconds; ``aeffects`` does the same from an ``async def`` handler through an
-``AsyncEngine`` and ``asyncio.sleep``; ``crash`` kills its worker every time.
+``AsyncEngine`` and ``asyncio.sleep``; ``crash`` kills its worker every time; ``polite`` records
+like ``effects`` and works ``payload["sleep"]`` seconds, but gives its job back with
+``raise pgqueue.Snooze(0)`` as soon as ``job.stopping`` is set.
 """
 
 from __future__ import annotations
@@ -60,6 +62,13 @@ def main() -> int:
     def crash(job: pgqueue.JobContext) -> None:
         os._exit(3)
 
+    def polite(job: pgqueue.JobContext) -> None:
+        record(engine, job)  # first: a row means the handler started
+        end = time.monotonic() + float((job.payload or {}).get("sleep", 0))
+        while time.monotonic() < end:
+            if job.stopping.wait(0.05):
+                raise pgqueue.Snooze(0)  # what the docs advise: give the job back
+
     periodic = []
     if env.get("PGQUEUE_APP_PERIODIC"):
         name, _, seconds = env["PGQUEUE_APP_PERIODIC"].partition("=")
@@ -73,7 +82,13 @@ def main() -> int:
         )
     worker = pgqueue.Worker(
         engine,
-        {"effects": effects, "aeffects": aeffects, "crash": crash, "ticks": effects},
+        {
+            "effects": effects,
+            "aeffects": aeffects,
+            "crash": crash,
+            "ticks": effects,
+            "polite": polite,
+        },
         periodic=periodic,
         concurrency=concurrency,
         async_concurrency=int(env.get("PGQUEUE_APP_ASYNC_CONCURRENCY", "100")),

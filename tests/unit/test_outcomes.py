@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -75,6 +76,7 @@ def test_levels_rise_with_what_the_outcome_costs() -> None:
         Outcome.DONE: logging.INFO,
         Outcome.DONE_BY_HANDLER: logging.INFO,
         Outcome.RELEASED: logging.INFO,
+        Outcome.SNOOZED: logging.INFO,
         Outcome.RETRY: logging.WARNING,
         Outcome.LOST: logging.WARNING,
         Outcome.CANCELLED: logging.WARNING,
@@ -183,6 +185,9 @@ class Recorder(pgqueue.WorkerHooks):
     def on_cancelled(self, job: JobContext, duration: float | None) -> None:
         self.calls.append(("on_cancelled", (job, duration)))
 
+    def on_snoozed(self, job: JobContext, duration: float | None, delay: timedelta) -> None:
+        self.calls.append(("on_snoozed", (job, duration, delay)))
+
 
 JOB = make_job()
 
@@ -197,6 +202,7 @@ JOB = make_job()
         (Outcome.FAILED, "ValueError: x", "on_failed", ("duration", "detail")),
         (Outcome.LOST, "lease lost", "on_lost", ("detail",)),
         (Outcome.CANCELLED, "", "on_cancelled", ("duration",)),
+        (Outcome.SNOOZED, "0:00:30", "on_snoozed", ("duration", "snooze")),
     ],
 )
 def test_outcome_calls_its_hook_with_the_documented_arguments(
@@ -204,8 +210,9 @@ def test_outcome_calls_its_hook_with_the_documented_arguments(
 ) -> None:
     """Each outcome reaches exactly its event, with ``job`` then the event's own arguments."""
     recorder = Recorder()
-    HookDispatcher([recorder]).outcome(JOB, outcome, detail, duration)
-    values = {"duration": duration, "detail": detail}
+    snooze = timedelta(seconds=30)
+    HookDispatcher([recorder]).outcome(JOB, outcome, detail, duration, snooze)
+    values = {"duration": duration, "detail": detail, "snooze": snooze}
     assert recorder.calls == [(event, (JOB, *(values[a] for a in args)))]
     assert event == OUTCOMES[outcome].event
     # The recorded arguments bind to the public signature (no argument too many or too few).

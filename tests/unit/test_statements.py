@@ -61,7 +61,7 @@ def test_lifecycle_updates_carry_the_guard() -> None:
         "WHERE jobs.id = %(job_id)s::BIGINT AND jobs.status IS NOT DISTINCT FROM 'running' "
         "AND jobs.attempts = %(claimed_attempts)s::INTEGER"
     )
-    for stmt in (statements.COMPLETE, statements.FAIL, statements.EXTEND_LEASE):
+    for stmt in (statements.COMPLETE, statements.FAIL, statements.EXTEND_LEASE, statements.SNOOZE):
         assert guard in sql(stmt)
 
 
@@ -121,6 +121,7 @@ BATCHED = {
     "FAIL_MANY": statements.FAIL_MANY,
     "EXTEND_LEASE_MANY": statements.EXTEND_LEASE_MANY,
     "RELEASE_MANY": statements.RELEASE_MANY,
+    "SNOOZE_MANY": statements.SNOOZE_MANY,
 }
 
 #: A status compared with or set from a bound parameter instead of a literal.
@@ -241,6 +242,50 @@ def test_release_many_requeues_without_charging_the_attempt() -> None:
     assert statements.RELEASE_MANY.compile(dialect=DIALECT).params["attempts_1"] == 1
 
 
+#: A snooze's SET clause, single or batched: back to queued after the delay, one more attempt
+#: allowed, one more snooze counted; ``attempts``, ``last_error`` and ``finished_at`` untouched.
+SNOOZE_SET = (
+    "SET status='queued', run_at=(now() + {delay} * interval '1 second'), "
+    "max_attempts=(jobs.max_attempts + %(max_attempts_1)s::INTEGER), locked_until=NULL, "
+    "snoozes=(jobs.snoozes + %(snoozes_1)s::INTEGER)"
+)
+
+
+@pytest.mark.parametrize(
+    ("stmt", "delay", "binds"),
+    [
+        (statements.SNOOZE, "%(delay_seconds)s", {"job_id", "claimed_attempts", "delay_seconds"}),
+        (
+            statements.SNOOZE_MANY,
+            "mine.delay",
+            {"batch_ids", "batch_attempts", "batch_delays", "lock_timeout"},
+        ),
+    ],
+    ids=["SNOOZE", "SNOOZE_MANY"],
+)
+def test_snooze_requeues_after_the_delay_and_raises_the_budget_not_the_attempts(
+    stmt: Update, delay: str, binds: set[str]
+) -> None:
+    """``attempts`` stays monotonic (the guard stays unique to one claim): the snoozed run is
+    paid back by ``max_attempts + 1`` instead."""
+    text = sql(stmt)
+    assert SNOOZE_SET.format(delay=delay) in text
+    for untouched in ("attempts=", "last_error", "finished_at"):
+        assert f" {untouched}" not in text.split(" SET ", 1)[1].split(" WHERE ", 1)[0]
+    assert text.endswith("RETURNING jobs.id")
+    assert bind_names(stmt) == binds
+    params = stmt.compile(dialect=DIALECT).params
+    assert (params["max_attempts_1"], params["snoozes_1"]) == (1, 1)
+
+
+def test_snooze_many_brings_each_job_its_delay() -> None:
+    text = sql(statements.SNOOZE_MANY)
+    assert (
+        "unnest(%(batch_ids)s::BIGINT[], %(batch_attempts)s::INTEGER[], %(batch_delays)s::FLOAT[]) "
+        "AS batch(id, attempts, delay)"
+    ) in text
+
+
 def test_settled_among_reads_done_or_cancelled_rows_of_the_same_attempt() -> None:
     """The heartbeat's second look: a read, no lock, only rows of the claim it held."""
     text = sql(statements.SETTLED_AMONG)
@@ -347,6 +392,7 @@ def test_batch_calls_pass_parallel_arrays_in_input_order(
         (lambda: _calls.fail_many([], timedelta(seconds=1), timedelta(seconds=2)), {}),
         (lambda: _calls.cancel([], "pgqueue_jobs"), []),
         (lambda: _calls.retry([], 1), []),
+        (lambda: _calls.snooze_many([]), set()),
     ],
     ids=[
         "complete_many",
@@ -356,6 +402,7 @@ def test_batch_calls_pass_parallel_arrays_in_input_order(
         "fail_many",
         "cancel",
         "retry",
+        "snooze_many",
     ],
 )
 def test_an_empty_batch_runs_no_sql(build: Callable[[], _calls.Call[Any]], empty: object) -> None:
@@ -363,6 +410,28 @@ def test_an_empty_batch_runs_no_sql(build: Callable[[], _calls.Call[Any]], empty
     call = build()
     assert call.statement is None
     assert call.finish(None) == empty
+
+
+def test_snooze_many_call_carries_each_delay_in_seconds() -> None:
+    call = _calls.snooze_many(
+        [(5, 2, timedelta(seconds=30)), (3, 1, timedelta(0))], lock_timeout_ms=250
+    )
+    assert call.statement is statements.SNOOZE_MANY
+    assert call.params == {
+        "lock_timeout": "250",
+        "batch_ids": [5, 3],
+        "batch_attempts": [2, 1],
+        "batch_delays": [30.0, 0.0],
+    }
+    assert bind_names(statements.SNOOZE_MANY) == set(call.params)
+
+
+def test_snooze_call_checks_the_delay_before_any_sql() -> None:
+    call = _calls.snooze(7, 2, timedelta(minutes=1))
+    assert call.params == {"delay_seconds": 60.0, "job_id": 7, "claimed_attempts": 2}
+    assert _calls.snooze(7, 2, 1.5).params["delay_seconds"] == 1.5
+    with pytest.raises(pgqueue.InvalidArgumentError, match="delay"):
+        _calls.snooze(7, 2, -1)
 
 
 def test_fail_many_call_shares_the_backoff_and_carries_each_failure() -> None:
