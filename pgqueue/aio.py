@@ -27,7 +27,8 @@ from typing import Any, TypeAlias, TypeVar, Union
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from pgqueue import _calls, _periodic_calls
+from pgqueue._sql import calls as _calls
+from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue.models import JobStatus
 from pgqueue.repository import (
     DEFAULT_LEASE,

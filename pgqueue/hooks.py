@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pgqueue._outcomes import OUTCOMES
+from pgqueue._worker.outcomes import OUTCOMES
 from pgqueue.errors import InvalidArgumentTypeError
 from pgqueue.jobs import JobContext, Outcome
 from pgqueue.jobs import WorkerView as Worker

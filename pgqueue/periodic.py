@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from pgqueue import _schedule as schedules
-from pgqueue._validation import (
+from pgqueue._base import schedule as schedules
+from pgqueue._base.validation import (
     check_positive_int,
     check_priority,
     check_queue,

@@ -14,8 +14,9 @@ from typing import Any, TypeAlias, TypeVar, Union
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from pgqueue import _calls, _periodic_calls
-from pgqueue._replay import Replay
+from pgqueue._sql import calls as _calls
+from pgqueue._sql import periodic_calls as _periodic_calls
+from pgqueue._worker.replay import Replay
 from pgqueue.models import JobStatus
 from pgqueue.periodic import Periodic
 from pgqueue.results import (

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from pgqueue._validation import check_duration
+from pgqueue._base.validation import check_duration
 from pgqueue.errors import InvalidArgumentTypeError
 from pgqueue.repository import DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP
 

@@ -25,8 +25,8 @@ from worker_helpers import (
 
 import pgqueue
 from pgqueue import repository
-from pgqueue._replay import Replay
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
+from pgqueue._worker.replay import Replay
 from pgqueue.results import ClaimedJob
 
 LEASE = timedelta(seconds=30)
@@ -227,7 +227,7 @@ def test_the_connection_is_held_between_claims_and_given_back(engine: Engine) ->
 
 
 def test_calls_without_a_row_mapping_are_refused(engine: Engine) -> None:
-    from pgqueue import _calls
+    from pgqueue._sql import calls as _calls
 
     replay = Replay(engine)
     with pytest.raises(ValueError, match="replayed"):

@@ -26,21 +26,22 @@ PACKAGE_DIR = Path(pgqueue.__file__).parent
 
 #: The only modules allowed to import the worker: the public ``pgqueue.Worker`` and the commands
 #: that run one (``pgqueue worker``, ``pgqueue demo``). The components get their types from
-#: ``pgqueue.jobs`` and ``pgqueue._window``.
-WORKER_IMPORTERS = {"pgqueue", "pgqueue._cli_worker", "pgqueue.demo"}
+#: ``pgqueue.jobs`` and ``pgqueue._worker.window``.
+WORKER_IMPORTERS = {"pgqueue", "pgqueue.cli.worker", "pgqueue.demo"}
 
 #: What the process supervisor and the health server may import: the supervisor never builds an
 #: engine or a worker (its children do), and the probes know the worker only as a ``Probe``.
 NARROW_MODULES = {
-    "pgqueue._supervisor": {"pgqueue.health", "pgqueue._signals"},
-    "pgqueue._signals": set(),
-    "pgqueue.health": {"pgqueue._urls", "pgqueue.errors"},
-    "pgqueue._pulse": set(),
+    "pgqueue.cli.supervisor": {"pgqueue.health", "pgqueue._worker.signals"},
+    "pgqueue._worker.signals": set(),
+    "pgqueue.health": {"pgqueue._base.urls", "pgqueue.errors"},
+    "pgqueue._worker.pulse": set(),
 }
 
 #: Scripts, not libraries: importing them runs them.
 SCRIPTS = {
     "pgqueue.__main__": "runs the command line",
+    "pgqueue.cli.__main__": "runs the command line",
     "pgqueue.migrations.env": "runs inside an Alembic EnvironmentContext only",
 }
 
@@ -177,7 +178,7 @@ def test_the_package_has_no_import_cycle() -> None:
     """A circle makes some import orders fail with a partly initialised module."""
     graph = import_graph(PACKAGE_DIR)
     assert "pgqueue.worker" in graph
-    assert "pgqueue._window" in graph
+    assert "pgqueue._worker.window" in graph
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
@@ -341,5 +342,5 @@ def test_nothing_outside_the_dashboard_imports_it() -> None:
         if any(t == "pgqueue.web" or t.startswith("pgqueue.web.") for t in targets)
         and not module.startswith("pgqueue.web")
     }
-    assert importers == {"pgqueue._cli_web"}
+    assert importers == {"pgqueue.cli.web"}
     assert all(not t.startswith("pgqueue.web") for t in graph["pgqueue"])

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import pgqueue
-from pgqueue._outcomes import OUTCOMES, count_and_log
+from pgqueue._worker.outcomes import OUTCOMES, count_and_log
 from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import JobContext, Outcome, WorkerStats
 

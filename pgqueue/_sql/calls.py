@@ -19,7 +19,7 @@ from sqlalchemy import Executable, Result
 from sqlalchemy.exc import IntegrityError
 
 from pgqueue import statements
-from pgqueue._validation import (
+from pgqueue._base.validation import (
     check_duration,
     check_int,
     check_positive_int,

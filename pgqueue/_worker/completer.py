@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, Engine
 
 from pgqueue import repository
-from pgqueue._pulse import Pulse
-from pgqueue._transient import short_transaction
-from pgqueue._window import Held, keys
+from pgqueue._worker.pulse import Pulse
+from pgqueue._worker.transient import short_transaction
+from pgqueue._worker.window import Held, keys
 from pgqueue.jobs import Outcome
 from pgqueue.results import FailResult, Settled
 from pgqueue.retry_policy import RetryPolicy

@@ -30,8 +30,8 @@ import psycopg
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, Engine
 
-from pgqueue._calls import Call
-from pgqueue._urls import error_line
+from pgqueue._base.urls import error_line
+from pgqueue._sql.calls import Call
 
 log = logging.getLogger("pgqueue.worker")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pgqueue._urls import mask_text
+from pgqueue._base.urls import mask_text
 from pgqueue.jobs import JobContext, Outcome, WorkerStats
 
 log = logging.getLogger("pgqueue.worker")

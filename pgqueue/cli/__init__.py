@@ -23,7 +23,9 @@ from sqlalchemy import exc as sa_exc
 
 import pgqueue
 from pgqueue import repository
-from pgqueue._cli_common import (
+from pgqueue._base.urls import mask_url, to_sqlalchemy_url
+from pgqueue._base.validation import MAX_PRIORITY, MIN_PRIORITY
+from pgqueue.cli.common import (
     ENV_URL,
     UserError,
     database_url,
@@ -35,7 +37,7 @@ from pgqueue._cli_common import (
     schema_arg,
     translate_error,
 )
-from pgqueue._cli_ops import (
+from pgqueue.cli.ops import (
     cmd_cancel,
     cmd_doctor,
     cmd_enqueue,
@@ -48,10 +50,8 @@ from pgqueue._cli_ops import (
     cmd_show,
     cmd_stats,
 )
-from pgqueue._cli_web import ENV_WEB_AUTH, cmd_web, web_port
-from pgqueue._cli_worker import DEFAULT_HEALTH_HOST, cmd_worker, probe_port
-from pgqueue._urls import mask_url, to_sqlalchemy_url
-from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY
+from pgqueue.cli.web import ENV_WEB_AUTH, cmd_web, web_port
+from pgqueue.cli.worker import DEFAULT_HEALTH_HOST, cmd_worker, probe_port
 from pgqueue.errors import PgQueueError
 from pgqueue.models import JobStatus
 from pgqueue.schema import SCHEMA_ENV_VAR

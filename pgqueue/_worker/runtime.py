@@ -12,10 +12,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 
-from pgqueue._completer import Completer
-from pgqueue._executors import HandlerCancelled
-from pgqueue._outcomes import count_and_log
-from pgqueue._window import ClaimWindow, Held, Lane, State, busy
+from pgqueue._worker.completer import Completer
+from pgqueue._worker.executors import HandlerCancelled
+from pgqueue._worker.outcomes import count_and_log
+from pgqueue._worker.window import ClaimWindow, Held, Lane, State, busy
 from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import JobContext, Outcome, WorkerStats
 from pgqueue.results import ClaimedJob, Settled

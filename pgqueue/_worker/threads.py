@@ -17,12 +17,12 @@ from datetime import timedelta
 from sqlalchemy import Engine
 
 from pgqueue import repository
-from pgqueue._claimer import Claimer
-from pgqueue._executors import call_sync, settle
-from pgqueue._runtime import Runtime
-from pgqueue._transient import is_transient
-from pgqueue._urls import error_line
-from pgqueue._window import Held, Lane, State
+from pgqueue._base.urls import error_line
+from pgqueue._worker.claimer import Claimer
+from pgqueue._worker.executors import call_sync, settle
+from pgqueue._worker.runtime import Runtime
+from pgqueue._worker.transient import is_transient
+from pgqueue._worker.window import Held, Lane, State
 from pgqueue.jobs import Handler, JobContext, Outcome
 
 log = logging.getLogger("pgqueue.worker")

@@ -23,8 +23,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import ProgrammingError
 
 from pgqueue import repository
-from pgqueue._transient import short_transaction
-from pgqueue._urls import error_line
+from pgqueue._base.urls import error_line
+from pgqueue._worker.transient import short_transaction
 from pgqueue.periodic import Periodic
 from pgqueue.results import PeriodicRow
 

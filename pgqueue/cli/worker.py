@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pgqueue
-from pgqueue._cli_common import UserError, database_url, make_engine, schema_arg
+from pgqueue.cli.common import UserError, database_url, make_engine, schema_arg
 
 #: Where ``pgqueue worker --health-port`` serves unless ``--health-host`` says otherwise.
 DEFAULT_HEALTH_HOST = "127.0.0.1"
@@ -34,7 +34,7 @@ def probe_port(value: str) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run a worker from ``module:attr`` (``--processes N``: N worker processes)."""
-    from pgqueue._supervisor import ChildLink
+    from pgqueue.cli.supervisor import ChildLink
 
     link = ChildLink.from_env()  # set when a supervisor started this process
     if link is None and args.processes > 1:
@@ -95,7 +95,7 @@ def _health_server(probe: Any, host: str, port: int) -> Any:
 
 def _supervise(args: argparse.Namespace) -> int:
     """``--processes N``: a supervisor of N worker processes with the same arguments."""
-    from pgqueue._supervisor import Supervisor, SupervisorOptions, child_command
+    from pgqueue.cli.supervisor import Supervisor, SupervisorOptions, child_command
 
     _configure_logging(f"supervisor pid {os.getpid()}")
     supervisor = Supervisor(
@@ -121,7 +121,7 @@ def _supervise(args: argparse.Namespace) -> int:
 def _build_worker(args: argparse.Namespace) -> Any:
     """The Worker ``args.target`` names, or one built from its handler mapping or Registry."""
     from pgqueue import worker as worker_module
-    from pgqueue._connections import worker_name
+    from pgqueue._base.connections import worker_name
 
     target = load_target(args.target)
     options = {
