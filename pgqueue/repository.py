@@ -16,7 +16,6 @@ from sqlalchemy.orm import Session
 
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import periodic_calls as _periodic_calls
-from pgqueue._worker.replay import Replay
 from pgqueue.models import JobStatus
 from pgqueue.periodic import Periodic
 from pgqueue.results import (
@@ -156,12 +155,6 @@ def claim(
     jobs of a few milliseconds (R8). Jobs come back oldest ``run_at`` first.
     """
     return _run(conn, _calls.claim(queue, limit, lease))
-
-
-def claim_replayed(replay: Replay, *, queue: str, limit: int, lease: timedelta) -> list[ClaimedJob]:
-    """The worker's claim: :func:`claim` in autocommit, on its held connection, replayed on the
-    driver after the first run (:mod:`pgqueue._replay`)."""
-    return replay.run(_calls.claim(queue, limit, lease))
 
 
 def complete(conn: Executor, job_id: int, attempts: int) -> bool:
