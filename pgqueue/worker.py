@@ -310,7 +310,9 @@ class Worker:
             runtime,
             self.handlers,
             self.concurrency if Lane.THREADS in runtime.window.lanes else 0,
-            transaction=(self.engine, self.lease, claimer) if self.mode == "transaction" else None,
+            transaction=(self.engine, self.lease, claimer.queue_had_job)
+            if self.mode == "transaction"
+            else None,
         )
         coroutines = (
             AsyncLane(runtime, self.handlers, self.async_concurrency)
