@@ -13,7 +13,7 @@ import logging
 import time
 
 from pgqueue import repository
-from pgqueue._worker.completer import settled_outcome
+from pgqueue._worker.outcomes import settled_outcome
 from pgqueue._worker.window import Held
 from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import Handler, Outcome
