@@ -14,6 +14,7 @@ from typing import Any, TypeAlias, TypeVar, Union
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
+from pgqueue import retry_policy
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue.models import JobStatus
@@ -39,8 +40,8 @@ DEFAULT_QUEUE = "default"
 DEFAULT_LEASE = timedelta(minutes=5)
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_PRIORITY = 0
-DEFAULT_RETRY_BASE = timedelta(seconds=10)
-DEFAULT_RETRY_CAP = timedelta(hours=1)
+DEFAULT_RETRY_BASE = retry_policy.DEFAULT_RETRY_BASE
+DEFAULT_RETRY_CAP = retry_policy.DEFAULT_RETRY_CAP
 DEFAULT_PURGE_AGE = timedelta(days=7)
 DEFAULT_PURGE_BATCH = 10_000
 
