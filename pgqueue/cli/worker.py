@@ -14,8 +14,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-import pgqueue
 from pgqueue.cli.common import UserError, database_url, make_engine, schema_arg
+from pgqueue.jobs import Registry
 
 #: Where ``pgqueue worker --health-port`` serves unless ``--health-host`` says otherwise.
 DEFAULT_HEALTH_HOST = "127.0.0.1"
@@ -142,7 +142,7 @@ def _build_worker(args: argparse.Namespace) -> Any:
         return target
     if isinstance(target, Mapping):
         handlers: dict[str, Any] = dict(target)
-        definitions = target.periodic_definitions if isinstance(target, pgqueue.Registry) else ()
+        definitions = target.periodic_definitions if isinstance(target, Registry) else ()
         if args.queues:
             wanted = [q.strip() for q in args.queues.split(",") if q.strip()]
             unknown = [q for q in wanted if q not in handlers]
