@@ -11,8 +11,8 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from pgqueue._worker.completer import Completer
 from pgqueue._worker.executors import HandlerCancelled
 from pgqueue._worker.outcomes import count_and_log
 from pgqueue._worker.window import ClaimWindow, Held, Lane, State, busy
@@ -20,6 +20,9 @@ from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import JobContext, Outcome, WorkerStats
 from pgqueue.results import ClaimedJob, Settled
 from pgqueue.retry_policy import RetryPolicy, describe_error
+
+if TYPE_CHECKING:  # the worker hands its completer over; the runtime only calls it
+    from pgqueue._worker.completer import Completer
 
 log = logging.getLogger("pgqueue.worker")
 
