@@ -37,9 +37,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pgqueue._worker.outcomes import OUTCOMES
 from pgqueue.errors import InvalidArgumentTypeError
-from pgqueue.jobs import JobContext, Outcome
+from pgqueue.jobs import JobContext
 from pgqueue.jobs import WorkerView as Worker
 
 if TYPE_CHECKING:
@@ -201,10 +200,10 @@ class HookDispatcher:
         self._call("on_handled", job, duration, error)
 
     def outcome(
-        self, job: JobContext, outcome: Outcome, detail: str, duration: float | None
+        self, job: JobContext, event: str | None, detail: str, duration: float | None
     ) -> None:
-        """The event of ``outcome`` in :data:`pgqueue._outcomes.OUTCOMES`, if it has one."""
-        event = OUTCOMES[outcome].event
+        """A job's outcome ``event``, the one its row in the worker's outcome table names (none:
+        ``None``), called with the arguments that event takes."""
         if event is None:
             return
         if event == "on_lost":

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from pgqueue._worker.executors import HandlerCancelled
-from pgqueue._worker.outcomes import count_and_log
+from pgqueue._worker.outcomes import OUTCOMES, count_and_log
 from pgqueue._worker.window import ClaimWindow, Held, Lane, State, busy
 from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import JobContext, Outcome, WorkerStats
@@ -130,7 +130,7 @@ class Runtime:
         """Count, log and tell hooks of one job's end. Lock held."""
         count_and_log(self.stats, held.job, outcome, detail)
         if self.hooks is not None:
-            self.hooks.outcome(held.job, outcome, detail, held.handler_seconds)
+            self.hooks.outcome(held.job, OUTCOMES[outcome].event, detail, held.handler_seconds)
 
     # -- what the heartbeat learnt ----------------------------------------------------------------
 
