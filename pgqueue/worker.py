@@ -1,9 +1,9 @@
 """The worker: a facade over the components that claim, run, heartbeat, reap and complete jobs.
 
-Options and wiring live here; each concern is a private module of its own: the claim window
-(``_window``), the claiming loop (``_claimer``), the handler lanes (``_threads``,
-``_event_loop``), the completer (``_completer``), the heartbeat (``_heartbeat``), the reaper
-(``_reaper``) and the outcome table (``_outcomes``), meeting in ``_runtime``.
+Options and wiring live here; each concern is a private module of its own in
+:mod:`pgqueue._worker`: the claim window (``window``), the claiming loop (``claimer``), the handler
+lanes (``threads``, ``event_loop``), the completer (``completer``), the heartbeat (``heartbeat``),
+the reaper (``reaper``) and the outcome table (``outcomes``), meeting in ``runtime``.
 
 .. versionadded:: 0.1.0
 """

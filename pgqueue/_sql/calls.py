@@ -66,7 +66,7 @@ class Call(Generic[T]):
 
     ``statement`` is ``None`` when the answer is known without SQL (an empty batch): the runner
     then calls ``finish(None)``. ``from_rows`` is set on the calls the worker replays on the
-    driver (:mod:`pgqueue._replay`): the same mapping from rows with attribute access.
+    driver (:mod:`pgqueue._worker.replay`): the same mapping from rows with attribute access.
     """
 
     statement: Executable | None

@@ -1,4 +1,4 @@
-"""The periodic repository functions as data (see :mod:`pgqueue._calls`)."""
+"""The periodic repository functions as data (see :mod:`pgqueue._sql.calls`)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,9 @@ command takes ``--url`` (before or after the subcommand) or reads ``PGQUEUE_DATA
 Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cancel``), 2 errors
 (bad arguments, no connection, no schema). Passwords are masked in every line printed.
 
-This module parses and dispatches; the commands live in ``_cli_ops``, ``_cli_worker`` and
-``_cli_web``, on the helpers of ``_cli_common``, and none of them imports this module back.
+This module parses and dispatches; the commands live beside it in ``ops``, ``worker`` (with the
+process ``supervisor``) and ``web``, on the helpers of ``common``, and none of them imports this
+module back. ``python -m pgqueue`` and ``python -m pgqueue.cli`` run :func:`run`.
 """
 
 from __future__ import annotations
@@ -286,7 +287,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run() -> NoReturn:
     """``python -m pgqueue.cli``: exit with :func:`main`'s code."""
     sys.exit(main())
-
-
-if __name__ == "__main__":
-    run()

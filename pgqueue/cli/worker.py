@@ -1,7 +1,7 @@
 """``pgqueue worker``: run the Worker a ``module:attr`` names, or supervise N processes of it.
 
 A supervised child runs this same command (``--processes`` ignored) and reports to its parent
-through :class:`pgqueue._supervisor.ChildLink`.
+through :class:`pgqueue.cli.supervisor.ChildLink`.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """One table decides how each job outcome is counted, logged and told to hooks.
 
-Every component ends jobs through :data:`pgqueue._outcomes.OUTCOMES`, so the table must cover every
-outcome, name real counters and hook methods, and the hook dispatcher must pass each event the
-arguments its :class:`pgqueue.WorkerHooks` signature promises.
+Every component ends jobs through :data:`pgqueue._worker.outcomes.OUTCOMES`, so the table must
+cover every outcome, name real counters and hook methods, and the hook dispatcher must pass each
+event the arguments its :class:`pgqueue.WorkerHooks` signature promises.
 """
 
 from __future__ import annotations
