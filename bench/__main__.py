@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
 from bench import _db, claim, drain, drain_worker, enqueue, latency, peers, report, scale
-from pgqueue._urls import mask_url
+from pgqueue._base.urls import mask_url
 
 
 @dataclass(frozen=True)

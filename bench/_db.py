@@ -13,8 +13,8 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL
 
 import pgqueue.migrations
-from pgqueue._embedded import embedded_server
-from pgqueue._urls import to_libpq_url, to_sqlalchemy_url
+from pgqueue._base.embedded import embedded_server
+from pgqueue._base.urls import to_libpq_url, to_sqlalchemy_url
 
 #: The queue every benchmark job goes to.
 QUEUE = "bench"

@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL
 
 from bench import _db, _sql
 from bench.drain_worker import SLEEP_S
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
 
 #: Jobs per claim of the raw limit (the issue's "claim 10, complete the 10").
 BATCH = 10

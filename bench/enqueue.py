@@ -13,7 +13,7 @@ from sqlalchemy.engine import URL
 
 import pgqueue
 from bench import _db, _sql
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
 
 
 def run(url: URL, engine: Engine, *, single: int, many: int, batch: int = 1_000) -> dict[str, Any]:

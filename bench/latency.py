@@ -31,7 +31,7 @@ from sqlalchemy.engine import URL
 
 import pgqueue
 from bench import _db, _sql
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
 
 #: Longest wait for one sample's job to start before the run is abandoned.
 SAMPLE_TIMEOUT = 5.0

@@ -6,7 +6,7 @@ lease, and finish them with updates guarded by the claimed attempt number.
 
 from __future__ import annotations
 
-from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY
+from pgqueue._base.validation import MAX_PRIORITY, MIN_PRIORITY
 from pgqueue.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,

@@ -8,8 +8,8 @@ example from FastAPI or Starlette request handlers::
         await pgqueue.aio.enqueue(conn, {"user_id": user_id}, queue="welcome_email")
 
 Each function has the name, signature and behaviour of its twin in :mod:`pgqueue.repository`;
-both build the same :class:`pgqueue._calls.Call` (validation, parameters, statement, row mapping)
-and differ only by ``await``. None of them commits: the caller owns the transaction.
+both build the same :class:`pgqueue._sql.calls.Call` (validation, parameters, statement, row
+mapping) and differ only by ``await``. None of them commits: the caller owns the transaction.
 
 Workers: :class:`pgqueue.Worker` runs ``async def`` handlers on an event loop of its own (and
 sync ones in threads); an async service enqueues with this module and runs the worker as its own
@@ -27,7 +27,8 @@ from typing import Any, TypeAlias, TypeVar, Union
 
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from pgqueue import _calls, _periodic_calls
+from pgqueue._sql import calls as _calls
+from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue.models import JobStatus
 from pgqueue.repository import (
     DEFAULT_LEASE,

@@ -31,9 +31,9 @@ from sqlalchemy.engine import URL
 
 import pgqueue.migrations
 from pgqueue import repository, statements
-from pgqueue._embedded import embedded_server
-from pgqueue._text import psql_table
-from pgqueue._urls import mask_url, to_libpq_url, to_sqlalchemy_url
+from pgqueue._base.embedded import embedded_server
+from pgqueue._base.text import psql_table
+from pgqueue._base.urls import mask_url, to_libpq_url, to_sqlalchemy_url
 from pgqueue.models import jobs_table
 
 #: The article's run: 8 pgbench clients.

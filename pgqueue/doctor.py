@@ -19,7 +19,7 @@ from sqlalchemy import Connection, text
 
 import pgqueue.migrations
 from pgqueue import admin, periodic, repository
-from pgqueue._connections import WORKER_PREFIX
+from pgqueue._base.connections import WORKER_PREFIX
 from pgqueue.pooler import check_listen
 from pgqueue.repository import DEFAULT_PURGE_AGE
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS, alter_table_sql

@@ -25,7 +25,7 @@ from typing import Protocol
 
 from sqlalchemy import Engine, text
 
-from pgqueue._urls import error_line
+from pgqueue._base.urls import error_line
 from pgqueue.errors import InvalidArgumentError
 
 log = logging.getLogger("pgqueue.health")

@@ -38,9 +38,8 @@ from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from pgqueue._outcomes import OUTCOMES
 from pgqueue.errors import InvalidArgumentTypeError
-from pgqueue.jobs import JobContext, Outcome
+from pgqueue.jobs import JobContext
 from pgqueue.jobs import WorkerView as Worker
 
 if TYPE_CHECKING:
@@ -210,14 +209,14 @@ class HookDispatcher:
     def outcome(
         self,
         job: JobContext,
-        outcome: Outcome,
+        event: str | None,
         detail: str,
         duration: float | None,
         snooze: timedelta | None = None,
     ) -> None:
-        """The event of ``outcome`` in :data:`pgqueue._outcomes.OUTCOMES`, if it has one
-        (``snooze``: the delay of a snoozed job)."""
-        event = OUTCOMES[outcome].event
+        """A job's outcome ``event``, the one its row in the worker's outcome table names (none:
+        ``None``), called with the arguments that event takes (``snooze``: the delay of a
+        snoozed job)."""
         if event is None:
             return
         if event == "on_lost":

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine
 
-from pgqueue._validation import check_queue, check_snooze_delay
+from pgqueue._base.validation import check_queue, check_snooze_delay
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.periodic import Periodic
 from pgqueue.results import ClaimedJob

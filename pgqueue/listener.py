@@ -14,8 +14,8 @@ import psycopg
 import psycopg.sql
 from sqlalchemy.engine import URL
 
-from pgqueue._connections import name_kwargs, worker_name
-from pgqueue._urls import error_line, mask_url, to_libpq_url
+from pgqueue._base.connections import name_kwargs, worker_name
+from pgqueue._base.urls import error_line, mask_url, to_libpq_url
 from pgqueue.schema import DEFAULT_CHANNEL
 
 log = logging.getLogger("pgqueue.listener")

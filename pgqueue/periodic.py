@@ -2,7 +2,7 @@
 
 Any number of workers may declare the same definition: each tick yields one job, because the
 tick is enqueued by a compare-and-set of ``jobs_periodic.last_tick`` in the same statement as the
-job's insert (see :mod:`pgqueue._scheduler`). Nothing here touches the database.
+job's insert (see :mod:`pgqueue._worker.scheduler`). Nothing here touches the database.
 
 .. versionadded:: 0.1.0
 """
@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from pgqueue import _schedule as schedules
-from pgqueue._validation import (
+from pgqueue._base import schedule as schedules
+from pgqueue._base.validation import (
     check_positive_int,
     check_priority,
     check_queue,

@@ -30,8 +30,8 @@ import psycopg.sql
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
 
-from pgqueue._connections import name_kwargs
-from pgqueue._urls import mask_url, to_libpq_url, to_sqlalchemy_url
+from pgqueue._base.connections import name_kwargs
+from pgqueue._base.urls import mask_url, to_libpq_url, to_sqlalchemy_url
 
 log = logging.getLogger("pgqueue.pooler")
 

@@ -14,8 +14,9 @@ from typing import Any, TypeAlias, TypeVar, Union
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
-from pgqueue import _calls, _periodic_calls
-from pgqueue._replay import Replay
+from pgqueue import retry_policy
+from pgqueue._sql import calls as _calls
+from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue.models import JobStatus
 from pgqueue.periodic import Periodic
 from pgqueue.results import (
@@ -39,8 +40,8 @@ DEFAULT_QUEUE = "default"
 DEFAULT_LEASE = timedelta(minutes=5)
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_PRIORITY = 0
-DEFAULT_RETRY_BASE = timedelta(seconds=10)
-DEFAULT_RETRY_CAP = timedelta(hours=1)
+DEFAULT_RETRY_BASE = retry_policy.DEFAULT_RETRY_BASE
+DEFAULT_RETRY_CAP = retry_policy.DEFAULT_RETRY_CAP
 DEFAULT_PURGE_AGE = timedelta(days=7)
 DEFAULT_PURGE_BATCH = 10_000
 
@@ -155,12 +156,6 @@ def claim(
     jobs of a few milliseconds (R8). Jobs come back oldest ``run_at`` first.
     """
     return _run(conn, _calls.claim(queue, limit, lease))
-
-
-def claim_replayed(replay: Replay, *, queue: str, limit: int, lease: timedelta) -> list[ClaimedJob]:
-    """The worker's claim: :func:`claim` in autocommit, on its held connection, replayed on the
-    driver after the first run (:mod:`pgqueue._replay`)."""
-    return replay.run(_calls.claim(queue, limit, lease))
 
 
 def complete(conn: Executor, job_id: int, attempts: int) -> bool:

@@ -8,9 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from pgqueue._validation import check_duration
+from pgqueue._base.validation import check_duration
 from pgqueue.errors import InvalidArgumentTypeError
-from pgqueue.repository import DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP
+
+#: The backoff's defaults, also those of :func:`pgqueue.fail` (the repository takes them from here).
+DEFAULT_RETRY_BASE = timedelta(seconds=10)
+DEFAULT_RETRY_CAP = timedelta(hours=1)
 
 #: ``last_error`` is cut to this many characters: a huge message bloats every row version.
 MAX_ERROR_LENGTH = 2000

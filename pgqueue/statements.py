@@ -43,7 +43,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.expression import column
 
-from pgqueue._validation import MIN_PRIORITY
+from pgqueue._base.validation import MIN_PRIORITY
 from pgqueue.models import JobStatus, jobs_table
 
 jobs = jobs_table

@@ -26,15 +26,15 @@ from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.orm import Session
 
 from pgqueue import repository
-from pgqueue._executors import run_inline, settle
-from pgqueue._validation import (
+from pgqueue._base.validation import (
     check_positive_int,
     check_priority,
     check_queue,
     check_unique_key,
     encode_payload,
 )
-from pgqueue._window import Held, Lane
+from pgqueue._worker.executors import run_inline, settle
+from pgqueue._worker.window import Held, Lane
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.jobs import Handler, JobContext, Outcome, Snooze, is_async_handler
 from pgqueue.models import Job

@@ -1,9 +1,9 @@
 """The worker: a facade over the components that claim, run, heartbeat, reap and complete jobs.
 
-Options and wiring live here; each concern is a private module of its own: the claim window
-(``_window``), the claiming loop (``_claimer``), the handler lanes (``_threads``,
-``_event_loop``), the completer (``_completer``), the heartbeat (``_heartbeat``), the reaper
-(``_reaper``) and the outcome table (``_outcomes``), meeting in ``_runtime``.
+Options and wiring live here; each concern is a private module of its own in
+:mod:`pgqueue._worker`: the claim window (``window``), the claiming loop (``claimer``), the handler
+lanes (``threads``, ``event_loop``), the completer (``completer``), the heartbeat (``heartbeat``),
+the reaper (``reaper``) and the outcome table (``outcomes``), meeting in ``runtime``.
 
 .. versionadded:: 0.1.0
 """
@@ -23,20 +23,20 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
 from pgqueue import pooler, repository
-from pgqueue._claimer import Claimer, ClaimerOptions
-from pgqueue._completer import FLUSH_SIZE, Completer
-from pgqueue._connections import worker_name
-from pgqueue._event_loop import AsyncLane
-from pgqueue._heartbeat import Heartbeat
-from pgqueue._pulse import Pulse
-from pgqueue._runtime import Runtime
-from pgqueue._scheduler import Scheduler
-from pgqueue._signals import handle_stop_signals
-from pgqueue._threads import ThreadLane
-from pgqueue._transient import short_transaction
-from pgqueue._urls import mask_url
-from pgqueue._validation import check_positive_int
-from pgqueue._window import ClaimWindow, Held, Lane, State, keys
+from pgqueue._base.connections import worker_name
+from pgqueue._base.urls import mask_url
+from pgqueue._base.validation import check_positive_int
+from pgqueue._worker.claimer import Claimer, ClaimerOptions
+from pgqueue._worker.completer import FLUSH_SIZE, Completer
+from pgqueue._worker.event_loop import AsyncLane
+from pgqueue._worker.heartbeat import Heartbeat
+from pgqueue._worker.pulse import Pulse
+from pgqueue._worker.runtime import Runtime
+from pgqueue._worker.scheduler import Scheduler
+from pgqueue._worker.signals import handle_stop_signals
+from pgqueue._worker.threads import ThreadLane
+from pgqueue._worker.transient import short_transaction
+from pgqueue._worker.window import ClaimWindow, Held, Lane, State, keys
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.health import DEFAULT_HOST, OK, Health, HealthServer, check_database
 from pgqueue.hooks import HookDispatcher, WorkerHooks, check_hooks
@@ -312,7 +312,9 @@ class Worker:
             runtime,
             self.handlers,
             self.concurrency if Lane.THREADS in runtime.window.lanes else 0,
-            transaction=(self.engine, self.lease, claimer) if self.mode == "transaction" else None,
+            transaction=(self.engine, self.lease, claimer.queue_had_job)
+            if self.mode == "transaction"
+            else None,
         )
         coroutines = (
             AsyncLane(runtime, self.handlers, self.async_concurrency)

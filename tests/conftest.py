@@ -30,7 +30,7 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL
 
 import pgqueue.migrations
-from pgqueue._urls import to_libpq_url, to_sqlalchemy_url
+from pgqueue._base.urls import to_libpq_url, to_sqlalchemy_url
 
 DB_TIERS = ("integration", "migrations", "cli", "pooler", "web")
 

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.engine import URL
 
 from bench import _db
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
 
 HERE = Path(__file__).parent
 

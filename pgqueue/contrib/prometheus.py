@@ -42,8 +42,8 @@ except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     raise missing_extra("pgqueue.contrib.prometheus", "prometheus") from exc
 
 from pgqueue import statements
-from pgqueue._urls import error_line
-from pgqueue._validation import check_positive_int
+from pgqueue._base.urls import error_line
+from pgqueue._base.validation import check_positive_int
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.hooks import WorkerHooks
 

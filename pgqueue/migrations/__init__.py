@@ -14,7 +14,7 @@ from alembic.config import Config
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 
-from pgqueue._urls import to_sqlalchemy_url
+from pgqueue._base.urls import to_sqlalchemy_url
 from pgqueue.migrations.options import SCHEMA_ATTRIBUTE
 from pgqueue.schema import check_schema
 

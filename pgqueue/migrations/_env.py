@@ -8,7 +8,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy import Connection, create_engine, pool
 
-from pgqueue._urls import to_sqlalchemy_url
+from pgqueue._base.urls import to_sqlalchemy_url
 from pgqueue.migrations.options import quoted_schema, target_schema
 from pgqueue.models import metadata
 

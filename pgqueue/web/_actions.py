@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from pgqueue import admin, repository
-from pgqueue._durations import parse_duration
-from pgqueue._validation import check_queue
+from pgqueue._base.durations import parse_duration
+from pgqueue._base.validation import check_queue
 from pgqueue.errors import PgQueueError
 from pgqueue.web import _csrf
 from pgqueue.web._pages import MAX_JOB_ID

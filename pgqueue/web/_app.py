@@ -17,7 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from pgqueue._urls import error_line
+from pgqueue._base.urls import error_line
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.web import _actions, _pages
 from pgqueue.web._auth import BasicAuth, parse_credentials

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from pgqueue import admin
-from pgqueue._validation import check_queue
+from pgqueue._base.validation import check_queue
 from pgqueue.errors import PgQueueError
 from pgqueue.models import JobStatus
 from pgqueue.web._render import error_page, page, settings

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -21,7 +21,9 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
 from pgqueue.web import _csrf
-from pgqueue.web._snapshot import OverviewSource
+
+if TYPE_CHECKING:  # the app builds the overview source; pages only read it
+    from pgqueue.web._snapshot import OverviewSource
 
 
 @dataclass(frozen=True)

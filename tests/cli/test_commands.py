@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import Engine, text
 
 import pgqueue
-from pgqueue._cli_common import parse_duration
+from pgqueue.cli.common import parse_duration
 from tests.cli.conftest import Result
 
 Cli = Callable[..., Result]

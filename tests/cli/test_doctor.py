@@ -13,7 +13,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
 
 import pgqueue
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
 from pgqueue.storage import alter_table_sql
 from tests.cli.conftest import Result, plain, run_pgqueue
 from tests.revisions import pgqueue_head

@@ -16,7 +16,7 @@ import yaml
 from sqlalchemy import Engine, text
 
 from pgqueue import worker as worker_module
-from pgqueue._supervisor import SupervisorOptions
+from pgqueue.cli.supervisor import SupervisorOptions
 
 DEPLOY = Path(__file__).parents[2] / "docs" / "deploy.md"
 #: What a child may take to stop before the supervisor kills it.

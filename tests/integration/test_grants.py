@@ -13,7 +13,7 @@ from sqlalchemy import Engine, create_engine, exc, text
 from sqlalchemy.engine import URL
 
 import pgqueue
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
 from pgqueue.grants import grants_sql
 from tests.cli.conftest import plain, run_pgqueue
 from tests.integration.worker_helpers import until

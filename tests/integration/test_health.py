@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 from worker_helpers import running, until
 
 import pgqueue
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
 
 
 def probe(port: int, path: str) -> tuple[int, dict[str, Any]]:

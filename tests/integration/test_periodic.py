@@ -21,7 +21,7 @@ from sqlalchemy.engine import URL
 from worker_helpers import running, statements_sent, until
 
 import pgqueue
-import pgqueue._scheduler
+import pgqueue._worker.scheduler
 from pgqueue import repository
 
 UTC = timezone.utc
@@ -238,7 +238,7 @@ def test_an_idle_worker_sends_nothing_between_ticks(
 ) -> None:
     """Scale-to-zero: an idle worker's scheduler sleeps until the next tick, while an awake one
     refreshes ``declared_at`` (every 0.3 s here instead of 5 minutes)."""
-    monkeypatch.setattr(pgqueue._scheduler, "REFRESH_INTERVAL", 0.3)
+    monkeypatch.setattr(pgqueue._worker.scheduler, "REFRESH_INTERVAL", 0.3)
     nightly = pgqueue.Periodic("nightly", "0 3 * * *", "ticks")
     with (
         statements_sent(engine, "jobs_periodic") as awake,

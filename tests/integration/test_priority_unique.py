@@ -14,7 +14,7 @@ from worker_helpers import captured_claim
 
 import pgqueue
 import pgqueue.testing
-from pgqueue import _calls
+from pgqueue._sql import calls as _calls
 from pgqueue.errors import UniqueKeyError
 
 

@@ -24,9 +24,8 @@ from worker_helpers import (
 )
 
 import pgqueue
-from pgqueue import repository
-from pgqueue._replay import Replay
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
+from pgqueue._worker.replay import Replay, claim_replayed
 from pgqueue.results import ClaimedJob
 
 LEASE = timedelta(seconds=30)
@@ -44,7 +43,7 @@ PAYLOADS: list[Any] = [
 
 
 def _claim(replay: Replay, queue: str, limit: int = 3) -> list[ClaimedJob]:
-    return repository.claim_replayed(replay, queue=queue, limit=limit, lease=LEASE)
+    return claim_replayed(replay, queue=queue, limit=limit, lease=LEASE)
 
 
 def _fill(engine: Engine, queue: str) -> None:
@@ -101,7 +100,7 @@ def test_each_queue_size_and_lease_is_its_own_statement(engine: Engine) -> None:
             jobs = _claim(replay, queue, limit=1)
             assert [j.payload for j in jobs] == [{"q": queue}]
     assert [j.queue for j in _claim(replay, "a", limit=2)] == ["a", "a"]
-    longer = repository.claim_replayed(replay, queue="b", limit=1, lease=timedelta(hours=2))
+    longer = claim_replayed(replay, queue="b", limit=1, lease=timedelta(hours=2))
     replay.release()
     assert replay.replayed == 2  # the second round; size 2 and the longer lease compiled anew
     held = scalar(
@@ -227,7 +226,7 @@ def test_the_connection_is_held_between_claims_and_given_back(engine: Engine) ->
 
 
 def test_calls_without_a_row_mapping_are_refused(engine: Engine) -> None:
-    from pgqueue import _calls
+    from pgqueue._sql import calls as _calls
 
     replay = Replay(engine)
     with pytest.raises(ValueError, match="replayed"):

@@ -20,7 +20,7 @@ from sqlalchemy.engine import URL
 import pgqueue
 import pgqueue.migrations
 from pgqueue import InvalidArgumentError
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS
 from tests.revisions import pgqueue_head
 

@@ -19,8 +19,8 @@ from worker_helpers import statements_sent
 import pgqueue
 import pgqueue.aio
 from pgqueue import repository
-from pgqueue._completer import Failure, Flush
-from pgqueue._window import Held, Lane
+from pgqueue._worker.completer import Failure, Flush
+from pgqueue._worker.window import Held, Lane
 from pgqueue.jobs import JobContext, Outcome
 from pgqueue.testing import drain
 

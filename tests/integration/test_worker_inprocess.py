@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL
 from worker_helpers import running, scalar, terminate_others, until
 
 import pgqueue
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
 
 
 def _job(engine: Engine, job_id: int) -> Any:

@@ -16,7 +16,7 @@ from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import URL
 
 import pgqueue
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
 
 
 def until(predicate: Callable[[], bool], timeout: float, what: str) -> None:

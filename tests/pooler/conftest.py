@@ -28,7 +28,7 @@ from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL
 
 import pgqueue
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
 from tests.conftest import Server
 
 #: Where Debian puts the binary (``/usr/sbin`` is not on every user's PATH).

@@ -16,7 +16,7 @@ from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import URL
 
 import pgqueue
-from pgqueue._urls import to_libpq_url
+from pgqueue._base.urls import to_libpq_url
 from pgqueue.pooler import check_listen
 from tests.cli.conftest import plain, run_pgqueue
 from tests.integration.worker_helpers import replayed_claims, scalar, two_workers_drain, until

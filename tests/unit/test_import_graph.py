@@ -1,9 +1,13 @@
-"""The package's import graph has no circle, and every module imports on its own.
+"""The package's layering, stated and kept: no circle, no import up a layer, short chains.
 
 The worker was split into components that import each other's types; a circle among them works or
 breaks depending on which module is imported first. The graph is read from the source with
 :mod:`ast`, counting imports inside functions and ``if TYPE_CHECKING:`` blocks too, so a circle is
 caught even where today's import order happens to hide it.
+
+The layers (:data:`LAYERS`) say what stands on what: each module may import its own layer and the
+ones below, never one above, and a new module must be given a layer. The longest import chain is
+measured the way #21 counts it (imports that run, ``TYPE_CHECKING`` ones left out) and kept short.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,21 +30,58 @@ PACKAGE_DIR = Path(pgqueue.__file__).parent
 
 #: The only modules allowed to import the worker: the public ``pgqueue.Worker`` and the commands
 #: that run one (``pgqueue worker``, ``pgqueue demo``). The components get their types from
-#: ``pgqueue.jobs`` and ``pgqueue._window``.
-WORKER_IMPORTERS = {"pgqueue", "pgqueue._cli_worker", "pgqueue.demo"}
+#: ``pgqueue.jobs`` and ``pgqueue._worker.window``.
+WORKER_IMPORTERS = {"pgqueue", "pgqueue.cli.worker", "pgqueue.demo"}
+
+#: The only modules outside ``pgqueue._worker`` that reach into the worker's machinery: the worker
+#: that builds it, ``pgqueue.testing`` (``drain`` runs handlers through its executors, so tests and
+#: production agree) and the process supervisor (the stop-signal handlers, shared with a run).
+MACHINERY_IMPORTERS = {"pgqueue.worker", "pgqueue.testing", "pgqueue.cli.supervisor"}
+
+#: The worker's loops, each on a thread of its own: they meet in the runtime (or call a callback
+#: they were handed) and never import one another; nor do the executors, which
+#: ``pgqueue.testing.drain`` shares with no loop running.
+WORKER_LOOPS = {
+    f"pgqueue._worker.{name}"
+    for name in ("claimer", "completer", "event_loop", "heartbeat", "scheduler", "threads")
+}
+
+#: The only modules inside the package that import the package itself (its ``__init__``, which
+#: loads the worker and every public module), each for ``__version__`` alone. Everything else
+#: imports what it uses from the module that defines it.
+PACKAGE_IMPORTERS = {"pgqueue.cli": "--version", "pgqueue.contrib.otel": "the tracer's version"}
+
+#: Bottom up: a module may import modules of its own layer and of the layers below it, never of a
+#: layer above. Names are inside ``pgqueue``: ``name.*`` is that package and everything in it, a
+#: plain name that module, ``__init__`` the package itself.
+LAYERS: tuple[tuple[str, str], ...] = (
+    ("values: the errors, the table, the results", "errors models results storage"),
+    ("the ground floor: helpers that know nothing of jobs (imports errors only)", "_base.*"),
+    ("definitions users build, and their checks", "schema periodic retry_policy jobs hooks"),
+    ("SQL as data, grants and revisions", "statements _sql.* admin grants migrations.*"),
+    ("the runners and services on a connection", "repository aio pooler listener health doctor"),
+    ("the worker's machinery (not the worker, the package, the CLI, the dashboard)", "_worker.*"),
+    ("the worker, and the test helpers that run handlers as it does", "worker testing"),
+    ("the public package and what builds on it", "__init__ demo contrib.*"),
+    ("the faces: the command line and the dashboard", "__main__ cli.* web.*"),
+)
+
+#: At most this many modules on the longest import chain (#21: 17 before the wings).
+MAX_CHAIN = 13
 
 #: What the process supervisor and the health server may import: the supervisor never builds an
 #: engine or a worker (its children do), and the probes know the worker only as a ``Probe``.
 NARROW_MODULES = {
-    "pgqueue._supervisor": {"pgqueue.health", "pgqueue._signals"},
-    "pgqueue._signals": set(),
-    "pgqueue.health": {"pgqueue._urls", "pgqueue.errors"},
-    "pgqueue._pulse": set(),
+    "pgqueue.cli.supervisor": {"pgqueue.health", "pgqueue._worker.signals"},
+    "pgqueue._worker.signals": set(),
+    "pgqueue.health": {"pgqueue._base.urls", "pgqueue.errors"},
+    "pgqueue._worker.pulse": set(),
 }
 
 #: Scripts, not libraries: importing them runs them.
 SCRIPTS = {
     "pgqueue.__main__": "runs the command line",
+    "pgqueue.cli.__main__": "runs the command line",
     "pgqueue.migrations.env": "runs inside an Alembic EnvironmentContext only",
 }
 
@@ -87,11 +128,29 @@ def known_names(package_dir: Path, modules: dict[str, Path]) -> set[str]:
     return set(modules) | folders
 
 
-def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement anywhere: top level, functions, ``if TYPE_CHECKING:``, ``try``."""
-    for node in ast.walk(tree):
+def _is_type_checking(node: ast.AST) -> bool:
+    """``if TYPE_CHECKING:`` or ``if typing.TYPE_CHECKING:``."""
+    if not isinstance(node, ast.If):
+        return False
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, *, type_checking: bool) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement anywhere: top level, functions, ``try``, and ``if TYPE_CHECKING:``
+    blocks unless ``type_checking`` is false (then only their ``else`` counts)."""
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             yield node
+        if not type_checking and _is_type_checking(node):
+            assert isinstance(node, ast.If)
+            stack.extend(node.orelse)
+        else:
+            stack.extend(ast.iter_child_nodes(node))
 
 
 def _deepest_known(name: str, known: set[str]) -> str | None:
@@ -130,8 +189,11 @@ def _targets(
             yield target
 
 
-def import_graph(package_dir: Path) -> dict[str, set[str]]:
-    """``{module: modules of the same package it imports}`` (self-imports left out)."""
+def import_graph(package_dir: Path, *, type_checking: bool = True) -> dict[str, set[str]]:
+    """``{module: modules of the same package it imports}`` (self-imports left out).
+
+    ``type_checking=False`` leaves out the imports under ``if TYPE_CHECKING:``, which never run.
+    """
     modules = module_files(package_dir)
     known = known_names(package_dir, modules)
     graph: dict[str, set[str]] = {}
@@ -140,7 +202,7 @@ def import_graph(package_dir: Path) -> dict[str, set[str]]:
         is_package = path.name == "__init__.py"
         graph[module] = {
             target
-            for node in _imports(tree)
+            for node in _imports(tree, type_checking=type_checking)
             for target in _targets(node, module, is_package, known)
             if target != module
         }
@@ -173,11 +235,62 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def layer_of(module: str) -> int | None:
+    """The index in :data:`LAYERS` of the layer that holds ``module`` (``None``: no layer)."""
+    found = []
+    for index, (_, members) in enumerate(LAYERS):
+        for member in members.split():
+            name = "pgqueue" if member == "__init__" else f"pgqueue.{member.removesuffix('.*')}"
+            if module == name or (member.endswith(".*") and module.startswith(name + ".")):
+                found.append(index)
+    assert len(found) <= 1, (module, found)
+    return found[0] if found else None
+
+
+def upward_imports(
+    graph: dict[str, set[str]], layer: Callable[[str], int | None]
+) -> list[tuple[str, str]]:
+    """Every ``(importer, imported)`` where the imported module stands on a higher layer."""
+    return sorted(
+        (module, target)
+        for module, targets in graph.items()
+        for target in targets
+        if (mine := layer(module)) is not None
+        and (theirs := layer(target)) is not None
+        and theirs > mine
+    )
+
+
+def longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    """The longest path of modules ``a -> b -> ...`` in a graph without circles (#21's depth)."""
+    below: dict[str, list[str]] = {}
+
+    def chain_from(module: str) -> list[str]:
+        if module not in below:
+            below[module] = [module]  # a circle cannot make it longer: find_cycle reports it
+            down = [chain_from(t) for t in sorted(graph.get(module, ()))]
+            below[module] = [module, *max(down, key=len, default=[])]
+        return below[module]
+
+    return max((chain_from(m) for m in sorted(graph)), key=len, default=[])
+
+
+def counted_graph(package_dir: Path) -> dict[str, set[str]]:
+    """The graph as #21 counts it: imports that run (function-level ones too, ``TYPE_CHECKING``
+    ones not), the frozen revisions in ``migrations/versions`` left out."""
+    versions = f"{package_dir.name}.migrations.versions"
+    return {
+        module: {t for t in targets if t != versions and not t.startswith(versions + ".")}
+        for module, targets in import_graph(package_dir, type_checking=False).items()
+        if not module.startswith(versions + ".")
+    }
+
+
 def test_the_package_has_no_import_cycle() -> None:
     """A circle makes some import orders fail with a partly initialised module."""
     graph = import_graph(PACKAGE_DIR)
     assert "pgqueue.worker" in graph
-    assert "pgqueue._window" in graph
+    assert "pgqueue._worker.window" in graph
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
@@ -187,6 +300,73 @@ def test_only_the_package_and_its_commands_import_the_worker() -> None:
     graph = import_graph(PACKAGE_DIR)
     importers = {module for module, targets in graph.items() if "pgqueue.worker" in targets}
     assert importers <= WORKER_IMPORTERS, sorted(importers - WORKER_IMPORTERS)
+
+
+def test_every_module_has_a_layer_and_imports_none_above_it() -> None:
+    """A lower layer that imports a higher one is how circles start: the SQL layer that knows the
+    worker, the repository that imports worker code, a component that reaches for the CLI."""
+    graph = import_graph(PACKAGE_DIR)
+    unplaced = sorted(m for m in graph if layer_of(m) is None)
+    assert not unplaced, f"give these modules a layer in LAYERS: {unplaced}"
+    upward = [
+        f"{module} ({LAYERS[layer_of(module) or 0][0]}) imports {target} "
+        f"({LAYERS[layer_of(target) or 0][0]})"
+        for module, target in upward_imports(graph, layer_of)
+    ]
+    assert not upward, "\n".join(upward)
+
+
+def test_only_the_worker_its_test_helpers_and_the_supervisor_use_its_machinery() -> None:
+    """``pgqueue._worker`` is one object's parts: the CLI, the dashboard, the repository and the
+    integrations see the worker through :class:`pgqueue.Worker` and :mod:`pgqueue.jobs`."""
+    graph = import_graph(PACKAGE_DIR)
+    importers = {
+        module
+        for module, targets in graph.items()
+        if not module.startswith("pgqueue._worker")
+        and any(t.startswith("pgqueue._worker.") for t in targets)
+    }
+    assert importers <= MACHINERY_IMPORTERS, sorted(importers - MACHINERY_IMPORTERS)
+
+
+def test_the_worker_loops_meet_in_the_runtime_not_in_each_others_modules() -> None:
+    """A lane that imports the claimer, or the executors that import the completer, tie parts
+    together that only share the runtime's lock and window."""
+    graph = import_graph(PACKAGE_DIR)
+    assert set(graph) >= WORKER_LOOPS
+    ties = [
+        (module, sorted(graph[module] & WORKER_LOOPS))
+        for module in sorted({*WORKER_LOOPS, "pgqueue._worker.executors"})
+        if graph[module] & WORKER_LOOPS
+    ]
+    assert not ties, ties
+
+
+def test_the_ground_floor_imports_only_errors_and_itself() -> None:
+    """Everything may import ``pgqueue._base``, so it may import nothing that imports back."""
+    graph = import_graph(PACKAGE_DIR)
+    ground = {m: t for m, t in graph.items() if m.startswith("pgqueue._base")}
+    assert "pgqueue._base.urls" in ground
+    for module, targets in ground.items():
+        others = {t for t in targets if t != "pgqueue.errors" and not t.startswith("pgqueue._base")}
+        assert not others, (module, sorted(others))
+
+
+def test_no_module_imports_the_whole_package_but_for_its_version() -> None:
+    """``from pgqueue import X`` inside the package runs the whole ``__init__`` (the worker and
+    everything public): a module imports ``X`` from the module that defines it."""
+    graph = import_graph(PACKAGE_DIR)
+    importers = {module for module, targets in graph.items() if "pgqueue" in targets}
+    assert importers <= set(PACKAGE_IMPORTERS), sorted(importers - set(PACKAGE_IMPORTERS))
+
+
+def test_the_longest_import_chain_is_short() -> None:
+    """#21's measure of how deep the house is: at most :data:`MAX_CHAIN` modules on one chain."""
+    graph = counted_graph(PACKAGE_DIR)
+    assert "pgqueue.migrations" in graph
+    assert not any(m.startswith("pgqueue.migrations.versions") for m in graph)
+    chain = longest_chain(graph)
+    assert len(chain) <= MAX_CHAIN, f"{len(chain)} modules: " + " -> ".join(chain)
 
 
 def test_the_supervisor_and_the_probes_stay_narrow() -> None:
@@ -272,6 +452,59 @@ def test_the_checker_resolves_each_import_form(tmp_path: Path) -> None:
     }
 
 
+def test_the_counted_graph_leaves_type_checking_imports_and_revisions_out(tmp_path: Path) -> None:
+    """The depth counts what runs: a function's import yes, a ``TYPE_CHECKING`` one no, except
+    in its ``else``; the frozen revisions are no part of the layering."""
+    package = write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/a.py": """\
+                import typing
+                if typing.TYPE_CHECKING:
+                    from pkg import b
+                else:
+                    from pkg import c
+                def late():
+                    from pkg import d
+                """,
+            "pkg/b.py": "",
+            "pkg/c.py": "",
+            "pkg/d.py": "",
+            "pkg/migrations/__init__.py": "",
+            "pkg/migrations/versions/r1.py": "from pkg import a\n",
+        },
+    )
+    assert import_graph(package)["pkg.a"] == {"pkg.b", "pkg.c", "pkg.d"}
+    counted = counted_graph(package)
+    assert counted["pkg.a"] == {"pkg.c", "pkg.d"}
+    assert "pkg.migrations.versions.r1" not in counted
+
+
+def test_longest_chain_on_small_graphs() -> None:
+    """The chain counts modules, not edges, and takes the longest way through a diamond."""
+    assert longest_chain({}) == []
+    assert longest_chain({"a": set()}) == ["a"]
+    graph = {"a": {"b", "c"}, "b": {"d"}, "c": {"e"}, "e": {"d"}, "d": set()}
+    assert longest_chain(graph) == ["a", "c", "e", "d"]
+
+
+def test_upward_imports_name_each_wrong_way_edge() -> None:
+    """A module may import its own layer and the ones below; one edge up is reported."""
+    layers = {"low": 0, "low2": 0, "mid": 1, "high": 2}
+    graph = {"low": {"low2", "mid"}, "low2": set(), "mid": {"low"}, "high": {"mid", "other"}}
+    assert upward_imports(graph, layers.get) == [("low", "mid")]
+
+
+def test_layers_match_packages_and_exact_names() -> None:
+    """``pgqueue._worker.*`` holds the folder and its modules; ``pgqueue`` is the ``__init__``."""
+    assert layer_of("pgqueue._worker") == layer_of("pgqueue._worker.claimer")
+    assert layer_of("pgqueue") != layer_of("pgqueue.errors")
+    assert layer_of("pgqueue.cli") == layer_of("pgqueue.cli.worker")
+    assert layer_of("pgqueue.workers") is None  # a prefix is not a package
+    assert layer_of("pgqueue._worker") > layer_of("pgqueue.repository")  # type: ignore[operator]
+
+
 def test_find_cycle_on_small_graphs() -> None:
     """Diamonds are fine; self-loops and long circles are reported with their path."""
     assert find_cycle({"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": set()}) is None
@@ -341,5 +574,5 @@ def test_nothing_outside_the_dashboard_imports_it() -> None:
         if any(t == "pgqueue.web" or t.startswith("pgqueue.web.") for t in targets)
         and not module.startswith("pgqueue.web")
     }
-    assert importers == {"pgqueue._cli_web"}
+    assert importers == {"pgqueue.cli.web"}
     assert all(not t.startswith("pgqueue.web") for t in graph["pgqueue"])

@@ -1,8 +1,8 @@
 """One table decides how each job outcome is counted, logged and told to hooks.
 
-Every component ends jobs through :data:`pgqueue._outcomes.OUTCOMES`, so the table must cover every
-outcome, name real counters and hook methods, and the hook dispatcher must pass each event the
-arguments its :class:`pgqueue.WorkerHooks` signature promises.
+Every component ends jobs through :data:`pgqueue._worker.outcomes.OUTCOMES`, so the table must
+cover every outcome, name real counters and hook methods, and the hook dispatcher must pass each
+event the arguments its :class:`pgqueue.WorkerHooks` signature promises.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import pgqueue
-from pgqueue._outcomes import OUTCOMES, count_and_log
+from pgqueue._worker.outcomes import OUTCOMES, count_and_log
 from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import JobContext, Outcome, WorkerStats
 
@@ -211,7 +211,7 @@ def test_outcome_calls_its_hook_with_the_documented_arguments(
     """Each outcome reaches exactly its event, with ``job`` then the event's own arguments."""
     recorder = Recorder()
     snooze = timedelta(seconds=30)
-    HookDispatcher([recorder]).outcome(JOB, outcome, detail, duration, snooze)
+    HookDispatcher([recorder]).outcome(JOB, OUTCOMES[outcome].event, detail, duration, snooze)
     values = {"duration": duration, "detail": detail, "snooze": snooze}
     assert recorder.calls == [(event, (JOB, *(values[a] for a in args)))]
     assert event == OUTCOMES[outcome].event
@@ -222,14 +222,14 @@ def test_outcome_calls_its_hook_with_the_documented_arguments(
 def test_lost_without_a_reason_says_lost() -> None:
     """``on_lost`` always gets a reason, even when the caller had none."""
     recorder = Recorder()
-    HookDispatcher([recorder]).outcome(JOB, Outcome.LOST, "", 2.0)
+    HookDispatcher([recorder]).outcome(JOB, OUTCOMES[Outcome.LOST].event, "", 2.0)
     assert recorder.calls == [("on_lost", (JOB, "lost"))]
 
 
 def test_released_calls_no_hook() -> None:
     """A job given back at shutdown never ran here: it has no outcome event."""
     recorder = Recorder()
-    HookDispatcher([recorder]).outcome(JOB, Outcome.RELEASED, "", None)
+    HookDispatcher([recorder]).outcome(JOB, OUTCOMES[Outcome.RELEASED].event, "", None)
     assert recorder.calls == []
 
 
@@ -245,7 +245,7 @@ def test_every_hook_is_told_and_one_that_raises_does_not_stop_the_others(
     first, second = Recorder(), Recorder()
     dispatcher = HookDispatcher([first, Broken(), second])
     with caplog.at_level(logging.ERROR, logger="pgqueue.hooks"):
-        dispatcher.outcome(JOB, Outcome.FAILED, "ValueError: x", 0.5)
+        dispatcher.outcome(JOB, OUTCOMES[Outcome.FAILED].event, "ValueError: x", 0.5)
     assert first.calls == second.calls == [("on_failed", (JOB, 0.5, "ValueError: x"))]
     assert any("Broken.on_failed" in r.getMessage() for r in caplog.records)
 
@@ -263,5 +263,5 @@ def test_hooks_that_do_not_override_an_event_are_not_called() -> None:
     hook = OnlySucceeded()
     dispatcher = HookDispatcher([hook])
     for outcome in Outcome:
-        dispatcher.outcome(JOB, outcome, "detail", 1.0)
+        dispatcher.outcome(JOB, OUTCOMES[outcome].event, "detail", 1.0)
     assert hook.seen == [JOB, JOB]  # DONE and DONE_BY_HANDLER

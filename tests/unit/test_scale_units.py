@@ -12,9 +12,9 @@ import pytest
 from sqlalchemy import create_engine
 
 import pgqueue
-from pgqueue._connections import name_kwargs, worker_name
-from pgqueue._pulse import Pulse
-from pgqueue._supervisor import describe_exit
+from pgqueue._base.connections import name_kwargs, worker_name
+from pgqueue._worker.pulse import Pulse
+from pgqueue.cli.supervisor import describe_exit
 from pgqueue.doctor import headroom_severity
 from pgqueue.health import Health, HealthServer
 

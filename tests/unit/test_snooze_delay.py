@@ -10,7 +10,7 @@ import pytest
 
 import pgqueue
 from pgqueue import InvalidArgumentError, InvalidArgumentTypeError, PgQueueError
-from pgqueue._validation import MAX_SNOOZE
+from pgqueue._base.validation import MAX_SNOOZE
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,8 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 import pgqueue
-from pgqueue import _calls, statements
+from pgqueue import statements
+from pgqueue._sql import calls as _calls
 from pgqueue.schema import CANCEL_HINT
 
 DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]

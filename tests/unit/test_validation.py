@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from pgqueue import InvalidArgumentError, InvalidPayloadError, PgQueueError
-from pgqueue._validation import (
+from pgqueue._base.validation import (
     MAX_QUEUE_NAME_BYTES,
     check_duration,
     check_positive_int,

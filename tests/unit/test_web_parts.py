@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("starlette", reason="the web extra is not installed")
 
-from pgqueue._durations import format_duration, parse_duration
+from pgqueue._base.durations import format_duration, parse_duration
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.web import _chart, _csrf
 from pgqueue.web._auth import BasicAuth, parse_credentials

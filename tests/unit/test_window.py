@@ -10,8 +10,8 @@ import random
 
 import pytest
 
-from pgqueue._window import ClaimWindow, Held, Lane, State, keys
-from pgqueue._window import busy as window_busy
+from pgqueue._worker.window import ClaimWindow, Held, Lane, State, keys
+from pgqueue._worker.window import busy as window_busy
 from pgqueue.jobs import JobContext
 
 T = Lane.THREADS
@@ -481,7 +481,7 @@ def test_a_single_lane_window_serves_either_lane(lane: Lane) -> None:
 def test_adaptive_prefetch_grows_for_short_jobs_and_shrinks_for_long_ones() -> None:
     """From one waiting job per slot up to the limit while the jobs claimed ahead stay under
     ``TARGET_WAIT`` of work per slot, and back down when runs get long."""
-    from pgqueue._window import TARGET_WAIT
+    from pgqueue._worker.window import TARGET_WAIT
 
     window = ClaimWindow({T: 4}, {T: 4}, batch_size=50, backlog=500, adaptive={T: 50})
     assert (window.prefetch(T), window.capacity(T)) == (4, 8)  # nothing measured yet

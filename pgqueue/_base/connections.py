@@ -13,7 +13,7 @@ from typing import Any
 
 from sqlalchemy.engine import URL
 
-from pgqueue._urls import to_sqlalchemy_url
+from pgqueue._base.urls import to_sqlalchemy_url
 
 #: The prefix of every worker process's connections, what ``doctor`` counts.
 WORKER_PREFIX = "pgqueue-worker:"

@@ -14,7 +14,9 @@ from typing import Any
 from sqlalchemy import Connection
 
 from pgqueue import admin, periodic, repository
-from pgqueue._cli_common import (
+from pgqueue._base.durations import format_duration
+from pgqueue._base.validation import MAX_PRIORITY, MIN_PRIORITY, check_priority, check_unique_key
+from pgqueue.cli.common import (
     UserError,
     cell,
     database_url,
@@ -27,8 +29,6 @@ from pgqueue._cli_common import (
     table,
     transaction,
 )
-from pgqueue._durations import format_duration
-from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY, check_priority, check_unique_key
 from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobStatus
 

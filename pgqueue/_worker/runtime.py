@@ -11,15 +11,18 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from pgqueue._completer import Completer
-from pgqueue._executors import HandlerCancelled
-from pgqueue._outcomes import count_and_log
-from pgqueue._window import ClaimWindow, Held, Lane, State, busy
+from pgqueue._worker.executors import HandlerCancelled
+from pgqueue._worker.outcomes import OUTCOMES, count_and_log
+from pgqueue._worker.window import ClaimWindow, Held, Lane, State, busy
 from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import JobContext, Outcome, WorkerStats
 from pgqueue.results import ClaimedJob, Settled
 from pgqueue.retry_policy import RetryPolicy, describe_error
+
+if TYPE_CHECKING:  # the worker hands its completer over; the runtime only calls it
+    from pgqueue._worker.completer import Completer
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -130,7 +133,9 @@ class Runtime:
         """Count, log and tell hooks of one job's end. Lock held."""
         count_and_log(self.stats, held.job, outcome, detail)
         if self.hooks is not None:
-            self.hooks.outcome(held.job, outcome, detail, held.handler_seconds, held.snooze)
+            self.hooks.outcome(
+                held.job, OUTCOMES[outcome].event, detail, held.handler_seconds, held.snooze
+            )
 
     # -- what the heartbeat learnt ----------------------------------------------------------------
 

@@ -13,8 +13,8 @@ import logging
 import time
 
 from pgqueue import repository
-from pgqueue._completer import settled_outcome
-from pgqueue._window import Held
+from pgqueue._worker.outcomes import settled_outcome
+from pgqueue._worker.window import Held
 from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import Handler, Outcome, Snooze
 from pgqueue.repository import Executor

@@ -5,8 +5,9 @@ command takes ``--url`` (before or after the subcommand) or reads ``PGQUEUE_DATA
 Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cancel``), 2 errors
 (bad arguments, no connection, no schema). Passwords are masked in every line printed.
 
-This module parses and dispatches; the commands live in ``_cli_ops``, ``_cli_worker`` and
-``_cli_web``, on the helpers of ``_cli_common``, and none of them imports this module back.
+This module parses and dispatches; the commands live beside it in ``ops``, ``worker`` (with the
+process ``supervisor``) and ``web``, on the helpers of ``common``, and none of them imports this
+module back. ``python -m pgqueue`` and ``python -m pgqueue.cli`` run :func:`run`.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from sqlalchemy import exc as sa_exc
 
 import pgqueue
 from pgqueue import repository
-from pgqueue._cli_common import (
+from pgqueue._base.urls import mask_url, to_sqlalchemy_url
+from pgqueue._base.validation import MAX_PRIORITY, MIN_PRIORITY
+from pgqueue.cli.common import (
     ENV_URL,
     UserError,
     database_url,
@@ -35,7 +38,7 @@ from pgqueue._cli_common import (
     schema_arg,
     translate_error,
 )
-from pgqueue._cli_ops import (
+from pgqueue.cli.ops import (
     cmd_cancel,
     cmd_doctor,
     cmd_enqueue,
@@ -48,10 +51,8 @@ from pgqueue._cli_ops import (
     cmd_show,
     cmd_stats,
 )
-from pgqueue._cli_web import ENV_WEB_AUTH, cmd_web, web_port
-from pgqueue._cli_worker import DEFAULT_HEALTH_HOST, cmd_worker, probe_port
-from pgqueue._urls import mask_url, to_sqlalchemy_url
-from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY
+from pgqueue.cli.web import ENV_WEB_AUTH, cmd_web, web_port
+from pgqueue.cli.worker import DEFAULT_HEALTH_HOST, cmd_worker, probe_port
 from pgqueue.errors import PgQueueError
 from pgqueue.models import JobStatus
 from pgqueue.schema import SCHEMA_ENV_VAR
@@ -286,7 +287,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run() -> NoReturn:
     """``python -m pgqueue.cli``: exit with :func:`main`'s code."""
     sys.exit(main())
-
-
-if __name__ == "__main__":
-    run()

@@ -2,7 +2,7 @@
 
 It has a thread of its own, so busy handlers never delay a tick. It declares the definitions
 once at start, then sleeps until the earliest next tick, fires what is due with one
-compare-and-set statement per definition (:data:`pgqueue._periodic_statements.FIRE`), and sleeps
+compare-and-set statement per definition (:data:`pgqueue._sql.periodic_statements.FIRE`), and sleeps
 again. Whoever wins a tick's compare-and-set enqueues it; the others re-read the rows and find
 nothing due. While awake it refreshes ``declared_at`` every few minutes; while the worker is idle
 (scale-to-zero) it sends nothing between ticks.
@@ -23,8 +23,8 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import ProgrammingError
 
 from pgqueue import repository
-from pgqueue._transient import short_transaction
-from pgqueue._urls import error_line
+from pgqueue._base.urls import error_line
+from pgqueue._worker.transient import short_transaction
 from pgqueue.periodic import Periodic
 from pgqueue.results import PeriodicRow
 

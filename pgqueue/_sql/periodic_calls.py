@@ -1,4 +1,4 @@
-"""The periodic repository functions as data (see :mod:`pgqueue._calls`)."""
+"""The periodic repository functions as data (see :mod:`pgqueue._sql.calls`)."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 
 from sqlalchemy import Result
 
-from pgqueue import _periodic_statements as statements
-from pgqueue._calls import Call
-from pgqueue._validation import check_run_at
+from pgqueue._base.validation import check_run_at
+from pgqueue._sql import periodic_statements as statements
+from pgqueue._sql.calls import Call
 from pgqueue.errors import InvalidArgumentTypeError
 from pgqueue.periodic import Periodic
 from pgqueue.results import Fired, PeriodicRow

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from pgqueue import repository
-from pgqueue._urls import error_line
+from pgqueue._base.urls import error_line
 
 log = logging.getLogger("pgqueue.worker")
 

@@ -19,9 +19,9 @@ import psycopg
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy import exc as sa_exc
 
-from pgqueue import _durations
-from pgqueue._text import psql_table
-from pgqueue._urls import error_line, mask_text, mask_url, to_sqlalchemy_url
+from pgqueue._base import durations as _durations
+from pgqueue._base.text import psql_table
+from pgqueue._base.urls import error_line, mask_text, mask_url, to_sqlalchemy_url
 from pgqueue.errors import PgQueueError
 from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
 

@@ -22,10 +22,10 @@ from datetime import timedelta
 from sqlalchemy import Connection, Engine
 
 from pgqueue import repository
-from pgqueue._pulse import Pulse
-from pgqueue._runtime import Runtime
-from pgqueue._transient import short_transaction
-from pgqueue._window import Held, keys
+from pgqueue._worker.pulse import Pulse
+from pgqueue._worker.runtime import Runtime
+from pgqueue._worker.transient import short_transaction
+from pgqueue._worker.window import Held, keys
 from pgqueue.results import Settled
 
 

@@ -12,8 +12,8 @@ import os
 import socket
 
 from pgqueue import admin
-from pgqueue._cli_common import UserError, database_url, make_engine, note, schema_arg
-from pgqueue._urls import mask_url
+from pgqueue._base.urls import mask_url
+from pgqueue.cli.common import UserError, database_url, make_engine, note, schema_arg
 from pgqueue.errors import PgQueueError
 
 #: ``pgqueue web --auth`` from the environment, so the password stays off the command line.

@@ -1,7 +1,7 @@
 """``pgqueue worker``: run the Worker a ``module:attr`` names, or supervise N processes of it.
 
 A supervised child runs this same command (``--processes`` ignored) and reports to its parent
-through :class:`pgqueue._supervisor.ChildLink`.
+through :class:`pgqueue.cli.supervisor.ChildLink`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-import pgqueue
-from pgqueue._cli_common import UserError, database_url, make_engine, schema_arg
+from pgqueue.cli.common import UserError, database_url, make_engine, schema_arg
+from pgqueue.jobs import Registry
 
 #: Where ``pgqueue worker --health-port`` serves unless ``--health-host`` says otherwise.
 DEFAULT_HEALTH_HOST = "127.0.0.1"
@@ -34,7 +34,7 @@ def probe_port(value: str) -> int:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run a worker from ``module:attr`` (``--processes N``: N worker processes)."""
-    from pgqueue._supervisor import ChildLink
+    from pgqueue.cli.supervisor import ChildLink
 
     link = ChildLink.from_env()  # set when a supervisor started this process
     if link is None and args.processes > 1:
@@ -95,7 +95,7 @@ def _health_server(probe: Any, host: str, port: int) -> Any:
 
 def _supervise(args: argparse.Namespace) -> int:
     """``--processes N``: a supervisor of N worker processes with the same arguments."""
-    from pgqueue._supervisor import Supervisor, SupervisorOptions, child_command
+    from pgqueue.cli.supervisor import Supervisor, SupervisorOptions, child_command
 
     _configure_logging(f"supervisor pid {os.getpid()}")
     supervisor = Supervisor(
@@ -121,7 +121,7 @@ def _supervise(args: argparse.Namespace) -> int:
 def _build_worker(args: argparse.Namespace) -> Any:
     """The Worker ``args.target`` names, or one built from its handler mapping or Registry."""
     from pgqueue import worker as worker_module
-    from pgqueue._connections import worker_name
+    from pgqueue._base.connections import worker_name
 
     target = load_target(args.target)
     options = {
@@ -142,7 +142,7 @@ def _build_worker(args: argparse.Namespace) -> Any:
         return target
     if isinstance(target, Mapping):
         handlers: dict[str, Any] = dict(target)
-        definitions = target.periodic_definitions if isinstance(target, pgqueue.Registry) else ()
+        definitions = target.periodic_definitions if isinstance(target, Registry) else ()
         if args.queues:
             wanted = [q.strip() for q in args.queues.split(",") if q.strip()]
             unknown = [q for q in wanted if q not in handlers]

@@ -16,13 +16,12 @@ from datetime import timedelta
 
 from sqlalchemy import Engine
 
-from pgqueue import repository
-from pgqueue._pulse import Pulse
-from pgqueue._reaper import reap
-from pgqueue._replay import Replay
-from pgqueue._runtime import Runtime
-from pgqueue._transient import retrying
-from pgqueue._window import Lane
+from pgqueue._worker.pulse import Pulse
+from pgqueue._worker.reaper import reap
+from pgqueue._worker.replay import Replay, claim_replayed
+from pgqueue._worker.runtime import Runtime
+from pgqueue._worker.transient import retrying
+from pgqueue._worker.window import Lane
 from pgqueue.results import ClaimedJob
 
 log = logging.getLogger("pgqueue.worker")
@@ -203,8 +202,6 @@ class Claimer:
         # One statement in autocommit: committed before it returns, without the BEGIN and COMMIT
         # round trips, and no session state for a transaction-mode pooler.
         return retrying(
-            lambda: repository.claim_replayed(
-                self._replay, queue=queue, limit=limit, lease=self._opts.lease
-            ),
+            lambda: claim_replayed(self._replay, queue=queue, limit=limit, lease=self._opts.lease),
             what=f"claim on queue {queue}",
         )

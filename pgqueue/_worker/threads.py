@@ -11,18 +11,17 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 
 from sqlalchemy import Engine
 
 from pgqueue import repository
-from pgqueue._claimer import Claimer
-from pgqueue._executors import call_sync, settle
-from pgqueue._runtime import Runtime
-from pgqueue._transient import is_transient
-from pgqueue._urls import error_line
-from pgqueue._window import Held, Lane, State
+from pgqueue._base.urls import error_line
+from pgqueue._worker.executors import call_sync, settle
+from pgqueue._worker.runtime import Runtime
+from pgqueue._worker.transient import is_transient
+from pgqueue._worker.window import Held, Lane, State
 from pgqueue.jobs import Handler, JobContext, Outcome
 
 log = logging.getLogger("pgqueue.worker")
@@ -35,7 +34,7 @@ class ThreadLane:
         handlers: Mapping[str, Handler],
         concurrency: int,
         *,
-        transaction: tuple[Engine, timedelta, Claimer] | None = None,
+        transaction: tuple[Engine, timedelta, Callable[[str], None]] | None = None,
     ) -> None:
         self._rt = runtime
         self._handlers = handlers
@@ -84,7 +83,7 @@ class ThreadLane:
                     rt.claimer_wakeup.notify()
 
     def _run_in_transaction(
-        self, queue: str, engine: Engine, lease: timedelta, claimer: Claimer
+        self, queue: str, engine: Engine, lease: timedelta, queue_had_job: Callable[[str], None]
     ) -> None:
         rt = self._rt
         held: Held | None = None
@@ -98,7 +97,7 @@ class ThreadLane:
                 with rt.lock:
                     rt.last_work = time.monotonic()
                     rt.stats.claimed += 1
-                    claimer.queue_had_job(queue)
+                    queue_had_job(queue)
                 # Not in the window: its row is locked by this transaction, so the heartbeat
                 # must not try to extend it (it is counted as a running ticket instead).
                 held = Held(job, Lane.THREADS, rt.last_work, State.RUNNING)

@@ -19,7 +19,7 @@ from sqlalchemy import Executable, Result
 from sqlalchemy.exc import IntegrityError
 
 from pgqueue import statements
-from pgqueue._validation import (
+from pgqueue._base.validation import (
     check_duration,
     check_int,
     check_positive_int,
@@ -67,7 +67,7 @@ class Call(Generic[T]):
 
     ``statement`` is ``None`` when the answer is known without SQL (an empty batch): the runner
     then calls ``finish(None)``. ``from_rows`` is set on the calls the worker replays on the
-    driver (:mod:`pgqueue._replay`): the same mapping from rows with attribute access.
+    driver (:mod:`pgqueue._worker.replay`): the same mapping from rows with attribute access.
     """
 
     statement: Executable | None

@@ -21,11 +21,12 @@ from datetime import timedelta
 from sqlalchemy import Connection, Engine
 
 from pgqueue import repository
-from pgqueue._pulse import Pulse
-from pgqueue._transient import short_transaction
-from pgqueue._window import Held, keys
+from pgqueue._worker.outcomes import settled_outcome
+from pgqueue._worker.pulse import Pulse
+from pgqueue._worker.transient import short_transaction
+from pgqueue._worker.window import Held, keys
 from pgqueue.jobs import Outcome
-from pgqueue.results import FailResult, Settled
+from pgqueue.results import FailResult
 from pgqueue.retry_policy import RetryPolicy
 
 log = logging.getLogger("pgqueue.worker")
@@ -37,13 +38,6 @@ FLUSH_SIZE = 500
 
 #: ``(held job, outcome, detail)`` as the completer reports them.
 Report = Callable[[list[tuple[Held, Outcome, str]]], None]
-
-_SETTLED = {Settled.DONE_BY_HANDLER: Outcome.DONE_BY_HANDLER, Settled.CANCELLED: Outcome.CANCELLED}
-
-
-def settled_outcome(settled: Settled | None) -> Outcome:
-    """A job whose guard matched nothing: done by its handler, cancelled, or else lost."""
-    return Outcome.LOST if settled is None else _SETTLED[settled]
 
 
 @dataclass

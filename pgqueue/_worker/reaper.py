@@ -7,7 +7,7 @@ import logging
 from sqlalchemy import Engine
 
 from pgqueue import repository
-from pgqueue._transient import short_transaction
+from pgqueue._worker.transient import short_transaction
 from pgqueue.hooks import HookDispatcher
 from pgqueue.results import ReapedJob
 

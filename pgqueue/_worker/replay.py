@@ -24,14 +24,16 @@ import logging
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, Engine
 
-from pgqueue._calls import Call
-from pgqueue._urls import error_line
+from pgqueue._base.urls import error_line
+from pgqueue._sql.calls import Call, claim
+from pgqueue.results import ClaimedJob
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -140,3 +142,9 @@ class Replay:
             or conn.dispatch.before_cursor_execute
             or conn.dispatch.after_cursor_execute
         )
+
+
+def claim_replayed(replay: Replay, *, queue: str, limit: int, lease: timedelta) -> list[ClaimedJob]:
+    """The worker's claim: :func:`pgqueue.repository.claim` in autocommit, on the replay's held
+    connection, replayed on the driver after the first run."""
+    return replay.run(claim(queue, limit, lease))

@@ -17,9 +17,9 @@ import time
 from collections.abc import Mapping
 from functools import partial
 
-from pgqueue._executors import call_async
-from pgqueue._runtime import Runtime
-from pgqueue._window import Held, Lane
+from pgqueue._worker.executors import call_async
+from pgqueue._worker.runtime import Runtime
+from pgqueue._worker.window import Held, Lane
 from pgqueue.jobs import Handler
 
 log = logging.getLogger("pgqueue.worker")

@@ -9,8 +9,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from pgqueue._urls import mask_text
+from pgqueue._base.urls import mask_text
 from pgqueue.jobs import JobContext, Outcome, WorkerStats
+from pgqueue.results import Settled
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -53,3 +54,11 @@ def count_and_log(stats: WorkerStats, job: JobContext, outcome: Outcome, detail:
         log.log(
             row.level, "job %d queue=%s attempt=%d: %s", job.id, job.queue, job.attempts, message
         )
+
+
+_SETTLED = {Settled.DONE_BY_HANDLER: Outcome.DONE_BY_HANDLER, Settled.CANCELLED: Outcome.CANCELLED}
+
+
+def settled_outcome(settled: Settled | None) -> Outcome:
+    """A job whose guard matched nothing: done by its handler, cancelled, or else lost."""
+    return Outcome.LOST if settled is None else _SETTLED[settled]

@@ -35,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import FrameType
 
-from pgqueue._signals import handle_stop_signals
+from pgqueue._worker.signals import handle_stop_signals
 from pgqueue.health import OK, Health
 
 log = logging.getLogger("pgqueue.supervisor")

@@ -1,0 +1,11 @@
+"""Each database operation written once, as data: its validated parameters, statement and rows.
+
+``calls`` builds a :class:`~pgqueue._sql.calls.Call` for every operation on ``jobs``,
+``periodic_calls`` for ``jobs_periodic`` (whose statements live in ``periodic_statements``; those
+of ``jobs`` in :mod:`pgqueue.statements`). The thin runners execute them: :mod:`pgqueue.repository`
+(sync), :mod:`pgqueue.aio` (``await``) and the worker's claim replay. No I/O here.
+
+May import: :mod:`pgqueue.statements`, :mod:`pgqueue.models`, :mod:`pgqueue.schema`,
+:mod:`pgqueue.results`, :mod:`pgqueue.periodic` (the definition), :mod:`pgqueue.errors` and
+:mod:`pgqueue._base`. Never the runners, the worker, the CLI or the dashboard.
+"""

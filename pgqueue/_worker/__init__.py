@@ -1,0 +1,18 @@
+"""The worker's machinery: the components one :class:`pgqueue.Worker` runs, one module each.
+
+:mod:`pgqueue.worker` builds them for each ``run()`` and wires them together; nothing here is
+public. ``window`` is the claim window (pure bookkeeping); ``runtime`` is what the running
+components share (one lock, the window, how a job ends); ``claimer`` is the main loop (its claim
+replayed on the driver by ``replay``); ``threads`` and ``event_loop`` are the handler lanes, both
+running handlers through ``executors``; ``completer`` batches outcomes; ``heartbeat`` keeps the
+leases; ``reaper`` requeues expired jobs; ``scheduler`` fires periodic ticks; ``transient`` retries
+short transactions; ``pulse`` tells ``/livez`` each loop's liveness; ``signals`` installs the stop
+handlers; ``outcomes`` is the table that counts, logs and names the hook of each outcome.
+
+May import: the concept modules below the worker (:mod:`pgqueue.jobs`, :mod:`pgqueue.hooks`,
+:mod:`pgqueue.repository`, :mod:`pgqueue.retry_policy`, :mod:`pgqueue.results`,
+:mod:`pgqueue.periodic`, :mod:`pgqueue.errors`), :mod:`pgqueue._sql` and :mod:`pgqueue._base`.
+Never :mod:`pgqueue.worker`, the package's ``__init__``, the CLI or the dashboard. Imported by
+:mod:`pgqueue.worker`, :mod:`pgqueue.testing` (``drain`` runs handlers through ``executors``) and
+the process supervisor (``signals``).
+"""
