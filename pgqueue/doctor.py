@@ -9,7 +9,7 @@ NOTIFY on a private channel, to tell a transaction-mode pooler (where LISTEN hea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -266,29 +266,84 @@ def _sessions(conn: Connection, threshold: timedelta) -> Iterator[Finding]:
         )
 
 
+_VACUUM_CONTEXT = text(
+    """
+    SELECT now() AS now,
+           current_setting('autovacuum')::bool AS server_on,
+           coalesce(
+             (SELECT option_value::bool FROM pg_options_to_table(c.reloptions)
+              WHERE option_name = 'autovacuum_enabled'),
+             true
+           ) AS table_on
+    FROM pg_class c WHERE c.oid = to_regclass('jobs')
+    """
+)
+
+
+def vacuum_finding(
+    stats: Mapping[str, Any],
+    now: datetime,
+    *,
+    server_autovacuum: bool = True,
+    table_autovacuum: bool = True,
+) -> Finding:
+    """The ``vacuum`` finding for ``pg_stat_user_tables`` of ``jobs``, seen at ``now``.
+
+    A warning when dead tuples pass :data:`DEAD_TUPLES_MIN` and :data:`DEAD_RATIO_WARNING`; its
+    fix depends on the last vacuum (manual or auto, whichever is later): never (autovacuum off, or
+    a new table), older than :data:`AUTOVACUUM_STALE` (autovacuum does not keep up), or recent
+    (an old snapshot keeps the rows, or they died since).
+    """
+    live, dead = stats.get("n_live_tup") or 0, stats.get("n_dead_tup") or 0
+    ratio = dead / (live + dead) if live + dead else 0.0
+    auto, manual = stats.get("last_autovacuum"), stats.get("last_vacuum")
+    message = (
+        f"jobs: {live} live, {dead} dead tuples ({ratio:.0%}); "
+        f"last autovacuum {auto or 'never'}, last vacuum {manual or 'never'}"
+    )
+    off = [
+        where
+        for where, on in (("on this server", server_autovacuum), ("for jobs", table_autovacuum))
+        if not on
+    ]
+    if off:
+        message += f"; autovacuum is off {' and '.join(off)}"
+    details = [{**stats, "dead_ratio": ratio}]
+    if dead < DEAD_TUPLES_MIN or ratio <= DEAD_RATIO_WARNING:
+        return Finding("vacuum", "ok", message, "", details)
+    last = max((t for t in (auto, manual) if t is not None), default=None)
+    fix = ""
+    if not server_autovacuum:
+        fix = "turn autovacuum on (autovacuum = on in postgresql.conf, then reload); "
+    elif not table_autovacuum:
+        fix = "ALTER TABLE jobs RESET (autovacuum_enabled); "
+    if last is None:
+        fix += "VACUUM jobs; (never vacuumed: a new table, or autovacuum does not reach it)"
+    elif now - last > AUTOVACUUM_STALE:
+        fix += (
+            "look for long transactions (above); tune autovacuum for jobs, e.g. "
+            "ALTER TABLE jobs SET (autovacuum_vacuum_scale_factor = 0.01);"
+        )
+    else:
+        fix += (
+            "dead rows that a recent vacuum left are kept by an old snapshot (see snapshot): "
+            "end that transaction, then VACUUM jobs;"
+        )
+    return Finding("vacuum", "warning", message, fix, details)
+
+
 def _vacuum(conn: Connection) -> Iterator[Finding]:
     stats = admin.table_stats(conn)
     if not stats:
         return
-    live, dead = stats["n_live_tup"] or 0, stats["n_dead_tup"] or 0
-    ratio = dead / (live + dead) if live + dead else 0.0
-    last = stats["last_autovacuum"] or stats["last_vacuum"]
-    message = (
-        f"jobs: {live} live, {dead} dead tuples ({ratio:.0%}); "
-        f"last autovacuum {stats['last_autovacuum'] or 'never'}, "
-        f"last vacuum {stats['last_vacuum'] or 'never'}"
+    # The server's clock, not this process's: last_(auto)vacuum were stamped by the server.
+    context = conn.execute(_VACUUM_CONTEXT).one()
+    yield vacuum_finding(
+        stats,
+        context.now,
+        server_autovacuum=context.server_on,
+        table_autovacuum=context.table_on,
     )
-    details = [{**stats, "dead_ratio": ratio}]
-    if dead >= DEAD_TUPLES_MIN and ratio > DEAD_RATIO_WARNING:
-        stale = conn.execute(
-            text("SELECT :last IS NULL OR now() - :last > :stale"),
-            {"last": last, "stale": AUTOVACUUM_STALE},
-        ).scalar_one()
-        fix = "look for long transactions (above); tune autovacuum for jobs, e.g. "
-        fix += "ALTER TABLE jobs SET (autovacuum_vacuum_scale_factor = 0.01);"
-        yield Finding("vacuum", "warning", message, fix if stale else "VACUUM jobs;", details)
-    else:
-        yield Finding("vacuum", "ok", message, "", details)
 
 
 _RELOPTIONS = text("SELECT reloptions FROM pg_class WHERE oid = to_regclass('jobs')")

@@ -16,6 +16,7 @@ import pgqueue
 from pgqueue._urls import to_libpq_url
 from pgqueue.storage import alter_table_sql
 from tests.cli.conftest import Result, plain, run_pgqueue
+from tests.dead_tuples import pile_up
 from tests.revisions import pgqueue_head
 
 Cli = Callable[..., Result]
@@ -128,3 +129,77 @@ def test_storage_parameters_changed_back(cli: Cli, db: Engine) -> None:
     with db.begin() as conn:
         conn.execute(text(storage["fix"]))
     assert cli("doctor").code == 0
+
+
+# -- vacuum: the states it warns about, for real -----------------------------------------------
+
+DEAD = 3_000
+
+
+def test_never_vacuumed_table_with_dead_tuples_is_a_warning(
+    cli: Cli, db_url: URL, db: Engine
+) -> None:
+    pile_up(db_url, db, DEAD)
+    result = cli("doctor", "--json")
+    assert result.code == 1, result.out + result.err
+    (vacuum,) = _by_check(result.json())["vacuum"]
+    assert vacuum["severity"] == "warning"
+    assert f"{DEAD} dead tuples (100%)" in vacuum["message"]
+    assert "last autovacuum never, last vacuum never" in vacuum["message"]
+    assert "autovacuum is off" in vacuum["message"]  # the server's (PG 15 here) or the table's
+    assert "VACUUM jobs;" in vacuum["fix"]
+    assert "never vacuumed" in vacuum["fix"]
+    text_run = cli("doctor")
+    assert text_run.code == 1
+    assert "[WARNING] vacuum: jobs: 0 live, 3000 dead tuples" in text_run.out
+
+
+def test_dead_tuples_a_recent_vacuum_left_behind_point_at_the_snapshot(
+    cli: Cli, db_url: URL, db: Engine
+) -> None:
+    with db.begin() as conn:
+        conn.execute(text("ALTER TABLE jobs SET (autovacuum_enabled = false)"))
+    holder = psycopg.connect(to_libpq_url(db_url), application_name="old-snapshot")
+    try:
+        holder.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1")  # takes the snapshot: every row deleted after it stays
+        pile_up(db_url, db, DEAD)
+        with psycopg.connect(to_libpq_url(db_url), autocommit=True) as vacuum:
+            vacuum.execute("VACUUM jobs")
+        result = cli("doctor", "--json")
+    finally:
+        holder.close()
+    assert result.code == 1, result.out + result.err
+    checks = _by_check(result.json())
+    (vacuum,) = checks["vacuum"]
+    assert vacuum["severity"] == "warning"
+    assert "last vacuum never" not in vacuum["message"]
+    assert vacuum["details"][0]["last_vacuum"] is not None
+    assert vacuum["details"][0]["n_dead_tup"] >= DEAD  # the vacuum could remove none of them
+    assert "old snapshot" in vacuum["fix"]
+    assert checks["snapshot"][0]["details"][0]["application_name"] == "old-snapshot"
+
+
+def test_vacuum_that_removed_the_dead_tuples_is_healthy_again(
+    cli: Cli, db_url: URL, db: Engine
+) -> None:
+    pile_up(db_url, db, DEAD)
+    with psycopg.connect(to_libpq_url(db_url), autocommit=True) as vacuum:
+        vacuum.execute("VACUUM jobs")
+    result = cli("doctor", "--json")
+    (vacuum,) = _by_check(result.json())["vacuum"]
+    assert vacuum["severity"] == "ok", vacuum
+    assert "last vacuum never" not in vacuum["message"]
+
+
+def test_done_jobs_past_the_purge_horizon(cli: Cli, db: Engine) -> None:
+    with db.begin() as conn:
+        pgqueue.enqueue(conn, {})
+        (job,) = pgqueue.claim(conn, limit=1)
+        pgqueue.complete(conn, job.id, job.attempts)
+        conn.execute(text("UPDATE jobs SET created_at = now() - interval '8 days'"))
+    result = cli("doctor", "--json")
+    assert result.code == 1, result.out
+    (purge,) = _by_check(result.json())["purge"]
+    assert purge["message"] == "1 done job(s) older than 7 days"
+    assert "pgqueue purge --older-than 7d" in purge["fix"]
