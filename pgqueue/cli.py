@@ -195,6 +195,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=timedelta(seconds=5),
         help="report transactions open longer than this (default 5s)",
     )
+    p.add_argument(
+        "--backlog-age",
+        type=parse_duration,
+        help="warn when the oldest ready job of a queue waited longer than this (default 5m)",
+    )
 
     p = add("grants", cmd_grants, "print the GRANTs of least-privilege roles (no connection)")
     p.add_argument(

@@ -20,6 +20,7 @@ from sqlalchemy import Connection, text
 import pgqueue.migrations
 from pgqueue import admin, periodic, repository
 from pgqueue._connections import WORKER_PREFIX
+from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY
 from pgqueue.pooler import check_listen
 from pgqueue.repository import DEFAULT_PURGE_AGE
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS, alter_table_sql
@@ -30,6 +31,8 @@ DEAD_RATIO_WARNING = 0.2
 DEAD_TUPLES_MIN = 1_000
 #: With many dead tuples, no autovacuum for this long is a warning.
 AUTOVACUUM_STALE = timedelta(hours=1)
+#: Ready jobs waiting longer than this are a stalled backlog (``pgqueue doctor --backlog-age``).
+DEFAULT_BACKLOG_AGE = timedelta(minutes=5)
 #: Free connections below this share of the usable ones (and below :data:`HEADROOM_MIN`) warn.
 HEADROOM_WARNING = 0.1
 HEADROOM_MIN = 5
@@ -65,12 +68,18 @@ def exit_code(findings: list[Finding]) -> int:
 
 
 def run_checks(
-    conn: Connection, *, idle_threshold: timedelta, listen: bool = True
+    conn: Connection,
+    *,
+    idle_threshold: timedelta,
+    listen: bool = True,
+    backlog_age: timedelta = DEFAULT_BACKLOG_AGE,
 ) -> list[Finding]:
     """Every check, in order; without the ``jobs`` table only the schema finding.
 
     ``listen=False`` leaves out the LISTEN check (a second connection that waits up to a second
     for its own NOTIFY): the dashboard, which refreshes often and listens to nothing, skips it.
+    ``backlog_age``: the ``backlog`` check warns when the oldest ready job of a queue has waited
+    longer (default :data:`DEFAULT_BACKLOG_AGE`).
     """
     if not admin.schema_present(conn):
         return [
@@ -90,6 +99,7 @@ def run_checks(
         _vacuum,
         _storage,
         _jobs,
+        lambda c: _backlog(c, backlog_age),
         _periodic,
         _connections,
         *([_listen] if listen else []),
@@ -421,6 +431,104 @@ def _jobs(conn: Connection) -> Iterator[Finding]:
             f"{counts.old_done} done job(s) older than {days} days",
             f"run `pgqueue purge --older-than {days}d` on a schedule",
         )
+
+
+# Per queue, the oldest ready job's wait, in index probes rather than a pass over the backlog: a
+# recursive skip scan of jobs_ready_idx finds each queue with queued jobs (one probe per queue),
+# then one probe per priority level takes the level's first run_at, as the claim reads them. The
+# 'queued' literal matches the partial index's predicate (a bound status would not).
+_BACKLOG = text(
+    """
+    WITH RECURSIVE queues(queue) AS (
+      (SELECT queue FROM jobs WHERE status = 'queued' ORDER BY queue LIMIT 1)
+      UNION ALL
+      SELECT (SELECT j.queue FROM jobs j
+              WHERE j.status = 'queued' AND j.queue > q.queue ORDER BY j.queue LIMIT 1)
+      FROM queues q WHERE q.queue IS NOT NULL
+    )
+    SELECT q.queue, extract(epoch FROM now() - min(first.run_at))::float AS oldest_ready_s
+    FROM queues q
+    CROSS JOIN generate_series(CAST(:lowest AS int), CAST(:highest AS int)) AS level
+    CROSS JOIN LATERAL (
+      SELECT j.run_at FROM jobs j
+      WHERE j.status = 'queued' AND j.queue = q.queue AND j.priority = level
+        AND j.run_at <= now()
+      ORDER BY j.run_at LIMIT 1
+    ) first
+    WHERE q.queue IS NOT NULL
+    GROUP BY q.queue
+    ORDER BY oldest_ready_s DESC
+    """
+)
+
+#: Worker connections on this database, whatever their state or role (``application_name`` is
+#: visible without ``pg_read_all_stats``; ``backend_type`` is not).
+_WORKERS_HERE = text(
+    """
+    SELECT count(DISTINCT application_name) FROM pg_stat_activity
+    WHERE datname = current_database() AND starts_with(application_name, :prefix)
+    """
+)
+
+
+def backlog_findings(
+    ready: list[dict[str, Any]], workers: int, max_age: timedelta
+) -> Iterator[Finding]:
+    """The ``backlog`` findings for each queue's oldest ready wait and the workers connected.
+
+    Args:
+        ready: ``{"queue", "oldest_ready_s"}`` per queue with ready jobs, oldest first.
+        workers: pgqueue worker processes connected to this database.
+        max_age: Waits longer than this are a warning.
+    """
+    limit = max_age.total_seconds()
+    if not ready:
+        yield Finding("backlog", "ok", "no ready job waiting")
+        return
+    listed = ", ".join(f"{r['queue']} {r['oldest_ready_s']:.0f} s" for r in ready[:5])
+    if len(ready) > 5:
+        listed += f" (+{len(ready) - 5} more)"
+    if workers == 0:
+        yield Finding(
+            "backlog",
+            "warning",
+            f"ready jobs wait in {len(ready)} queue(s) and no pgqueue worker is connected to "
+            f"this database; oldest ready job per queue: {listed}",
+            "start a worker (`pgqueue worker module:attr`); workers are seen by their "
+            f"application_name {WORKER_PREFIX}<host>:<pid>, unless their URL names them",
+            ready,
+        )
+        return
+    late = [r for r in ready if r["oldest_ready_s"] > limit]
+    if late:
+        stalled = ", ".join(f"{r['queue']} {r['oldest_ready_s']:.0f} s" for r in late[:5])
+        yield Finding(
+            "backlog",
+            "warning",
+            f"ready jobs waited longer than {limit:g} s in {len(late)} queue(s): {stalled}; "
+            f"{workers} worker process(es) connected",
+            "check that a worker serves these queues (--queues), that it keeps up "
+            "(more --concurrency or --processes) and its logs",
+            late,
+        )
+        return
+    yield Finding(
+        "backlog",
+        "ok",
+        f"oldest ready job per queue: {listed} (under {limit:g} s); "
+        f"{workers} worker process(es) connected",
+        "",
+        ready,
+    )
+
+
+def _backlog(conn: Connection, max_age: timedelta) -> Iterator[Finding]:
+    ready = [
+        dict(r._mapping)
+        for r in conn.execute(_BACKLOG, {"lowest": MIN_PRIORITY, "highest": MAX_PRIORITY})
+    ]
+    workers = conn.execute(_WORKERS_HERE, {"prefix": WORKER_PREFIX}).scalar_one() if ready else 0
+    yield from backlog_findings(ready, int(workers), max_age)
 
 
 def _periodic(conn: Connection) -> Iterator[Finding]:

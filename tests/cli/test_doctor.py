@@ -2,9 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import re
+import signal
+import subprocess
+import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -203,3 +211,97 @@ def test_done_jobs_past_the_purge_horizon(cli: Cli, db: Engine) -> None:
     (purge,) = _by_check(result.json())["purge"]
     assert purge["message"] == "1 done job(s) older than 7 days"
     assert "pgqueue purge --older-than 7d" in purge["fix"]
+
+
+# -- backlog: ready jobs nobody takes ------------------------------------------------------------
+
+
+def _ready_jobs(db: Engine, count: int, *, queue: str, waited: str | None = None) -> None:
+    """``count`` ready jobs of ``queue``; ``waited`` (an interval) sets their run_at back."""
+    with db.begin() as conn:
+        ids = pgqueue.enqueue_many(conn, [{}] * count, queue=queue)
+        if waited is not None:
+            conn.execute(
+                text("UPDATE jobs SET run_at = now() - CAST(:w AS interval) WHERE id = ANY(:ids)"),
+                {"w": waited, "ids": ids},
+            )
+
+
+def _workers_here(db: Engine) -> int:
+    with db.connect() as conn:
+        return int(
+            conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND starts_with(application_name, 'pgqueue-worker:')"
+                )
+            ).scalar_one()
+        )
+
+
+@contextmanager
+def _worker_of(queue: str, db_url: URL, db: Engine, tmp_path: Path) -> Iterator[int]:
+    """A real ``pgqueue worker`` process serving ``queue`` alone, connected; yields its pid."""
+    (tmp_path / "backlog_app.py").write_text(f"handlers = {{{queue!r}: lambda job: None}}\n")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pgqueue", "worker", "backlog_app:handlers", "--url", plain(db_url)],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PGQUEUE_DATABASE_URL"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while _workers_here(db) == 0:
+            assert proc.poll() is None, f"the worker exited with {proc.returncode}"
+            assert time.monotonic() < deadline, "the worker never connected"
+            time.sleep(0.1)
+        yield proc.pid
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+
+
+def test_ready_jobs_with_no_worker_connected_are_a_warning(cli: Cli, db: Engine) -> None:
+    _ready_jobs(db, 1_000, queue="reports", waited="2 hours")
+    result = cli("doctor", "--json")
+    assert result.code == 1, result.out + result.err
+    (backlog,) = _by_check(result.json())["backlog"]
+    assert backlog["severity"] == "warning"
+    assert "no pgqueue worker is connected to this database" in backlog["message"]
+    assert re.search(r"oldest ready job per queue: reports 72\d\d s", backlog["message"])
+    assert backlog["details"][0]["oldest_ready_s"] >= 7200
+    assert "pgqueue worker" in backlog["fix"]
+    assert [d["queue"] for d in backlog["details"]] == ["reports"]
+    assert cli("doctor").out.count("[WARNING] backlog: ready jobs wait in 1 queue(s)") == 1
+
+
+def test_fresh_ready_jobs_with_a_worker_connected_are_healthy(
+    cli: Cli, db_url: URL, db: Engine, tmp_path: Path
+) -> None:
+    assert _by_check(cli("doctor", "--json").json())["backlog"][0]["message"] == (
+        "no ready job waiting"
+    )
+    _ready_jobs(db, 1_000, queue="reports")  # the worker serves another queue: they stay ready
+    with _worker_of("other", db_url, db, tmp_path):
+        fresh = cli("doctor", "--json")
+        _ready_jobs(db, 10, queue="late", waited="2 hours")
+        stalled = cli("doctor", "--json", "--backlog-age", "1h")
+    assert fresh.code == 0, fresh.out + fresh.err
+    (backlog,) = _by_check(fresh.json())["backlog"]
+    assert backlog["severity"] == "ok"
+    assert "1 worker process(es) connected" in backlog["message"]
+    # A worker is connected, but the late queue's jobs waited longer than --backlog-age.
+    assert stalled.code == 1, stalled.out
+    (late,) = _by_check(stalled.json())["backlog"]
+    assert late["severity"] == "warning"
+    assert re.search(r"waited longer than 3600 s in 1 queue\(s\): late 72\d\d s;", late["message"])
+    assert [d["queue"] for d in late["details"]] == ["late"]
+
+
+def test_future_jobs_are_no_backlog(cli: Cli, db: Engine) -> None:
+    with db.begin() as conn:
+        pgqueue.enqueue(conn, {}, queue="later", delay=timedelta(hours=1))
+    result = cli("doctor", "--json")
+    assert result.code == 0, result.out
+    assert _by_check(result.json())["backlog"][0]["message"] == "no ready job waiting"

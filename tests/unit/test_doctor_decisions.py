@@ -1,7 +1,7 @@
-"""The doctor's decisions on given values: the states a test cannot stage on a real server.
+"""The doctor's decisions on given values, besides the real states staged in tests/cli.
 
 ``pg_stat_user_tables.last_autovacuum`` cannot be set back in time, so a stale vacuum is decided
-here from values; the never-vacuumed and recent states also run for real in tests/cli.
+only here; the never-vacuumed and recent vacuum states, and the backlog's, also run for real.
 """
 
 from __future__ import annotations
@@ -11,7 +11,13 @@ from typing import Any
 
 import pytest
 
-from pgqueue.doctor import AUTOVACUUM_STALE, DEAD_TUPLES_MIN, vacuum_finding
+from pgqueue.doctor import (
+    AUTOVACUUM_STALE,
+    DEAD_TUPLES_MIN,
+    Finding,
+    backlog_findings,
+    vacuum_finding,
+)
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
 
@@ -76,3 +82,44 @@ def test_autovacuum_off_is_named_with_its_fix() -> None:
     healthy = vacuum_finding(_stats(0, 10, None, None), NOW, server_autovacuum=False)
     assert healthy.severity == "ok"
     assert "autovacuum is off on this server" in healthy.message
+
+
+# -- backlog -------------------------------------------------------------------------------------
+
+FIVE_MINUTES = timedelta(minutes=5)
+
+
+def _backlog(ready: list[tuple[str, float]], workers: int) -> list[Finding]:
+    rows = [{"queue": q, "oldest_ready_s": age} for q, age in ready]
+    return list(backlog_findings(rows, workers, FIVE_MINUTES))
+
+
+def test_no_ready_job_is_ok_with_or_without_workers() -> None:
+    for workers in (0, 3):
+        (finding,) = _backlog([], workers)
+        assert (finding.severity, finding.message) == ("ok", "no ready job waiting")
+
+
+def test_ready_jobs_without_a_worker_warn_however_fresh() -> None:
+    (finding,) = _backlog([("emails", 0.5)], 0)
+    assert finding.severity == "warning"
+    assert "no pgqueue worker is connected" in finding.message
+
+
+def test_a_wait_past_the_threshold_warns_with_workers_connected() -> None:
+    (finding,) = _backlog([("reports", 7200.0), ("emails", 299.0)], 2)
+    assert finding.severity == "warning"
+    assert "longer than 300 s in 1 queue(s): reports 7200 s; 2 worker" in finding.message
+    assert finding.details == [{"queue": "reports", "oldest_ready_s": 7200.0}]
+
+
+def test_waits_under_the_threshold_are_ok() -> None:
+    (finding,) = _backlog([("emails", 300.0)], 1)
+    assert finding.severity == "ok"
+    assert "emails 300 s (under 300 s)" in finding.message
+
+
+def test_many_queues_are_listed_five_at_a_time() -> None:
+    (finding,) = _backlog([(f"q{i}", 10.0) for i in range(8)], 0)
+    assert "q4 10 s (+3 more)" in finding.message
+    assert len(finding.details) == 8

@@ -69,6 +69,21 @@ def test_overview_shows_the_vacuum_warning_of_a_never_vacuumed_table(
     assert "VACUUM jobs;" in warning.group(1)
 
 
+def test_overview_shows_a_backlog_no_worker_takes(engine: Engine, client: TestClient) -> None:
+    with engine.begin() as conn:
+        ids = pgqueue.enqueue_many(conn, [{}] * 100, queue="reports")
+        conn.execute(
+            text("UPDATE jobs SET run_at = now() - interval '2 hours' WHERE id = ANY(:ids)"),
+            {"ids": ids},
+        )
+    response = client.get("/")
+    assert response.status_code == 200, response.text
+    found = re.search(r'<li class="sev-warning">.*?<b>backlog</b>: (.*?)</li>', response.text, re.S)
+    assert found is not None, response.text
+    assert "no pgqueue worker is connected to this database" in found.group(1)
+    assert re.search(r"reports 72\d\d s", found.group(1))
+
+
 def test_live_fragment_is_the_refreshed_part_alone(engine: Engine, client: TestClient) -> None:
     assert "No jobs yet." in client.get("/live").text
     with engine.begin() as conn:
