@@ -32,6 +32,7 @@ from pgqueue._cli_common import (
     note,
     parse_duration,
     positive_int,
+    report_cause,
     schema_arg,
     translate_error,
 )
@@ -102,11 +103,16 @@ def build_parser() -> argparse.ArgumentParser:
         f"schema holding pgqueue's table (default: ${SCHEMA_ENV_VAR}, else public); "
         "its NOTIFY channel is <schema>.jobs"
     )
+    verbose_help = "on an error, also print the traceback behind its one line"
     parser.add_argument("--url", help=url_help)
     parser.add_argument("--schema", help=schema_help)
+    parser.add_argument("--verbose", action="store_true", help=verbose_help)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=argparse.SUPPRESS, help=url_help)
     common.add_argument("--schema", default=argparse.SUPPRESS, help=schema_help)
+    common.add_argument(
+        "--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose_help
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def add(name: str, func: Callable[[argparse.Namespace], int], text: str) -> Any:
@@ -268,15 +274,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except UserError as exc:
+        report_cause(exc, verbose=args.verbose)
         note(f"pgqueue: error: {exc}")
         return exc.code
     except PgQueueError as exc:
+        report_cause(exc, verbose=args.verbose)
         note(f"pgqueue: error: {exc}")
         return 2
     except (sa_exc.DBAPIError, psycopg.Error) as exc:
         message = translate_error(exc, url)
         if message is None:
             raise
+        report_cause(exc, verbose=args.verbose)
         note(f"pgqueue: error: {message}")
         return 2
     except KeyboardInterrupt:
