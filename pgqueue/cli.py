@@ -251,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("cancel", cmd_cancel, "fail queued or running jobs with last_error 'cancelled'")
     p.add_argument("ids", type=int, nargs="+", metavar="ID")
 
-    p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue[web])")
+    p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue-sa[web])")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=web_port, default=8080, help="TCP port (default 8080)")
     p.add_argument(
