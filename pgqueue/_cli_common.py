@@ -13,7 +13,7 @@ import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
@@ -90,10 +90,11 @@ def note(text: str) -> None:
 
 
 def cell(value: object, width: int = 0) -> str:
+    """A value as one table cell; times in UTC, saying so, as the dashboard shows them."""
     if value is None:
         return "-"
     if isinstance(value, datetime):
-        return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     if isinstance(value, float):
         return f"{value:.1f}"
     text = str(value).replace("\n", " ")
