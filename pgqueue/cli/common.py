@@ -7,17 +7,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
+import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import date, datetime, timedelta
+from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
 import psycopg
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine import URL
 
 from pgqueue._base import durations as _durations
 from pgqueue._base.text import psql_table
@@ -27,6 +30,8 @@ from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
 
 ENV_URL = "PGQUEUE_DATABASE_URL"
 APPLICATION_NAME = "pgqueue-cli"
+
+log = logging.getLogger("pgqueue.cli")
 
 
 class UserError(PgQueueError):
@@ -85,10 +90,11 @@ def note(text: str) -> None:
 
 
 def cell(value: object, width: int = 0) -> str:
+    """A value as one table cell; times in UTC, saying so, as the dashboard shows them."""
     if value is None:
         return "-"
     if isinstance(value, datetime):
-        return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+        return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     if isinstance(value, float):
         return f"{value:.1f}"
     text = str(value).replace("\n", " ")
@@ -124,6 +130,38 @@ def schema_arg(args: argparse.Namespace) -> str | None:
         raise UserError(f"--schema {exc}") from exc
 
 
+def postgres_url(url: str, *, what: str = "database URL") -> URL:
+    """``url`` parsed as a PostgreSQL URL, or a user error naming ``what`` (``--listen-url``)."""
+    try:
+        parsed = to_sqlalchemy_url(url)
+    except sa_exc.ArgumentError as exc:
+        raise UserError(
+            f"invalid {what} {mask_url(url)!r}: expected postgresql://user:password@host:5432/dbname"
+        ) from exc
+    if parsed.get_backend_name() != "postgresql":
+        raise UserError(
+            f"{what} {mask_url(url)!r} is not a PostgreSQL URL: pgqueue needs "
+            "postgresql://user:password@host:5432/dbname"
+        )
+    return parsed
+
+
+def report_cause(exc: BaseException, *, verbose: bool) -> None:
+    """The traceback behind a one-line error: on stderr with ``--verbose``, else at DEBUG.
+
+    Start-up errors print one line; what raised it (an import-time exception in the user's
+    module, say) stays one flag away, passwords masked like every other line.
+    """
+    cause = exc.__cause__ or (None if isinstance(exc, UserError) else exc)
+    if cause is None:  # a problem pgqueue found itself: the line says it all
+        return
+    log.debug("%s", error_line(exc), exc_info=cause)
+    if verbose:
+        lines = traceback.format_exception(type(cause), cause, cause.__traceback__)
+        sys.stderr.write(mask_text("".join(lines)))
+        sys.stderr.flush()
+
+
 def make_engine(
     url: str,
     *,
@@ -137,17 +175,7 @@ def make_engine(
     With ``schema``, pgqueue's table is mapped there (:func:`pgqueue.use_schema`) and the schema
     leads the search path, so the catalog queries of ``stats`` and ``doctor`` find it too.
     """
-    try:
-        parsed = to_sqlalchemy_url(url)
-    except sa_exc.ArgumentError as exc:
-        raise UserError(
-            f"invalid database URL {mask_url(url)!r}: expected postgresql://user:password@host:5432/dbname"
-        ) from exc
-    if parsed.get_backend_name() != "postgresql":
-        raise UserError(
-            f"{mask_url(url)!r} is not a PostgreSQL URL: pgqueue needs "
-            "postgresql://user:password@host:5432/dbname"
-        )
+    parsed = postgres_url(url)
     connect_args: dict[str, Any] = {"connect_timeout": 10}
     if "application_name" not in parsed.query:
         connect_args["application_name"] = application_name

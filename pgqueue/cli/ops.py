@@ -157,7 +157,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     from pgqueue import doctor
 
     with transaction(args) as conn:
-        findings = doctor.run_checks(conn, idle_threshold=args.idle_threshold)
+        findings = doctor.run_checks(
+            conn,
+            idle_threshold=args.idle_threshold,
+            backlog_age=args.backlog_age or doctor.DEFAULT_BACKLOG_AGE,
+        )
     code = doctor.exit_code(findings)
     if args.json:
         emit_json(

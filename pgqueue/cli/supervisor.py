@@ -286,7 +286,7 @@ class Supervisor:
                 problems.append(
                     f"worker {child.id} (pid {proc.pid}) {describe_exit(code)} while stopping"
                 )
-            else:
+            elif child.started or code == 0:  # not one that failed at start-up, as the first did
                 log.info("worker %d (pid %d): stopped", child.id, proc.pid)
         if fatal is not None:
             return fatal

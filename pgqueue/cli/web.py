@@ -12,6 +12,7 @@ import os
 import socket
 
 from pgqueue import admin
+from pgqueue._base.distribution import pip_install
 from pgqueue._base.urls import mask_url
 from pgqueue.cli.common import UserError, database_url, make_engine, note, schema_arg
 from pgqueue.errors import PgQueueError
@@ -49,7 +50,7 @@ def cmd_web(args: argparse.Namespace) -> int:
 
         import pgqueue.web
     except ImportError as exc:
-        raise UserError('pgqueue web needs the web extra: pip install "pgqueue[web]"') from exc
+        raise UserError(f"pgqueue web needs the web extra: {pip_install('web')}") from exc
     raw_auth = args.auth if args.auth is not None else os.environ.get(ENV_WEB_AUTH) or None
     try:
         auth = None if raw_auth is None else pgqueue.web.parse_credentials(raw_auth)

@@ -14,8 +14,21 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pgqueue.cli.common import UserError, database_url, make_engine, schema_arg
+from sqlalchemy import Engine, text
+from sqlalchemy import exc as sa_exc
+
+from pgqueue._base.urls import error_line, mask_url
+from pgqueue.cli.common import (
+    UserError,
+    database_url,
+    make_engine,
+    postgres_url,
+    report_cause,
+    schema_arg,
+)
+from pgqueue.errors import PgQueueError
 from pgqueue.jobs import Registry
+from pgqueue.schema import schema_of
 
 #: Where ``pgqueue worker --health-port`` serves unless ``--health-host`` says otherwise.
 DEFAULT_HEALTH_HOST = "127.0.0.1"
@@ -37,8 +50,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from pgqueue.cli.supervisor import ChildLink
 
     link = ChildLink.from_env()  # set when a supervisor started this process
-    if link is None and args.processes > 1:
-        return _supervise(args)
+    if link is None:
+        check_options(args)  # before a supervisor starts anything: one line, exit 2
+        if args.processes > 1:
+            return _supervise(args)
     _configure_logging(f"worker-{link.id} pid {os.getpid()}" if link is not None else None)
     try:
         worker = _build_worker(args)
@@ -52,12 +67,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
                 f"{args.target} sets health_port={worker.health_port} in code: drop it or "
                 "--health-port (the command serves the probes)"
             )
+        _check_schema(worker.engine)
         server = None if port is None else _health_server(worker, host, port)
-    except UserError as exc:
-        if link is not None:
-            link.error(str(exc))
-            link.close()
-        raise
+    except Exception as exc:  # every start-up error is one line; the traceback with --verbose
+        error = exc if isinstance(exc, UserError) else UserError(_one_line(exc))
+        if link is None:
+            if error is exc:
+                raise
+            raise error from exc
+        link.error(str(error))  # the supervisor prints it, once for every process
+        link.close()
+        report_cause(error if error is exc else exc, verbose=getattr(args, "verbose", False))
+        return error.code
     try:
         if link is not None:
             link.started(
@@ -72,6 +93,42 @@ def cmd_worker(args: argparse.Namespace) -> int:
         if link is not None:
             link.close()
     return 0
+
+
+def check_options(args: argparse.Namespace) -> None:
+    """What can be checked without importing the target: its form, the URLs, the schema."""
+    split_target(args.target)
+    if args.listen_url is not None:
+        postgres_url(args.listen_url, what="--listen-url")
+    url = database_url(args, required=False)
+    if url is not None:
+        postgres_url(url)
+    schema_arg(args)
+
+
+def _check_schema(engine: Engine) -> None:
+    """No pgqueue table is a start-up error; a server out of reach is not (the worker waits)."""
+    schema = schema_of(engine)
+    name = "jobs" if schema is None else f"{schema}.jobs"
+    try:
+        with engine.connect() as conn:
+            present = conn.execute(
+                text("SELECT to_regclass(CAST(:name AS text)) IS NOT NULL"), {"name": name}
+            ).scalar_one()
+    except sa_exc.DBAPIError:
+        return  # an outage at start-up is like any other: the worker logs it and retries
+    if not present:
+        raise UserError(
+            f"the database ({mask_url(engine.url)}) has no pgqueue schema (no table {name}): "
+            "run `pgqueue migrate` first"
+        )
+
+
+def _one_line(exc: BaseException) -> str:
+    """A start-up error that is not a :class:`UserError`: its type unless pgqueue raised it."""
+    if isinstance(exc, PgQueueError):
+        return error_line(exc)
+    return f"cannot start the worker: {type(exc).__name__}: {error_line(exc)}"
 
 
 def _configure_logging(who: str | None) -> None:
@@ -139,6 +196,8 @@ def _build_worker(args: argparse.Namespace) -> Any:
                 f"{args.target} is a ready Worker: {', '.join(given)} would be ignored; "
                 "configure the Worker in code, or point at a handler mapping or Registry instead"
             )
+        if isinstance(target.listen_url, str):  # a URL object was parsed already
+            postgres_url(target.listen_url, what=f"the listen_url of {args.target}")
         return target
     if isinstance(target, Mapping):
         handlers: dict[str, Any] = dict(target)
@@ -177,17 +236,31 @@ def _build_worker(args: argparse.Namespace) -> Any:
     )
 
 
-def load_target(spec: str) -> object:
-    """Import ``module:attr`` (the current directory first on ``sys.path``, like ``python -m``)."""
+def split_target(spec: str) -> tuple[str, str]:
+    """``module:attr`` as ``(module, attr)``, or a user error."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise UserError(f"expected module:attr (e.g. myapp.jobs:registry), got {spec!r}")
+    return module_name, attr
+
+
+def load_target(spec: str) -> object:
+    """Import ``module:attr`` (the current directory first on ``sys.path``, like ``python -m``).
+
+    Whatever the module raises while it is imported (an ``ImportError``, a ``SyntaxError``, its
+    own ``RuntimeError("config missing")``, even ``sys.exit``) is a user error naming it.
+    """
+    module_name, attr = split_target(spec)
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UserError(f"cannot import {module_name!r}: {exc}") from exc
+        raise UserError(f"cannot import {module_name!r}: {error_line(exc)}") from exc
+    except (Exception, SystemExit) as exc:
+        raise UserError(
+            f"cannot import {module_name!r}: {type(exc).__name__}: {error_line(exc)}"
+        ) from exc
     target: object = module
     for part in attr.split("."):
         try:

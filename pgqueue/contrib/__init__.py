@@ -1,16 +1,18 @@
 """Integrations built on :mod:`pgqueue.hooks`, each behind an optional extra.
 
-- :mod:`pgqueue.contrib.prometheus` (``pip install "pgqueue[prometheus]"``): counters, histograms
-  and queue-depth gauges.
-- :mod:`pgqueue.contrib.otel` (``pip install "pgqueue[otel]"``): a span per job, and trace context
-  carried from the producer to the handler in the job's headers.
+- :mod:`pgqueue.contrib.prometheus` (``pip install "pgqueue-sa[prometheus]"``): counters,
+  histograms and queue-depth gauges.
+- :mod:`pgqueue.contrib.otel` (``pip install "pgqueue-sa[otel]"``): a span per job, and trace
+  context carried from the producer to the handler in the job's headers.
 
 Importing :mod:`pgqueue` never imports them: the core runs without either package.
 
 .. versionadded:: 0.1.0
 """
 
+from pgqueue._base.distribution import pip_install
+
 
 def missing_extra(module: str, extra: str) -> ImportError:
     """The error an integration raises when its optional package is not installed."""
-    return ImportError(f'{module} needs the {extra} extra: pip install "pgqueue[{extra}]"')
+    return ImportError(f"{module} needs the {extra} extra: {pip_install(extra)}")

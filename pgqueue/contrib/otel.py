@@ -1,6 +1,6 @@
 """OpenTelemetry tracing: a span per job execution, trace context from the producer to the handler.
 
-Needs the ``otel`` extra (``pip install "pgqueue[otel]"``, which installs ``opentelemetry-api``;
+Needs the ``otel`` extra (``pip install "pgqueue-sa[otel]"``, which installs ``opentelemetry-api``;
 the application configures the SDK and exporter as usual).
 
 Producer: carry the current trace context in the job's headers (never in its payload)::

@@ -1,6 +1,6 @@
 """Prometheus metrics of a worker: job counters, handler and start-latency histograms, queue gauges.
 
-Needs the ``prometheus`` extra (``pip install "pgqueue[prometheus]"``, which installs
+Needs the ``prometheus`` extra (``pip install "pgqueue-sa[prometheus]"``, which installs
 ``prometheus-client``). Attach one :class:`PrometheusHooks` to the worker and expose the registry
 the usual way::
 

@@ -1,6 +1,6 @@
 """``pgqueue web``: an operator dashboard in the browser, mountable in your ASGI app.
 
-Needs the ``web`` extra (``pip install "pgqueue[web]"``: Starlette, Jinja2, uvicorn). Serve it
+Needs the ``web`` extra (``pip install "pgqueue-sa[web]"``: Starlette, Jinja2, uvicorn). Serve it
 with ``pgqueue web --url ...``, or mount it in a FastAPI or Starlette service::
 
     app.mount("/queue", pgqueue.web.create_app(engine, auth=("ops", password)))

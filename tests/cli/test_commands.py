@@ -6,7 +6,7 @@ State is set up in process (fast) and each command runs as a subprocess (what us
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from sqlalchemy import Engine, text
@@ -16,6 +16,7 @@ from pgqueue.cli.common import parse_duration
 from tests.cli.conftest import Result
 
 Cli = Callable[..., Result]
+UTC = timezone.utc
 
 
 def _statuses(db: Engine) -> dict[int, tuple[str, int, int, str | None]]:
@@ -257,3 +258,21 @@ def test_show_tells_how_often_a_job_was_snoozed(cli: Cli, db: Engine) -> None:
     assert "\nsnoozes:       2\n" in shown.out
     assert "\nmax_attempts:  7\n" in shown.out  # each snooze gave its attempt back
     assert cli("show", str(job_id), "--json").json()["snoozes"] == 2
+
+
+def test_list_and_show_print_times_in_utc_and_say_so(cli: Cli, db: Engine) -> None:
+    with db.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {}, queue="tz")
+        conn.execute(
+            text("UPDATE jobs SET run_at = '2026-01-15 08:30:00+00' WHERE id = :id"),
+            {"id": job_id},
+        )
+    # A local time zone far from UTC: the output must not follow it.
+    away = {"TZ": "America/New_York"}
+    listed = cli("list", "--queue", "tz", env=away)
+    assert listed.code == 0, listed.err
+    assert "| 2026-01-15 08:30:00 UTC |" in listed.out
+    shown = cli("show", str(job_id), env=away)
+    assert "run_at:        2026-01-15 08:30:00 UTC" in shown.out
+    (as_json,) = cli("list", "--json", env=away).json()
+    assert datetime.fromisoformat(as_json["run_at"]) == datetime(2026, 1, 15, 8, 30, tzinfo=UTC)

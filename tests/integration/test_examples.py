@@ -189,7 +189,7 @@ def test_wheel_in_a_fresh_venv_runs_the_example(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp), str(ROOT)],
         check=True,
     )
-    (wheel,) = tmp.glob("pgqueue-*.whl")
+    (wheel,) = tmp.glob("pgqueue_sa-*.whl")  # the distribution pgqueue-sa, the package pgqueue
     names = zipfile.ZipFile(wheel).namelist()
     revisions = sorted(n for n in names if n.startswith("pgqueue/migrations/versions/pgqueue_"))
     assert [n.rsplit("/", 1)[1][:12] for n in revisions] == pgqueue_revisions()
@@ -201,6 +201,10 @@ def test_wheel_in_a_fresh_venv_runs_the_example(
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     bindir = venv / "bin"
     subprocess.run([bindir / "pip", "install", "-q", str(wheel)], check=True)
+    version = subprocess.run(
+        [bindir / "pgqueue", "--version"], check=True, capture_output=True, text=True
+    )
+    assert version.stdout.strip() == f"pgqueue {pgqueue.__version__}"
 
     project = tmp / "service"
     shutil.copytree(SERVICE, project, ignore=shutil.ignore_patterns("__pycache__"))

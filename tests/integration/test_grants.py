@@ -103,12 +103,17 @@ def test_producer_worker_and_monitor_with_least_privilege(roles: dict[str, URL])
     producer.dispose()
     worker_engine.dispose()
 
-    # doctor as the pg_monitor role: sees every session, healthy.
+    # doctor as the pg_monitor role: sees every session; healthy but for the reaped job of
+    # queue "manual", ready again with no worker left to take it (the backlog check sees it).
     result = run_pgqueue("doctor", "--json", "--url", plain(roles["monitor"]))
-    assert result.code == 0, result.out + result.err
-    checks = {f["check"] for f in result.json()["findings"]}
+    assert result.code == 1, result.out + result.err
+    findings = result.json()["findings"]
+    checks = {f["check"] for f in findings}
     assert "visibility" not in checks
-    assert {"revision", "indexes", "trigger", "sessions", "vacuum"} <= checks
+    assert {"revision", "indexes", "trigger", "sessions", "vacuum", "backlog"} <= checks
+    (warning,) = [f for f in findings if f["severity"] not in ("ok", "info")]
+    assert warning["check"] == "backlog"
+    assert "manual" in [d["queue"] for d in warning["details"]]
 
 
 def _denied(engine: Engine, statement: str, params: dict[str, object] | None = None) -> bool:

@@ -47,7 +47,7 @@ def test_core_imports_without_prometheus_opentelemetry_and_the_web_packages() ->
 def test_integrations_name_their_extra(module: str, extra: str) -> None:
     result = _run(f"import {module}\n")
     assert result.returncode != 0
-    assert f'pip install "pgqueue[{extra}]"' in result.stderr
+    assert f'pip install "pgqueue-sa[{extra}]"' in result.stderr
 
 
 def test_pgqueue_web_without_the_extra_is_one_line_exit_2() -> None:
@@ -57,5 +57,5 @@ def test_pgqueue_web_without_the_extra_is_one_line_exit_2() -> None:
     )
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == (
-        'pgqueue: error: pgqueue web needs the web extra: pip install "pgqueue[web]"'
+        'pgqueue: error: pgqueue web needs the web extra: pip install "pgqueue-sa[web]"'
     )

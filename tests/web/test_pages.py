@@ -7,10 +7,12 @@ from datetime import timedelta
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import URL
 from starlette.testclient import TestClient
 
 import pgqueue
 from pgqueue.web import create_app
+from tests.dead_tuples import pile_up
 from tests.web.conftest import MakeClient, failed_job
 
 SCRIPT = "<script>alert('pwned')</script>"
@@ -52,6 +54,34 @@ def test_overview_is_complete_html_with_every_queue_and_its_counts(
     assert "oldest snapshot" in html
     assert 'data-refresh-url="/live"' in html
     assert running.queue == "thumbs"
+
+
+def test_overview_shows_the_vacuum_warning_of_a_never_vacuumed_table(
+    engine: Engine, db_url: URL, client: TestClient
+) -> None:
+    pile_up(db_url, engine, 3_000)
+    response = client.get("/")
+    assert response.status_code == 200, response.text
+    warning = re.search(r'<li class="sev-warning">(.*?)</li>', response.text, re.S)
+    assert warning is not None, response.text
+    assert "<b>vacuum</b>: jobs: 0 live, 3000 dead tuples (100%)" in warning.group(1)
+    assert "last autovacuum never, last vacuum never" in warning.group(1)
+    assert "VACUUM jobs;" in warning.group(1)
+
+
+def test_overview_shows_a_backlog_no_worker_takes(engine: Engine, client: TestClient) -> None:
+    with engine.begin() as conn:
+        ids = pgqueue.enqueue_many(conn, [{}] * 100, queue="reports")
+        conn.execute(
+            text("UPDATE jobs SET run_at = now() - interval '2 hours' WHERE id = ANY(:ids)"),
+            {"ids": ids},
+        )
+    response = client.get("/")
+    assert response.status_code == 200, response.text
+    found = re.search(r'<li class="sev-warning">.*?<b>backlog</b>: (.*?)</li>', response.text, re.S)
+    assert found is not None, response.text
+    assert "no pgqueue worker is connected to this database" in found.group(1)
+    assert re.search(r"reports 72\d\d s", found.group(1))
 
 
 def test_live_fragment_is_the_refreshed_part_alone(engine: Engine, client: TestClient) -> None:

@@ -2,7 +2,7 @@
 started and stopped in the app's lifespan.
 
 Run it with ``DATABASE_URL=... uvicorn --factory myservice.web:from_environment`` (needs
-``pgqueue[web]`` and FastAPI); ``QUEUE_DASHBOARD_AUTH=user:password`` puts basic auth in front of
+``pgqueue-sa[web]`` and FastAPI); ``QUEUE_DASHBOARD_AUTH=user:password`` puts basic auth in front of
 the dashboard.
 """
 
