@@ -312,7 +312,14 @@ def _failure_values(retry: ColumnElement[Any], error: ColumnElement[Any]) -> dic
             (requeue, status_literal(JobStatus.QUEUED)),
             else_=status_literal(JobStatus.FAILED),
         ),
-        "run_at": func.now() + _backoff_seconds * literal_column("interval '1 second'", Interval),
+        # A final failure keeps run_at (when its last attempt was due): no retry is coming.
+        "run_at": case(
+            (
+                requeue,
+                func.now() + _backoff_seconds * literal_column("interval '1 second'", Interval),
+            ),
+            else_=jobs.c.run_at,
+        ),
         "locked_until": null(),
         "last_error": error,
         "finished_at": case((requeue, null()), else_=func.now()),
