@@ -419,7 +419,8 @@ def test_a_final_failure_keeps_run_at_when_its_last_attempt_was_due(
     with engine.begin() as conn:
         if how == "fail":
             result = pgqueue.fail(conn, job.id, job.attempts, "boom")
-            assert result is not None and result.retry_in is None
+            assert result is not None
+            assert result.retry_in is None
         elif how == "fail_many":
             failure = [(job.id, job.attempts, "boom", True)]
             assert pgqueue.repository.fail_many(conn, failure)[job.id].status == "failed"
@@ -428,7 +429,8 @@ def test_a_final_failure_keeps_run_at_when_its_last_attempt_was_due(
     status, run_at, finished_at = _due_and_status(engine, job.id)
     assert status == "failed"
     assert run_at == due
-    assert finished_at is not None and run_at < finished_at
+    assert finished_at is not None
+    assert run_at < finished_at
 
 
 def test_a_lease_expiring_on_the_last_attempt_keeps_run_at(engine: Engine) -> None:
