@@ -71,12 +71,26 @@ _KEY_DETAIL = re.compile(r"\(queue, unique_key\)=\((.*), (.*)\) already exists")
 #: SQLSTATEs of a row lock not taken: ``lock_not_available`` (the lock timeout) and
 #: ``deadlock_detected``.
 _LOCK_REFUSED = {"55P03", "40P01"}
+#: ``no_active_sql_transaction``: a SAVEPOINT outside a transaction block (autocommit).
+_NO_ACTIVE_TRANSACTION = "25P01"
 
 
 def lock_refused(exc: BaseException) -> bool:
-    """The database gave up waiting for a row lock (a lock timeout, or a deadlock it broke)."""
+    """The database gave up waiting for a row lock (a lock timeout, or a deadlock it broke).
+
+    Raises:
+        InvalidArgumentError: the savepoint itself was refused: the connection is in autocommit,
+            outside any transaction (nothing was written).
+    """
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
-    return getattr(orig, "sqlstate", None) in _LOCK_REFUSED
+    state = getattr(orig, "sqlstate", None)
+    if state == _NO_ACTIVE_TRANSACTION:
+        raise InvalidArgumentError(
+            "conn",
+            "is in autocommit: this call waits for row locks in a savepoint, which needs a "
+            "transaction (use `with engine.begin() as conn:`)",
+        ) from exc
+    return state in _LOCK_REFUSED
 
 
 @dataclass(frozen=True)

@@ -324,6 +324,9 @@ def cancel(conn: Executor, job_ids: Iterable[int]) -> list[int]:
     :func:`cancel_report` names those. Unknown and finished ids are skipped too. Returns the ids
     cancelled, in id order.
 
+    Raises:
+        InvalidArgumentError: ``conn`` is in autocommit (nothing is written).
+
     .. versionadded:: 0.1.0
     """
     return [job.id for job in cancel_jobs(conn, job_ids)]

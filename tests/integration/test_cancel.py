@@ -4,16 +4,20 @@ waited for, a row held for long is skipped and named, and the caller's transacti
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.orm import Session
 from worker_helpers import row_locked, running, scalar
 
 import pgqueue
+import pgqueue.aio
 from pgqueue import repository
 from pgqueue.results import CancelledJob
 
@@ -105,3 +109,28 @@ def test_cancelling_running_jobs_of_a_draining_worker_never_skips_one(engine: En
     assert len(cancelled) >= 10, cancelled
     assert ended == {"done": 300 - len(cancelled), "cancelled": len(cancelled)}
     assert worker.stats.lost == 0
+
+
+def test_an_autocommit_connection_gets_a_clear_error_and_nothing_changes(
+    engine: Engine, db_url: URL
+) -> None:
+    """The bounded wait needs a savepoint, so a transaction: say so, write nothing."""
+    with engine.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {})
+    with (
+        engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn,
+        pytest.raises(pgqueue.InvalidArgumentError, match="conn: is in autocommit"),
+    ):
+        pgqueue.cancel(conn, [job_id])
+
+    async def cancel_async() -> None:
+        async_engine = create_async_engine(db_url, isolation_level="AUTOCOMMIT")
+        try:
+            async with async_engine.connect() as conn:
+                await pgqueue.aio.cancel(conn, [job_id])
+        finally:
+            await async_engine.dispose()
+
+    with pytest.raises(pgqueue.InvalidArgumentError, match="conn: is in autocommit"):
+        asyncio.run(cancel_async())
+    assert scalar(engine, "SELECT status FROM jobs WHERE id = :id", id=job_id) == "queued"
