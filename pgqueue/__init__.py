@@ -38,6 +38,7 @@ from pgqueue.repository import (
 )
 from pgqueue.results import (
     CancelledJob,
+    CancelReport,
     ClaimedJob,
     EnqueuedJob,
     FailResult,
@@ -53,6 +54,7 @@ __version__ = "0.1.0"
 __all__ = [
     "MAX_PRIORITY",
     "MIN_PRIORITY",
+    "CancelReport",
     "CancelledJob",
     "ClaimedJob",
     "EnqueuedJob",

@@ -123,12 +123,16 @@ def _count(*conditions: Any) -> Any:
 
 
 def queue_stats(conn: Connection) -> list[dict[str, Any]]:
-    """Per queue: ready, scheduled, running, expired leases, done, failed, oldest ready age (s).
+    """Per queue: ready, scheduled, running, expired leases, done, failed, cancelled, oldest
+    ready age (s).
 
+    ``failed`` counts the jobs that failed for good on their own; ``cancelled`` those an operator
+    cancelled (also ``status = 'failed'``, with ``cancelled_at`` set): the two never overlap.
     One pass over ``jobs``: on a table with a long history run it sparingly, or purge first.
     """
     queued = jobs.c.status == status_literal(JobStatus.QUEUED)
     running = jobs.c.status == status_literal(JobStatus.RUNNING)
+    failed = jobs.c.status == status_literal(JobStatus.FAILED)
     ready = and_(queued, jobs.c.run_at <= func.now())
     oldest_ready = func.min(jobs.c.run_at).filter(ready)
     stmt = (
@@ -139,7 +143,8 @@ def queue_stats(conn: Connection) -> list[dict[str, Any]]:
             _count(running).label("running"),
             _count(running, jobs.c.locked_until < func.now()).label("expired_leases"),
             _count(jobs.c.status == status_literal(JobStatus.DONE)).label("done"),
-            _count(jobs.c.status == status_literal(JobStatus.FAILED)).label("failed"),
+            _count(failed, jobs.c.cancelled_at.is_(None)).label("failed"),
+            _count(failed, jobs.c.cancelled_at.is_not(None)).label("cancelled"),
             func.extract("epoch", func.now() - oldest_ready)
             .cast(Float)
             .label("oldest_ready_age_s"),

@@ -21,10 +21,12 @@ job in its own transaction with ``await pgqueue.aio.complete(conn, job.id, job.a
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias, TypeVar, Union
 
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from pgqueue._sql import calls as _calls
@@ -42,6 +44,7 @@ from pgqueue.repository import (
 )
 from pgqueue.results import (
     CancelledJob,
+    CancelReport,
     ClaimedJob,
     EnqueuedJob,
     FailResult,
@@ -59,6 +62,7 @@ __all__ = [
     "AsyncExecutor",
     "cancel",
     "cancel_jobs",
+    "cancel_report",
     "claim",
     "complete",
     "enqueue",
@@ -217,10 +221,15 @@ async def retry(
 
 
 async def retry_failed(
-    conn: AsyncExecutor, *, queue: str | None = None, attempts: int = DEFAULT_MAX_ATTEMPTS
+    conn: AsyncExecutor,
+    *,
+    queue: str | None = None,
+    attempts: int = DEFAULT_MAX_ATTEMPTS,
+    include_cancelled: bool = False,
 ) -> list[int]:
-    """Requeue every failed job; see :func:`pgqueue.repository.retry_failed`."""
-    return await _run(conn, _calls.retry_failed(queue, attempts))
+    """Requeue every failed job (not cancelled ones unless ``include_cancelled``); see
+    :func:`pgqueue.repository.retry_failed`."""
+    return await _run(conn, _calls.retry_failed(queue, attempts, include_cancelled))
 
 
 async def cancel(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[int]:
@@ -230,7 +239,12 @@ async def cancel(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[int]:
 
 async def cancel_jobs(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[CancelledJob]:
     """Cancel, telling which jobs were running; see :func:`pgqueue.repository.cancel_jobs`."""
-    return await _run(conn, _calls.cancel(job_ids, channel_of(conn)))
+    return (await cancel_report(conn, job_ids)).cancelled
+
+
+async def cancel_report(conn: AsyncExecutor, job_ids: Iterable[int]) -> CancelReport:
+    """Cancel, naming the jobs skipped; see :func:`pgqueue.repository.cancel_report`."""
+    return await _drive(conn, _calls.cancel(job_ids, channel_of(conn)))
 
 
 async def periodic_states(
@@ -248,9 +262,24 @@ async def remove_periodic(conn: AsyncExecutor, name: str) -> bool:
 async def _run(conn: AsyncExecutor, call: _calls.Call[T]) -> T:
     if call.statement is None:
         return call.finish(None)
+    if call.on_lock_refused is not None:
+        return await _run_in_savepoint(conn, call, call.on_lock_refused)
     with _calls.translated_errors():
         result = await conn.execute(call.statement, call.params)
     return call.finish(result)
+
+
+async def _run_in_savepoint(
+    conn: AsyncExecutor, call: _calls.Call[T], refused: Callable[[], T]
+) -> T:
+    """``call`` inside a savepoint; a row lock the database gave up on rolls back to it."""
+    try:
+        async with conn.begin_nested():
+            return await _run(conn, replace(call, on_lock_refused=None))
+    except DBAPIError as exc:
+        if not _calls.lock_refused(exc):
+            raise
+        return refused()
 
 
 async def _drive(conn: AsyncExecutor, plan: _calls.Plan[T]) -> T:

@@ -397,15 +397,34 @@ _JOB_COUNTS = text(
     """
     SELECT
       count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS expired,
-      count(*) FILTER (WHERE status = 'failed') AS failed,
+      count(*) FILTER (WHERE status = 'failed' AND cancelled_at IS NULL) AS failed,
+      count(*) FILTER (WHERE status = 'failed' AND cancelled_at IS NOT NULL) AS cancelled,
       count(*) FILTER (WHERE status = 'done' AND created_at < now() - :horizon) AS old_done
     FROM jobs
     """
 )
+#: Before pgqueue_0010 no column tells a cancel (the revision check says to migrate).
+_JOB_COUNTS_BEFORE_0010 = text(
+    """
+    SELECT
+      count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS expired,
+      count(*) FILTER (WHERE status = 'failed') AS failed,
+      0 AS cancelled,
+      count(*) FILTER (WHERE status = 'done' AND created_at < now() - :horizon) AS old_done
+    FROM jobs
+    """
+)
+_HAS_CANCELLED_AT = text(
+    "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass('jobs') "
+    "AND attname = 'cancelled_at' AND NOT attisdropped)"
+)
 
 
 def _jobs(conn: Connection) -> Iterator[Finding]:
-    counts = conn.execute(_JOB_COUNTS, {"horizon": DEFAULT_PURGE_AGE}).one()
+    counting = (
+        _JOB_COUNTS if conn.execute(_HAS_CANCELLED_AT).scalar_one() else _JOB_COUNTS_BEFORE_0010
+    )
+    counts = conn.execute(counting, {"horizon": DEFAULT_PURGE_AGE}).one()
     days = DEFAULT_PURGE_AGE.days
     if counts.expired:
         yield Finding(
@@ -423,6 +442,13 @@ def _jobs(conn: Connection) -> Iterator[Finding]:
             f"{counts.failed} failed job(s)",
             "inspect `pgqueue list --status failed`; then `pgqueue retry --failed` or "
             "`pgqueue purge --status failed`",
+        )
+    if counts.cancelled:
+        yield Finding(
+            "cancelled",
+            "info",
+            f"{counts.cancelled} cancelled job(s) (failed on purpose; not counted as failed)",
+            "`pgqueue retry --failed` leaves them; `--include-cancelled` requeues them too",
         )
     if counts.old_done:
         yield Finding(

@@ -7,11 +7,13 @@ together with its own writes.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias, TypeVar, Union
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from pgqueue import retry_policy
@@ -21,6 +23,7 @@ from pgqueue.models import JobStatus
 from pgqueue.periodic import Periodic
 from pgqueue.results import (
     CancelledJob,
+    CancelReport,
     ClaimedJob,
     EnqueuedJob,
     FailResult,
@@ -44,6 +47,8 @@ DEFAULT_RETRY_BASE = retry_policy.DEFAULT_RETRY_BASE
 DEFAULT_RETRY_CAP = retry_policy.DEFAULT_RETRY_CAP
 DEFAULT_PURGE_AGE = timedelta(days=7)
 DEFAULT_PURGE_BATCH = 10_000
+#: How long :func:`cancel` waits for each row another transaction holds, in milliseconds.
+CANCEL_LOCK_TIMEOUT_MS = _calls.CANCEL_LOCK_TIMEOUT_MS
 
 
 def enqueue(
@@ -225,9 +230,22 @@ def purge_done(
 def _run(conn: Executor, call: _calls.Call[T]) -> T:
     if call.statement is None:
         return call.finish(None)
+    if call.on_lock_refused is not None:
+        return _run_in_savepoint(conn, call, call.on_lock_refused)
     with _calls.translated_errors():
         result = conn.execute(call.statement, call.params)
     return call.finish(result)
+
+
+def _run_in_savepoint(conn: Executor, call: _calls.Call[T], refused: Callable[[], T]) -> T:
+    """``call`` inside a savepoint; a row lock the database gave up on rolls back to it."""
+    try:
+        with conn.begin_nested():
+            return _run(conn, replace(call, on_lock_refused=None))
+    except DBAPIError as exc:
+        if not _calls.lock_refused(exc):
+            raise
+        return refused()
 
 
 def _drive(conn: Executor, plan: _calls.Plan[T]) -> T:
@@ -267,7 +285,8 @@ def retry(
     reset, since it is the token of every guarded update. Returns the ids requeued; running and
     done jobs are left as they are, and so is a failed job whose unique key another queued or
     running job holds now (two failed jobs with the same key in one call raise
-    :class:`pgqueue.errors.UniqueKeyError`).
+    :class:`pgqueue.errors.UniqueKeyError`). A cancelled job named here is requeued (and no
+    longer marked cancelled), unlike with :func:`retry_failed`.
 
     .. versionadded:: 0.1.0
     """
@@ -275,25 +294,43 @@ def retry(
 
 
 def retry_failed(
-    conn: Executor, *, queue: str | None = None, attempts: int = DEFAULT_MAX_ATTEMPTS
+    conn: Executor,
+    *,
+    queue: str | None = None,
+    attempts: int = DEFAULT_MAX_ATTEMPTS,
+    include_cancelled: bool = False,
 ) -> list[int]:
     """Requeue every ``failed`` job (of one queue, or all) like :func:`retry`; return their ids.
 
+    Jobs an operator cancelled (:func:`cancel`: ``cancelled_at`` set) are left alone unless
+    ``include_cancelled=True`` (default ``False``; ``.. versionadded:: 0.1.0``); a cancelled job
+    that comes back is no longer marked cancelled. :func:`retry` of a cancelled job's id always
+    requeues it: naming the id is asking for it.
+
     .. versionadded:: 0.1.0
     """
-    return _run(conn, _calls.retry_failed(queue, attempts))
+    return _run(conn, _calls.retry_failed(queue, attempts, include_cancelled))
 
 
 def cancel(conn: Executor, job_ids: Iterable[int]) -> list[int]:
-    """Cancel queued and running jobs: they fail for good with ``last_error = 'cancelled'``.
+    """Cancel queued and running jobs: they fail for good with ``cancelled_at = now()`` (and
+    ``last_error = 'cancelled'``).
 
     The row changes at once, so no worker can complete the job afterwards (its guard no longer
     matches). The worker running it learns on commit through a NOTIFY (or at its next heartbeat
     when it does not listen): it sets ``job.stopping`` for a sync handler, cancels an async
-    handler's task, drops the outcome and counts it in ``WorkerStats.cancelled``. Never blocks:
-    a job whose row is locked at that moment (held inside an open transaction by a
-    ``mode="transaction"`` worker, or mid-claim) is skipped and not reported. Unknown and finished
-    ids are skipped too. Returns the ids cancelled, in id order.
+    handler's task, drops the outcome and counts it in ``WorkerStats.cancelled``.
+
+    A row that another transaction holds at that moment (a worker's claim, heartbeat or
+    completion, for milliseconds) is waited for, at most :data:`CANCEL_LOCK_TIMEOUT_MS` (500 ms)
+    per job, in a savepoint of the caller's transaction (which must be a transaction, not
+    autocommit); the caller's ``lock_timeout`` is left as it was. A job held longer (inside the
+    open transaction of a ``mode="transaction"`` worker) is skipped and not reported:
+    :func:`cancel_report` names those. Unknown and finished ids are skipped too. Returns the ids
+    cancelled, in id order.
+
+    Raises:
+        InvalidArgumentError: ``conn`` is in autocommit (nothing is written).
 
     .. versionadded:: 0.1.0
     """
@@ -302,7 +339,16 @@ def cancel(conn: Executor, job_ids: Iterable[int]) -> list[int]:
 
 def cancel_jobs(conn: Executor, job_ids: Iterable[int]) -> list[CancelledJob]:
     """:func:`cancel`, telling for each cancelled job whether a worker was running it."""
-    return _run(conn, _calls.cancel(job_ids, channel_of(conn)))
+    return cancel_report(conn, job_ids).cancelled
+
+
+def cancel_report(conn: Executor, job_ids: Iterable[int]) -> CancelReport:
+    """:func:`cancel_jobs`, also naming the queued or running jobs it skipped because another
+    transaction held their row for longer than :data:`CANCEL_LOCK_TIMEOUT_MS`.
+
+    .. versionadded:: 0.1.0
+    """
+    return _drive(conn, _calls.cancel(job_ids, channel_of(conn)))
 
 
 def set_local_lock_timeout(conn: Executor, milliseconds: int) -> None:

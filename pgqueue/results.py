@@ -73,6 +73,23 @@ class CancelledJob:
     was_running: bool
 
 
+@dataclass(frozen=True)
+class CancelReport:
+    """What :func:`pgqueue.repository.cancel_report` did.
+
+    Attributes:
+        cancelled: The jobs cancelled, in id order.
+        skipped: Ids of queued or running jobs left alone because another transaction held
+            their row longer than the cancel waits (a ``mode="transaction"`` worker running it),
+            in id order. Unknown and finished ids are in neither list.
+
+    .. versionadded:: 0.1.0
+    """
+
+    cancelled: list[CancelledJob]
+    skipped: list[int]
+
+
 class Settled(enum.Enum):
     """How a job its worker still held left ``running`` without the worker's own write."""
 

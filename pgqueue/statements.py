@@ -48,7 +48,8 @@ from pgqueue.models import JobStatus, jobs_table
 
 jobs = jobs_table
 
-#: ``last_error`` of a cancelled job (:data:`CANCEL`).
+#: ``last_error`` of a cancelled job (:data:`CANCEL`). What tells a cancelled job is
+#: ``cancelled_at IS NOT NULL`` (pgqueue_0010), never this text: a handler may fail with it too.
 CANCELLED_ERROR = "cancelled"
 
 #: Largest exponent of the backoff: keeps ``base * 2^attempts`` finite for any attempt count.
@@ -312,7 +313,14 @@ def _failure_values(retry: ColumnElement[Any], error: ColumnElement[Any]) -> dic
             (requeue, status_literal(JobStatus.QUEUED)),
             else_=status_literal(JobStatus.FAILED),
         ),
-        "run_at": func.now() + _backoff_seconds * literal_column("interval '1 second'", Interval),
+        # A final failure keeps run_at (when its last attempt was due): no retry is coming.
+        "run_at": case(
+            (
+                requeue,
+                func.now() + _backoff_seconds * literal_column("interval '1 second'", Interval),
+            ),
+            else_=jobs.c.run_at,
+        ),
         "locked_until": null(),
         "last_error": error,
         "finished_at": case((requeue, null()), else_=func.now()),
@@ -509,11 +517,11 @@ _settled_batch = (
 
 #: Which of a batch left ``running`` with the same attempts, and how: ``done`` (completed by their
 #: handler's own transaction, ``pgqueue.complete`` beside its writes: not lost) or cancelled
-#: (``pgqueue.cancel`` while the worker held them). Returns ``id, cancelled``.
+#: (``pgqueue.cancel`` while the worker held them: ``cancelled_at`` set). Returns ``id, cancelled``.
 SETTLED_AMONG: Select[Any] = (
     select(
         jobs.c.id,
-        (jobs.c.status == status_literal(JobStatus.FAILED)).label("cancelled"),
+        jobs.c.cancelled_at.is_not(None).label("cancelled"),
     )
     .select_from(
         jobs.join(
@@ -523,10 +531,7 @@ SETTLED_AMONG: Select[Any] = (
     )
     .where(
         (jobs.c.status == status_literal(JobStatus.DONE))
-        | (
-            (jobs.c.status == status_literal(JobStatus.FAILED))
-            & (jobs.c.last_error == literal_column(f"'{CANCELLED_ERROR}'", Text))
-        )
+        | ((jobs.c.status == status_literal(JobStatus.FAILED)) & jobs.c.cancelled_at.is_not(None))
     )
 )
 
@@ -580,6 +585,7 @@ __all__ = [
     "CANCELLED_ERROR",
     "COMPLETE",
     "COMPLETE_MANY",
+    "CURRENT_LOCK_TIMEOUT",
     "ENQUEUE",
     "ENQUEUE_MANY",
     "ENQUEUE_MANY_UNIQUE",
@@ -589,6 +595,7 @@ __all__ = [
     "FAIL",
     "FAIL_MANY",
     "KEY_HOLDERS",
+    "LIVE_AMONG",
     "NAIVE_DOUBLE_CLAIMING_CLAIM",
     "REAP_EXPIRED",
     "RELEASE_MANY",
@@ -606,13 +613,15 @@ __all__ = [
 
 #: Back to ``queued``, due now, with ``attempts + :extra_attempts`` as the new budget. ``attempts``
 #: is never reset: it is the fencing token of every guarded update (R13). Running jobs are left
-#: alone (their owner still holds them); done jobs stay done.
+#: alone (their owner still holds them); done jobs stay done. A retried cancelled job is no
+#: longer cancelled.
 _RETRY_VALUES: dict[str, Any] = {
     "status": status_literal(JobStatus.QUEUED),
     "run_at": func.now(),
     "locked_until": null(),
     "max_attempts": jobs.c.attempts + bindparam("extra_attempts", type_=Integer),
     "finished_at": null(),
+    "cancelled_at": null(),
 }
 
 
@@ -634,19 +643,28 @@ def _key_is_free() -> ColumnElement[bool]:
     return jobs.c.unique_key.is_(None) | ~held
 
 
-@lru_cache(maxsize=2)
-def retry_statement(*, all_failed: bool = False) -> Update:
+def retry_statement(*, all_failed: bool = False, include_cancelled: bool = False) -> Update:
     """Requeue jobs with a fresh budget of attempts, by raising ``max_attempts``.
 
     With ``all_failed=False`` (parameters ``job_ids``, ``extra_attempts``) the listed jobs that are
-    ``failed`` or ``queued`` are retried now; with ``all_failed=True`` (parameters ``queue_name``,
-    which may be ``NULL`` for every queue, and ``extra_attempts``) every ``failed`` job is. A job
-    whose unique key another live job holds is left alone. Returns ``id`` of each requeued job.
+    ``failed`` (cancelled ones too: the operator named them) or ``queued`` are retried now; with
+    ``all_failed=True`` (parameters ``queue_name``, which may be ``NULL`` for every queue, and
+    ``extra_attempts``) every ``failed`` job is, except cancelled ones unless
+    ``include_cancelled``. A job whose unique key another live job holds is left alone. Returns
+    ``id`` of each requeued job.
     """
+    return _retry_statement(all_failed, include_cancelled)
+
+
+@lru_cache(maxsize=4)
+def _retry_statement(all_failed: bool, include_cancelled: bool) -> Update:
+    """:func:`retry_statement`, built once per shape (positional: one cache key per shape)."""
     if all_failed:
         where = (jobs.c.status == status_literal(JobStatus.FAILED)) & (
             jobs.c.queue == func.coalesce(bindparam("queue_name", type_=Text), jobs.c.queue)
         )
+        if not include_cancelled:
+            where = where & jobs.c.cancelled_at.is_(None)
     else:
         where = jobs.c.id.in_(bindparam("job_ids", type_=BigInteger, expanding=True)) & (
             jobs.c.status.in_([status_literal(JobStatus.FAILED), status_literal(JobStatus.QUEUED)])
@@ -674,25 +692,35 @@ def retry_statement(*, all_failed: bool = False) -> Update:
     )
 
 
+def _cancel_ids() -> ColumnElement[bool]:
+    """``id = ANY(:job_ids) AND status IN ('queued', 'running')``: what a cancel may touch."""
+    return (jobs.c.id == func.any(bindparam("job_ids", type_=ARRAY(BigInteger)))) & (
+        jobs.c.status.in_([status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)])
+    )
+
+
 _cancellable = (
     select(jobs.c.id, jobs.c.status)
-    .where(
-        jobs.c.id == func.any(bindparam("job_ids", type_=ARRAY(BigInteger))),
-        jobs.c.status.in_([status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)]),
-    )
+    .where(_cancel_ids(), _statement_lock_timeout())
     .order_by(jobs.c.id)
-    # Never wait: a row locked by an open transaction (a transaction-mode worker, a claim in
-    # flight) is skipped, and not reported as cancelled.
-    .with_for_update(skip_locked=True)
+    # Waits, bounded, and in id order like every batched statement of the worker: a cancel never
+    # waits for a row while it holds a higher one, so it cannot deadlock with them.
+    .with_for_update()
     .cte("target")
     .prefix_with("MATERIALIZED")
 )
+_was_running = _cancellable.c.status == status_literal(JobStatus.RUNNING)
 
-#: Queued and running jobs become ``failed`` with ``last_error = 'cancelled'`` at once: no worker
-#: can complete them afterwards (their guard no longer matches). Parameters ``job_ids`` (an
-#: array), ``channel`` and ``notify_payload``: each running job sends that ``pg_notify``
-#: (folded into one per transaction, delivered on commit) so its worker stops it now. Returns
-#: ``id, was_running``.
+#: Queued and running jobs become ``failed`` with ``cancelled_at = now()`` (and ``last_error =
+#: 'cancelled'``) at once: no worker can complete them afterwards (their guard no longer
+#: matches). Parameters ``job_ids`` (an array), ``channel`` and ``notify_payload``: each running
+#: job sends that ``pg_notify`` (folded into one per transaction, delivered on commit) so its
+#: worker stops it now. Returns ``id, was_running``.
+#:
+#: ``lock_timeout`` (milliseconds, text): it waits at most that long for each row lock, having
+#: set it for the rest of the transaction before its first one (the one-time filter of
+#: :func:`_statement_lock_timeout`). A row held longer raises ``LockNotAvailable``: the caller
+#: runs it in a savepoint, and restores its own ``lock_timeout`` (:data:`CURRENT_LOCK_TIMEOUT`).
 CANCEL: Update = (
     jobs.update()
     .where(jobs.c.id == _cancellable.c.id)
@@ -701,17 +729,26 @@ CANCEL: Update = (
         locked_until=null(),
         last_error=literal_column(f"'{CANCELLED_ERROR}'", Text),
         finished_at=func.now(),
+        cancelled_at=func.now(),
     )
     .returning(
         jobs.c.id,
-        (_cancellable.c.status == status_literal(JobStatus.RUNNING)).label("was_running"),
+        _was_running.label("was_running"),
         case(
             (
-                _cancellable.c.status == status_literal(JobStatus.RUNNING),
+                _was_running,
                 func.pg_notify(
                     bindparam("channel", type_=Text), bindparam("notify_payload", type_=Text)
                 ),
             )
         ).label("notified"),
     )
+)
+
+#: Which of ``:job_ids`` are queued or running, in id order, without locking them.
+LIVE_AMONG: Select[Any] = select(jobs.c.id).where(_cancel_ids()).order_by(jobs.c.id)
+
+#: This transaction's ``lock_timeout``, to put back after a statement that set its own.
+CURRENT_LOCK_TIMEOUT: Select[Any] = select(
+    func.current_setting(literal_column("'lock_timeout'", Text))
 )

@@ -88,6 +88,12 @@ def check_positive_int(name: str, value: object) -> int:
     return value
 
 
+def check_bool(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidArgumentTypeError(name, "bool", value)
+    return value
+
+
 def check_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentTypeError(name, "int", value)

@@ -16,10 +16,11 @@ from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Executable, Result
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from pgqueue import statements
 from pgqueue._base.validation import (
+    check_bool,
     check_duration,
     check_int,
     check_positive_int,
@@ -35,7 +36,15 @@ from pgqueue._base.validation import (
 )
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, UniqueKeyError
 from pgqueue.models import JobStatus
-from pgqueue.results import CancelledJob, ClaimedJob, EnqueuedJob, FailResult, ReapedJob, Settled
+from pgqueue.results import (
+    CancelledJob,
+    CancelReport,
+    ClaimedJob,
+    EnqueuedJob,
+    FailResult,
+    ReapedJob,
+    Settled,
+)
 from pgqueue.schema import CANCEL_HINT
 
 T = TypeVar("T")
@@ -60,6 +69,30 @@ def translated_errors() -> Iterator[None]:
 
 _KEY_DETAIL = re.compile(r"\(queue, unique_key\)=\((.*), (.*)\) already exists")
 
+#: SQLSTATEs of a row lock not taken: ``lock_not_available`` (the lock timeout) and
+#: ``deadlock_detected``.
+_LOCK_REFUSED = {"55P03", "40P01"}
+#: ``no_active_sql_transaction``: a SAVEPOINT outside a transaction block (autocommit).
+_NO_ACTIVE_TRANSACTION = "25P01"
+
+
+def lock_refused(exc: BaseException) -> bool:
+    """The database gave up waiting for a row lock (a lock timeout, or a deadlock it broke).
+
+    Raises:
+        InvalidArgumentError: the savepoint itself was refused: the connection is in autocommit,
+            outside any transaction (nothing was written).
+    """
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    state = getattr(orig, "sqlstate", None)
+    if state == _NO_ACTIVE_TRANSACTION:
+        raise InvalidArgumentError(
+            "conn",
+            "is in autocommit: this call waits for row locks in a savepoint, which needs a "
+            "transaction (use `with engine.begin() as conn:`)",
+        ) from exc
+    return state in _LOCK_REFUSED
+
 
 @dataclass(frozen=True)
 class Call(Generic[T]):
@@ -68,12 +101,18 @@ class Call(Generic[T]):
     ``statement`` is ``None`` when the answer is known without SQL (an empty batch): the runner
     then calls ``finish(None)``. ``from_rows`` is set on the calls the worker replays on the
     driver (:mod:`pgqueue._worker.replay`): the same mapping from rows with attribute access.
+
+    With ``on_lock_refused`` the runner executes the statement in a savepoint of the caller's
+    transaction: when the database gives up on a row lock (:func:`lock_refused`) it rolls back to
+    the savepoint, which also undoes the statement's ``set_config``, and the call's value is
+    ``on_lock_refused()``; the caller's transaction goes on unharmed.
     """
 
     statement: Executable | None
     params: dict[str, Any]
     finish: Callable[[Result[Any] | None], T]
     from_rows: Callable[[Iterable[Any]], T] | None = None
+    on_lock_refused: Callable[[], T] | None = None
 
 
 #: A repository operation of several statements: a generator that yields each :class:`Call` and is
@@ -295,17 +334,58 @@ def retry(job_ids: Iterable[int], attempts: int) -> Call[list[int]]:
     return Call(statements.retry_statement() if params["job_ids"] else None, params, _sorted_ids)
 
 
-def retry_failed(queue: str | None, attempts: int) -> Call[list[int]]:
+def retry_failed(
+    queue: str | None, attempts: int, include_cancelled: bool = False
+) -> Call[list[int]]:
     params = {
         "queue_name": None if queue is None else check_queue(queue),
         "extra_attempts": check_positive_int("attempts", attempts),
     }
-    return Call(statements.retry_statement(all_failed=True), params, _sorted_ids)
+    stmt = statements.retry_statement(
+        all_failed=True, include_cancelled=check_bool("include_cancelled", include_cancelled)
+    )
+    return Call(stmt, params, _sorted_ids)
 
 
-def cancel(job_ids: Iterable[int], channel: str) -> Call[list[CancelledJob]]:
+#: How long a cancel waits for each row another transaction holds (milliseconds): the worker's
+#: own statements (claim, heartbeat, completion) hold a row for milliseconds; a longer hold is a
+#: transaction-mode worker's open transaction, and the job is reported skipped.
+CANCEL_LOCK_TIMEOUT_MS = 500
+
+
+def cancel(job_ids: Iterable[int], channel: str) -> Plan[CancelReport]:
+    """:data:`statements.CANCEL` of every id in a savepoint, waiting at most
+    :data:`CANCEL_LOCK_TIMEOUT_MS` for each row lock; the caller's ``lock_timeout`` is put back
+    after. When some row is held longer, that savepoint is rolled back (its locks let go) and the
+    ids still queued or running are cancelled one at a time, in id order, each in a savepoint of
+    its own: a long hold costs one wait and keeps no other id from being cancelled. The ids are
+    checked here, before the plan runs.
+    """
     params = {"job_ids": _ids(job_ids), "channel": channel, "notify_payload": CANCEL_HINT}
-    return Call(statements.CANCEL if params["job_ids"] else None, params, _cancelled)
+    return _cancel(params)
+
+
+def _cancel(params: dict[str, Any]) -> Plan[CancelReport]:
+    if not params["job_ids"]:
+        yield Call(None, params, _cancelled)
+        return CancelReport([], [])
+    previous = yield Call(statements.CURRENT_LOCK_TIMEOUT, {}, _scalar_text)
+    waiting = {**params, "lock_timeout": str(CANCEL_LOCK_TIMEOUT_MS)}
+    cancelled = yield Call(statements.CANCEL, waiting, _cancelled, on_lock_refused=_refused)
+    skipped: list[int] = []
+    if cancelled is None:
+        cancelled = []
+        live = yield Call(statements.LIVE_AMONG, {"job_ids": params["job_ids"]}, _sorted_ids)
+        for job_id in live:
+            alone = {**waiting, "job_ids": [job_id]}
+            got = yield Call(statements.CANCEL, alone, _cancelled, on_lock_refused=_refused)
+            if got is None:
+                skipped.append(job_id)
+            else:
+                cancelled.extend(got)
+    # A released savepoint keeps its set_config: give the caller's transaction its own back.
+    yield Call(statements.SET_LOCAL_LOCK_TIMEOUT, {"lock_timeout": previous}, _nothing)
+    return CancelReport(sorted(cancelled, key=lambda c: c.id), skipped)
 
 
 def set_local_lock_timeout(milliseconds: int) -> Call[None]:
@@ -440,6 +520,15 @@ def _cancelled(result: Result[Any] | None) -> list[CancelledJob]:
         return []
     rows = sorted(result, key=lambda r: r.id)
     return [CancelledJob(id=int(r.id), was_running=bool(r.was_running)) for r in rows]
+
+
+def _refused() -> list[CancelledJob] | None:
+    """A waiting cancel whose row stayed locked: ``None``, told apart from "nothing to cancel"."""
+    return None
+
+
+def _scalar_text(result: Result[Any] | None) -> str:
+    return str(_executed(result).scalar_one())
 
 
 def _settled(result: Result[Any] | None) -> dict[int, Settled]:

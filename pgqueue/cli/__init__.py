@@ -240,8 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("retry", cmd_retry, "requeue failed jobs with a fresh budget of attempts")
     p.add_argument("ids", type=int, nargs="*", metavar="ID")
-    p.add_argument("--failed", action="store_true", help="every failed job")
+    p.add_argument("--failed", action="store_true", help="every failed job (not cancelled ones)")
     p.add_argument("--queue", help="with --failed: only this queue")
+    p.add_argument(
+        "--include-cancelled",
+        action="store_true",
+        help="with --failed: cancelled jobs too (ids given are retried, cancelled or not)",
+    )
     p.add_argument(
         "--attempts",
         type=positive_int,
@@ -249,7 +254,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="attempts added to the budget (default 5)",
     )
 
-    p = add("cancel", cmd_cancel, "fail queued or running jobs with last_error 'cancelled'")
+    p = add("cancel", cmd_cancel, "fail queued or running jobs for good, marked cancelled")
     p.add_argument("ids", type=int, nargs="+", metavar="ID")
 
     p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue-sa[web])")

@@ -136,7 +136,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"queues": queues, "table": tables})
         return 0
-    columns = ["ready", "scheduled", "running", "expired_leases", "done", "failed"]
+    columns = ["ready", "scheduled", "running", "expired_leases", "done", "failed", "cancelled"]
     table(
         ["queue", *columns, "oldest_ready_age_s"],
         [[q["queue"], *(q[c] for c in columns), q["oldest_ready_age_s"]] for q in queues],
@@ -265,9 +265,16 @@ def cmd_retry(args: argparse.Namespace) -> int:
         raise UserError("give job ids or --failed (not both)")
     if args.queue and not args.failed:
         raise UserError("--queue goes with --failed")
+    if args.include_cancelled and not args.failed:
+        raise UserError("--include-cancelled goes with --failed (ids given are retried anyway)")
     with transaction(args) as conn:
         if args.failed:
-            done = repository.retry_failed(conn, queue=args.queue, attempts=args.attempts)
+            done = repository.retry_failed(
+                conn,
+                queue=args.queue,
+                attempts=args.attempts,
+                include_cancelled=args.include_cancelled,
+            )
             code = 0
         else:
             done = repository.retry(conn, args.ids, attempts=args.attempts)
@@ -289,27 +296,35 @@ def cmd_retry(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    """Fail queued and running jobs with ``last_error = 'cancelled'``; say which were running."""
+    """Fail queued and running jobs for good, marked cancelled; say which were running and which
+    were skipped (their row held by another transaction for longer than the cancel waits)."""
+    held_for = f"{repository.CANCEL_LOCK_TIMEOUT_MS} ms"
     with transaction(args) as conn:
-        cancelled = repository.cancel_jobs(conn, args.ids)
-        done = [c.id for c in cancelled]
+        report = repository.cancel_report(conn, args.ids)
+        done = [c.id for c in report.cancelled]
         code = _report_untouched(
             conn,
             args.ids,
             done,
             "cancelled",
             {
-                "running": "its row is locked right now (held inside a transaction-mode worker's "
-                "transaction, or mid-claim); try again",
-                "queued": "its row is locked right now (mid-claim); try again",
+                "running": "its row was locked (mid-claim or mid-update); try again",
+                "queued": "its row was locked (mid-claim); try again",
                 "done": "it is already done",
                 "failed": "it has already failed",
             },
+            lambda untouched: {
+                job_id: f"skipped: another transaction held its row for over {held_for} (a "
+                "transaction-mode worker running it); try again once that transaction ends"
+                for job_id in report.skipped
+            },
         )
     emit(f"cancelled {len(done)} job(s): {_ids(done)}")
-    running = [c.id for c in cancelled if c.was_running]
+    running = [c.id for c in report.cancelled if c.was_running]
     if running:
         emit(f"of which running (their workers stop them): {_ids(running)}")
+    if report.skipped:
+        emit(f"skipped, their rows held by another transaction: {_ids(report.skipped)}")
     return code
 
 

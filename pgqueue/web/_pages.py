@@ -29,10 +29,10 @@ MESSAGES = {
     "retried": "Job requeued: it is queued and due now, with a fresh budget of attempts.",
     "not-retried": "Job not requeued: only failed and queued jobs are (and a failed job stays "
     "failed while another live job holds its unique key).",
-    "cancelled": "Job cancelled: it failed for good with last_error 'cancelled'.",
+    "cancelled": "Job cancelled: it failed for good, marked cancelled (cancelled_at).",
     "not-cancelled": "Job not cancelled: only queued and running jobs are, and not while "
-    "another transaction holds its row; try again.",
-    "retried-failed": "{n} failed job(s) requeued.",
+    "another transaction holds its row for long (a transaction-mode worker); try again.",
+    "retried-failed": "{n} failed job(s) requeued (cancelled jobs are left as they are).",
     "purged": "{n} done job(s) deleted.",
     "purged-more": "{n} done job(s) deleted; more remain: purge again.",
 }

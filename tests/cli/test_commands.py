@@ -14,6 +14,7 @@ from sqlalchemy import Engine, text
 import pgqueue
 from pgqueue.cli.common import parse_duration
 from tests.cli.conftest import Result
+from tests.integration.worker_helpers import row_locked
 
 Cli = Callable[..., Result]
 UTC = timezone.utc
@@ -215,6 +216,66 @@ def test_retry_raises_the_budget_never_resets_attempts(cli: Cli, db: Engine) -> 
         ("queued", 1, 6),
     }
     assert cli("retry").code == 2
+
+
+def test_retry_failed_leaves_cancelled_jobs_unless_included(cli: Cli, db: Engine) -> None:
+    with db.begin() as conn:
+        failed, cancelled = pgqueue.enqueue_many(conn, [{}, {}], max_attempts=1)
+        (job,) = pgqueue.claim(conn, limit=1)
+        pgqueue.fail(conn, job.id, job.attempts, "boom")
+        assert pgqueue.cancel(conn, [cancelled]) == [cancelled]
+    assert job.id == failed
+    rest = cli("retry", "--failed")
+    assert rest.code == 0
+    assert f"requeued 1 job(s) with 5 more attempt(s): {failed}" in rest.out
+    assert _statuses(db)[cancelled][0] == "failed"
+    mixed = cli("retry", "--include-cancelled", str(cancelled))
+    assert mixed.code == 2
+    assert "--include-cancelled goes with --failed" in mixed.err
+    every = cli("retry", "--failed", "--include-cancelled")
+    assert every.code == 0
+    assert f"requeued 1 job(s) with 5 more attempt(s): {cancelled}" in every.out
+    assert _statuses(db)[cancelled][0] == "queued"
+
+
+def test_retry_by_id_takes_a_cancelled_job_back(cli: Cli, db: Engine) -> None:
+    with db.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {})
+        assert pgqueue.cancel(conn, [job_id]) == [job_id]
+    result = cli("retry", str(job_id))
+    assert (result.code, result.err) == (0, "")
+    assert _statuses(db)[job_id][0] == "queued"
+
+
+def test_stats_count_cancelled_jobs_apart_from_failed_ones(cli: Cli, db: Engine) -> None:
+    with db.begin() as conn:
+        ids = pgqueue.enqueue_many(conn, [{}, {}, {}], queue="mail", max_attempts=1)
+        (job,) = pgqueue.claim(conn, queue="mail", limit=1)
+        pgqueue.fail(conn, job.id, job.attempts, "boom")
+        assert pgqueue.cancel(conn, ids[1:]) == ids[1:]
+    (mail,) = cli("stats", "--json").json()["queues"]
+    assert (mail["failed"], mail["cancelled"], mail["ready"]) == (1, 2, 0)
+    header, _, row = (line.split("|") for line in cli("stats").out.splitlines()[:3])
+    assert [cell.strip() for cell in header[6:8]] == ["failed", "cancelled"]
+    assert [cell.strip() for cell in row[6:8]] == ["1", "2"]
+
+
+def test_cancel_names_the_ids_it_skipped(cli: Cli, db: Engine) -> None:
+    """A row held for long (here 5 s, as a transaction-mode worker holds its job) is skipped
+    after the cancel's bounded wait, and named; the other ids are cancelled."""
+    with db.begin() as conn:
+        held, free = pgqueue.enqueue_many(conn, [{}, {}])
+    with row_locked(db, held, 5.0) as released:
+        result = cli("cancel", str(held), str(free))
+        assert not released.is_set()
+    assert result.code == 1
+    assert f"cancelled 1 job(s): {free}" in result.out
+    assert f"skipped, their rows held by another transaction: {held}" in result.out
+    assert (
+        f"job {held} not cancelled: skipped: another transaction held its row for over 500 ms"
+        in result.err
+    )
+    assert _statuses(db)[held][0] == "queued"
 
 
 def test_reap_and_purge(cli: Cli, db: Engine) -> None:

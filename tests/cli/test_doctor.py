@@ -83,6 +83,7 @@ def test_queue_findings_and_exit_codes(cli: Cli, db: Engine) -> None:
     assert checks["leases"][0]["severity"] == "warning"
     assert "pgqueue reap" in checks["leases"][0]["fix"]
     assert checks["failed"][0]["severity"] == "warning"
+    assert "cancelled" not in checks
 
     with db.begin() as conn:
         conn.execute(text("DROP INDEX jobs_ready_idx"))
@@ -94,6 +95,36 @@ def test_queue_findings_and_exit_codes(cli: Cli, db: Engine) -> None:
     assert "trigger jobs_notify is missing" in broken.out
     assert f"behind the package's head {pgqueue_head()}" in broken.out
     assert "errors found" in broken.out
+
+
+def test_counts_cancelled_jobs_apart_from_failed_ones(cli: Cli, db: Engine) -> None:
+    """A cancel is on purpose: an info finding, not a failed job to chase (issue #20, item 3)."""
+    with db.begin() as conn:
+        ids = pgqueue.enqueue_many(conn, [{}, {}, {}])
+        (first,) = pgqueue.claim(conn, limit=1)
+        pgqueue.fail(conn, first.id, first.attempts, "boom", retry=False)
+        assert pgqueue.cancel(conn, ids[1:]) == ids[1:]
+    checks = _by_check(cli("doctor", "--json").json())
+    assert checks["failed"][0]["message"] == "1 failed job(s)"
+    (cancelled,) = checks["cancelled"]
+    assert cancelled["severity"] == "info"
+    assert cancelled["message"].startswith("2 cancelled job(s)")
+    assert "--include-cancelled" in cancelled["fix"]
+
+
+def test_a_schema_before_cancelled_at_still_gets_its_job_counts(cli: Cli, db: Engine) -> None:
+    """The doctor is what a database behind the package's head is checked with."""
+    with db.begin() as conn:
+        pgqueue.enqueue(conn, {}, max_attempts=1)
+        (job,) = pgqueue.claim(conn)
+        pgqueue.fail(conn, job.id, job.attempts, "boom")
+        conn.execute(text("ALTER TABLE jobs DROP COLUMN cancelled_at"))
+        conn.execute(text("UPDATE alembic_version SET version_num = 'pgqueue_0009'"))
+    report = cli("doctor", "--json")
+    assert report.code == 1, report.err
+    checks = _by_check(report.json())
+    assert checks["failed"][0]["message"] == "1 failed job(s)"
+    assert "behind the package's head" in checks["revision"][0]["message"]
 
 
 def test_says_what_it_cannot_see_without_pg_monitor(db_url: URL, db: Engine) -> None:

@@ -8,6 +8,7 @@ sync one or awaits the async twin in one transaction of its own.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
@@ -17,9 +18,11 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
 from sqlalchemy.orm import Session
+from worker_helpers import row_locked
 
 import pgqueue.aio
 from pgqueue import InvalidArgumentError, InvalidArgumentTypeError, InvalidPayloadError, repository
+from pgqueue.results import CancelledJob
 
 Op = tuple[str, Sequence[Any], dict[str, Any]]
 
@@ -82,7 +85,8 @@ def _jobs(engine: Engine) -> list[dict[str, Any]]:
         rows = conn.execute(
             text(
                 "SELECT id, queue, payload, status, attempts, max_attempts, last_error, "
-                "run_at > now() AS scheduled FROM jobs ORDER BY id"
+                "run_at > now() AS scheduled, cancelled_at IS NOT NULL AS cancelled "
+                "FROM jobs ORDER BY id"
             )
         )
         return [dict(r._mapping) for r in rows]
@@ -265,7 +269,10 @@ def test_cancel_fails_queued_and_running_jobs_and_skips_the_rest(q: Runner) -> N
     rows = {r["id"]: r for r in _jobs(q.engine)}
     assert (rows[running]["status"], rows[running]["last_error"]) == ("failed", "cancelled")
     assert (rows[waiting]["status"], rows[waiting]["last_error"]) == ("failed", "cancelled")
+    assert rows[running]["cancelled"]
+    assert rows[waiting]["cancelled"]
     assert rows[finished]["status"] == "done"
+    assert not rows[finished]["cancelled"]
     # Its worker's guard no longer matches: it cannot complete the cancelled job.
     assert q.run("complete", running, claimed[running].attempts) is False
 
@@ -275,6 +282,76 @@ def test_cancel_jobs_tells_which_were_running(q: Runner) -> None:
     _sql(q.engine, "UPDATE jobs SET status = 'running', attempts = 1 WHERE id = :id", id=held)
     cancelled = q.run("cancel_jobs", [held, waiting])
     assert [(c.id, c.was_running) for c in cancelled] == [(waiting, False), (held, True)]
+
+
+def test_retry_failed_leaves_cancelled_jobs_unless_asked(q: Runner) -> None:
+    """A cancel is told by ``cancelled_at``, not by the text of ``last_error``: a handler's own
+    error "cancelled" is an ordinary failure and comes back with the failed jobs."""
+    failed, said_cancelled, running, waiting = q.run(
+        "enqueue_many", [1, 2, 3, 4], queue="rc", max_attempts=1
+    )
+    claimed = {j.id: j for j in q.run("claim", queue="rc", limit=3)}
+    q.run("fail", failed, claimed[failed].attempts, "boom")
+    q.run("fail", said_cancelled, claimed[said_cancelled].attempts, "cancelled")
+    assert q.run("cancel", [running, waiting]) == [running, waiting]
+    assert q.run("retry_failed", queue="rc") == [failed, said_cancelled]
+    rows = {r["id"]: r for r in _jobs(q.engine)}
+    assert [(rows[i]["status"], rows[i]["cancelled"]) for i in (running, waiting)] == [
+        ("failed", True),
+        ("failed", True),
+    ]
+    assert q.run("retry_failed", queue="rc", include_cancelled=True) == [running, waiting]
+    rows = {r["id"]: r for r in _jobs(q.engine)}
+    assert {(r["status"], r["cancelled"]) for r in rows.values()} == {("queued", False)}
+    with pytest.raises(InvalidArgumentTypeError, match="include_cancelled"):
+        q.run("retry_failed", include_cancelled="yes")
+
+
+def test_retry_by_id_requeues_a_cancelled_job_and_clears_the_mark(q: Runner) -> None:
+    """Naming the id is asking for it: ``retry`` takes a cancelled job back."""
+    job_id = q.run("enqueue", {}, queue="ri")
+    assert q.run("cancel", [job_id]) == [job_id]
+    assert q.run("retry", [job_id]) == [job_id]
+    (row,) = _jobs(q.engine)
+    assert (row["status"], row["cancelled"]) == ("queued", False)
+
+
+def test_cancel_waits_for_a_row_another_statement_holds_briefly(q: Runner) -> None:
+    """A worker's claim, heartbeat or completion locks a row for milliseconds: the cancel waits
+    for it (100 ms here) instead of skipping the job (issue #20, item 4)."""
+    job_id = q.run("enqueue", {}, queue="brief")
+    with row_locked(q.engine, job_id, 0.1) as released:
+        report = q.run("cancel_report", [job_id])
+        assert released.is_set()  # it did wait for the holder
+    assert report.cancelled == [CancelledJob(job_id, False)]
+    assert report.skipped == []
+    assert _jobs(q.engine)[0]["cancelled"]
+
+
+def test_cancel_skips_a_row_held_for_long_and_names_it(q: Runner) -> None:
+    """A transaction holding the row for 5 s: the cancel gives up on that row after its lock
+    timeout, cancels the others, names the one skipped, and the caller's transaction (a write
+    before and one after) commits as if nothing happened."""
+    held, free = q.run("enqueue_many", ["held", "free"], queue="long")
+    with row_locked(q.engine, held, 5.0) as released:
+        started = time.monotonic()
+        _, report, _ = q.tx(
+            [
+                op("enqueue", "before", queue="side"),
+                op("cancel_report", [held, free]),
+                op("enqueue", "after", queue="side"),
+            ]
+        )
+        waited = time.monotonic() - started
+        assert not released.is_set()  # it returned while the row was still held
+    assert waited < 3.0, waited  # the brief: "within ~1 s" (500 ms lock timeout)
+    assert report.cancelled == [CancelledJob(free, False)]
+    assert report.skipped == [held]
+    rows = {r["payload"]: r for r in _jobs(q.engine)}
+    assert (rows["held"]["status"], rows["held"]["cancelled"]) == ("queued", False)
+    assert rows["free"]["cancelled"]
+    assert rows["before"]["queue"] == rows["after"]["queue"] == "side"
+    assert q.run("cancel_jobs", [held]) == [CancelledJob(held, False)]  # once it let go
 
 
 def test_retry_and_retry_failed_raise_the_budget(q: Runner) -> None:

@@ -69,7 +69,8 @@ def test_cancel_sets_it_and_retry_clears_it(engine: Engine) -> None:
     assert _finished(engine, queued) == ("failed", True)
     with engine.begin() as conn:
         assert pgqueue.retry(conn, [running.id]) == [running.id]
-        assert pgqueue.retry_failed(conn) == [queued]
+        assert pgqueue.retry_failed(conn) == []  # cancelled on purpose: left alone
+        assert pgqueue.retry_failed(conn, include_cancelled=True) == [queued]
     assert _finished(engine, running.id) == ("queued", False)
     assert _finished(engine, queued) == ("queued", False)
 

@@ -397,3 +397,65 @@ def test_batched_statements_set_their_own_lock_timeout_in_autocommit(
         written = write()
         assert written == {job.id} if call == "complete_many" else job.id in written  # type: ignore[operator]
     assert _row(engine, job.id)["status"] == ("done" if call == "complete_many" else "queued")
+
+
+def _due_and_status(engine: Engine, job_id: int) -> tuple[str, datetime, datetime | None]:
+    with engine.connect() as conn:
+        row = conn.execute(
+            text("SELECT status, run_at, finished_at FROM jobs WHERE id = :id"), {"id": job_id}
+        ).one()
+    return row.status, row.run_at, row.finished_at
+
+
+@pytest.mark.parametrize("how", ["fail", "fail_many", "not_retryable"])
+def test_a_final_failure_keeps_run_at_when_its_last_attempt_was_due(
+    engine: Engine, how: str
+) -> None:
+    """No retry is coming, so no backoff moves ``run_at`` into the future (issue #20, item 5)."""
+    due = datetime.now(timezone.utc) - timedelta(minutes=5)
+    with engine.begin() as conn:
+        pgqueue.enqueue(conn, {}, run_at=due, max_attempts=5 if how == "not_retryable" else 1)
+        (job,) = pgqueue.claim(conn)
+    with engine.begin() as conn:
+        if how == "fail":
+            result = pgqueue.fail(conn, job.id, job.attempts, "boom")
+            assert result is not None
+            assert result.retry_in is None
+        elif how == "fail_many":
+            failure = [(job.id, job.attempts, "boom", True)]
+            assert pgqueue.repository.fail_many(conn, failure)[job.id].status == "failed"
+        else:
+            pgqueue.fail(conn, job.id, job.attempts, "bad input", retry=False)
+    status, run_at, finished_at = _due_and_status(engine, job.id)
+    assert status == "failed"
+    assert run_at == due
+    assert finished_at is not None
+    assert run_at < finished_at
+
+
+def test_a_lease_expiring_on_the_last_attempt_keeps_run_at(engine: Engine) -> None:
+    due = datetime.now(timezone.utc) - timedelta(minutes=5)
+    with engine.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {}, run_at=due, max_attempts=1)
+        pgqueue.claim(conn)
+    _expire_lease(engine, job_id)
+    with engine.begin() as conn:
+        assert [r.status for r in pgqueue.reap_expired(conn)] == ["failed"]
+    assert _due_and_status(engine, job_id)[:2] == ("failed", due)
+
+
+def test_a_handler_failing_its_last_attempt_leaves_run_at_in_the_past(engine: Engine) -> None:
+    """Through a real worker (its batched failer): the row says when the attempt was due."""
+    due = datetime.now(timezone.utc) - timedelta(minutes=5)
+    with engine.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {}, run_at=due, max_attempts=1)
+
+    def handler(job: pgqueue.JobContext) -> None:
+        raise RuntimeError("always")
+
+    worker = pgqueue.Worker(
+        engine, {"default": handler}, listen=False, install_signal_handlers=False
+    )
+    worker.run(until_empty=True)
+    assert worker.stats.failed == 1
+    assert _due_and_status(engine, job_id)[:2] == ("failed", due)

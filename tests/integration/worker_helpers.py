@@ -133,3 +133,39 @@ def two_workers_drain(
         until(lambda: tally.total() >= jobs, 60, f"{jobs} jobs handled")
         until(lambda: scalar(engine, done) == jobs, 30, "every completion committed")
     return ids, tally
+
+
+@contextmanager
+def row_locked(
+    engine: Engine,
+    job_id: int,
+    seconds: float,
+    sql: str = "SELECT 1 FROM jobs WHERE id = :id FOR UPDATE",
+) -> Iterator[threading.Event]:
+    """Another session locks the job's row (``sql``, by default ``SELECT ... FOR UPDATE``) for
+    ``seconds``, then commits: a real concurrent transaction. Yields once the lock is held; the
+    event is set when the holder let go. Waits (bounded) for the holder on the way out."""
+    locked, released = threading.Event(), threading.Event()
+    failure: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            with engine.connect() as conn:
+                conn.execute(text(sql), {"id": job_id})
+                locked.set()
+                time.sleep(seconds)
+                conn.commit()
+        except BaseException as exc:  # reported by the test's thread
+            failure.append(exc)
+        finally:
+            released.set()
+            locked.set()
+
+    thread = threading.Thread(target=hold, daemon=True)
+    thread.start()
+    assert locked.wait(10), "the holder never took the lock"
+    try:
+        yield released
+    finally:
+        thread.join(seconds + 30)
+        assert not failure, failure

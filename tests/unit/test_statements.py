@@ -16,6 +16,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 import pgqueue
 from pgqueue import statements
 from pgqueue._sql import calls as _calls
+from pgqueue.results import CancelledJob, CancelReport
 from pgqueue.schema import CANCEL_HINT
 
 DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
@@ -75,6 +76,11 @@ def test_fail_backs_off_and_fails_for_good_after_max_attempts() -> None:
     assert "jobs.attempts < jobs.max_attempts) THEN 'queued' ELSE 'failed'" in text
     assert "least(%(cap_seconds)s, %(base_seconds)s * power(" in text
     assert "jobs.run_at - now() AS retry_in" in text
+    # Only a retry moves run_at; a failure for good keeps when its last attempt was due.
+    assert (
+        "run_at=CASE WHEN (%(retry)s AND jobs.attempts < jobs.max_attempts) THEN now() + least("
+    ) in text
+    assert "* interval '1 second' ELSE jobs.run_at END" in text
     # finished only when it fails for good, in the same UPDATE: the same test as the status'.
     assert (
         "finished_at=CASE WHEN (%(retry)s AND jobs.attempts < jobs.max_attempts) THEN NULL "
@@ -175,8 +181,13 @@ def test_batched_updates_carry_the_guard_in_the_lock_and_in_the_update(name: str
 
 @pytest.mark.parametrize(
     "stmt",
-    [*BATCHED.values(), statements.SETTLED_AMONG, statements.CANCEL],
-    ids=[*BATCHED, "SETTLED_AMONG", "CANCEL"],
+    [
+        *BATCHED.values(),
+        statements.SETTLED_AMONG,
+        statements.CANCEL,
+        statements.LIVE_AMONG,
+    ],
+    ids=[*BATCHED, "SETTLED_AMONG", "CANCEL", "LIVE_AMONG"],
 )
 def test_batched_and_operator_statements_use_literal_statuses(stmt: ClauseElement) -> None:
     """Generic plans can prove partial-index predicates only from literals, never from binds."""
@@ -290,29 +301,47 @@ def test_snooze_many_brings_each_job_its_delay() -> None:
 def test_settled_among_reads_done_or_cancelled_rows_of_the_same_attempt() -> None:
     """The heartbeat's second look: a read, no lock, only rows of the claim it held."""
     text = sql(statements.SETTLED_AMONG)
-    assert text.startswith("SELECT jobs.id, jobs.status = 'failed' AS cancelled FROM jobs")
+    assert text.startswith(
+        "SELECT jobs.id, jobs.cancelled_at IS NOT NULL AS cancelled FROM jobs"
+    )  # the column, never the text of last_error (a handler may fail with 'cancelled')
     assert "JOIN unnest(%(batch_ids)s::BIGINT[], %(batch_attempts)s::INTEGER[])" in text
     assert "ON jobs.id = batch.id AND jobs.attempts = batch.attempts" in text
     assert text.endswith(
-        "WHERE jobs.status = 'done' OR jobs.status = 'failed' AND jobs.last_error = 'cancelled'"
+        "WHERE jobs.status = 'done' OR jobs.status = 'failed' AND jobs.cancelled_at IS NOT NULL"
     )  # AND binds tighter: done, or failed by a cancel
+    assert "last_error" not in text
     assert "FOR UPDATE" not in text
     assert bind_names(statements.SETTLED_AMONG) == {"batch_ids", "batch_attempts"}
 
 
-def test_cancel_skips_locked_rows_and_fails_queued_and_running_jobs() -> None:
-    """An operator's cancel never waits on a transaction-mode worker's lock."""
+def test_cancel_waits_bounded_in_id_order_and_marks_the_job_cancelled() -> None:
+    """The cancel waits for row locks (plain FOR UPDATE, in id order like the worker's batched
+    statements), at most ``lock_timeout``, set in a one-time filter before its first row lock; it
+    marks the job cancelled by a column."""
     text = sql(statements.CANCEL)
     assert text.startswith(
         "WITH target AS MATERIALIZED (SELECT jobs.id AS id, jobs.status AS status FROM jobs "
         "WHERE jobs.id = any(%(job_ids)s::BIGINT[]) AND jobs.status IN ('queued', 'running') "
-        "ORDER BY jobs.id FOR UPDATE SKIP LOCKED)"
+        "AND (SELECT set_config('lock_timeout', coalesce(%(lock_timeout)s::VARCHAR, "
+        "current_setting('lock_timeout')), true) AS set_config_1) IS NOT NULL "
+        "ORDER BY jobs.id FOR UPDATE)"
     )
+    assert "SKIP LOCKED" not in text
     assert (
         "UPDATE jobs SET status='failed', locked_until=NULL, last_error='cancelled', "
-        "finished_at=now() FROM target WHERE jobs.id = target.id"
+        "finished_at=now(), cancelled_at=now() FROM target WHERE jobs.id = target.id"
     ) in text
     assert statements.CANCELLED_ERROR == "cancelled"
+
+
+def test_live_among_and_current_lock_timeout_only_read() -> None:
+    assert sql(statements.LIVE_AMONG) == (
+        "SELECT jobs.id FROM jobs WHERE jobs.id = any(%(job_ids)s::BIGINT[]) "
+        "AND jobs.status IN ('queued', 'running') ORDER BY jobs.id"
+    )
+    assert sql(statements.CURRENT_LOCK_TIMEOUT) == (
+        "SELECT current_setting('lock_timeout') AS current_setting_1"
+    )
 
 
 def test_cancel_returns_was_running_and_notifies_only_running_jobs() -> None:
@@ -324,20 +353,29 @@ def test_cancel_returns_was_running_and_notifies_only_running_jobs() -> None:
         "pg_notify(%(channel)s::VARCHAR, %(notify_payload)s::VARCHAR) END AS notified"
     ) in text
     assert text.count("pg_notify(") == 1  # no ELSE branch notifying the others
-    assert bind_names(statements.CANCEL) == {"job_ids", "channel", "notify_payload"}
+    assert bind_names(statements.CANCEL) == {
+        "job_ids",
+        "lock_timeout",
+        "channel",
+        "notify_payload",
+    }
 
 
 def test_retry_statements_requeue_with_a_raised_budget_and_keep_attempts() -> None:
     """``attempts`` is the fencing token: a retry raises ``max_attempts``, never resets it."""
     listed = sql(statements.retry_statement())
     every = sql(statements.retry_statement(all_failed=True))
-    for text in (listed, every):
+    with_cancelled = sql(statements.retry_statement(all_failed=True, include_cancelled=True))
+    for text in (listed, every, with_cancelled):
         assert "SET status='queued', run_at=now(), max_attempts=(jobs.attempts + " in text
         assert "attempts=0" not in text
-        assert "locked_until=NULL, finished_at=NULL FROM candidates" in text
+        assert "locked_until=NULL, finished_at=NULL, cancelled_at=NULL FROM candidates" in text
         assert text.endswith("RETURNING jobs.id")
     assert "jobs.status IN ('failed', 'queued')" in listed  # running jobs are left alone
+    assert "cancelled_at IS NULL" not in listed  # a cancelled job named by id comes back
     assert "WHERE jobs.status = 'failed' AND jobs.queue = coalesce(%(queue_name)s" in every
+    assert every.count("jobs.cancelled_at IS NULL") == 2  # the candidates and the update
+    assert "cancelled_at IS NULL" not in with_cancelled
     assert statements.retry_statement() is statements.retry_statement()
 
 
@@ -391,7 +429,6 @@ def test_batch_calls_pass_parallel_arrays_in_input_order(
         (lambda: _calls.extend_leases([], timedelta(seconds=30)), set()),
         (lambda: _calls.settled_among([]), {}),
         (lambda: _calls.fail_many([], timedelta(seconds=1), timedelta(seconds=2)), {}),
-        (lambda: _calls.cancel([], "pgqueue_jobs"), []),
         (lambda: _calls.retry([], 1), []),
         (lambda: _calls.snooze_many([]), set()),
     ],
@@ -401,7 +438,6 @@ def test_batch_calls_pass_parallel_arrays_in_input_order(
         "extend_leases",
         "settled_among",
         "fail_many",
-        "cancel",
         "retry",
         "snooze_many",
     ],
@@ -456,16 +492,69 @@ def test_fail_many_call_shares_the_backoff_and_carries_each_failure() -> None:
     assert bind_names(statements.FAIL_MANY) == set(call.params)
 
 
+def _finish(plan: Any, value: Any) -> Any:
+    with pytest.raises(StopIteration) as stopped:
+        plan.send(value)
+    return stopped.value.value
+
+
 def test_cancel_call_takes_any_iterable_of_ids_and_the_notify_channel() -> None:
-    """Ids become a list (a generator is read once); running jobs are told on ``channel``."""
-    call = _calls.cancel((i for i in (9, 4)), "pgqueue_jobs")
+    """Ids become a list (a generator is read once); running jobs are told on ``channel``; the
+    caller's lock_timeout is read first and put back last."""
+    plan = _calls.cancel((i for i in (9, 4)), "pgqueue_jobs")
+    assert next(plan).statement is statements.CURRENT_LOCK_TIMEOUT
+    call = plan.send("3s")
     assert call.statement is statements.CANCEL
+    assert call.on_lock_refused is not None
     assert call.params == {
         "job_ids": [9, 4],
         "channel": "pgqueue_jobs",
         "notify_payload": CANCEL_HINT,
+        "lock_timeout": str(_calls.CANCEL_LOCK_TIMEOUT_MS),
     }
     assert bind_names(statements.CANCEL) == set(call.params)
+    took = [CancelledJob(4, False), CancelledJob(9, True)]
+    restore = plan.send(took)
+    assert restore.statement is statements.SET_LOCAL_LOCK_TIMEOUT
+    assert restore.params == {"lock_timeout": "3s"}
+    assert _finish(plan, None) == CancelReport(took, [])
+
+
+def test_cancel_of_no_id_runs_no_sql() -> None:
+    plan = _calls.cancel([], "pgqueue_jobs")
+    call = next(plan)
+    assert call.statement is None
+    assert _finish(plan, call.finish(None)) == CancelReport([], [])
+
+
+def test_cancel_goes_one_id_at_a_time_once_a_row_is_held_for_long() -> None:
+    """The whole batch refused: each id still queued or running gets a savepoint of its own, in
+    id order; a refused one is skipped, never the others."""
+    plan = _calls.cancel([7, 3, 5, 11], "pgqueue_jobs")
+    next(plan)
+    whole = plan.send("0")
+    assert whole.on_lock_refused is not None
+    assert whole.on_lock_refused() is None
+    lookup = plan.send(whole.on_lock_refused())
+    assert lookup.statement is statements.LIVE_AMONG
+    assert lookup.params == {"job_ids": [7, 3, 5, 11]}
+    first = plan.send([3, 5, 7])  # 11: unknown or finished
+    assert (first.statement, first.params["job_ids"]) == (statements.CANCEL, [3])
+    assert first.params["lock_timeout"] == str(_calls.CANCEL_LOCK_TIMEOUT_MS)
+    second = plan.send([CancelledJob(3, False)])
+    assert second.params["job_ids"] == [5]
+    assert second.on_lock_refused is not None
+    third = plan.send(second.on_lock_refused())  # 5 stayed locked
+    assert third.params["job_ids"] == [7]
+    restore = plan.send([CancelledJob(7, True)])
+    assert restore.params == {"lock_timeout": "0"}
+    report = _finish(plan, None)
+    assert report == CancelReport([CancelledJob(3, False), CancelledJob(7, True)], [5])
+
+
+def test_cancel_lock_timeout_is_bounded_and_at_least_200_ms() -> None:
+    assert 200 <= _calls.CANCEL_LOCK_TIMEOUT_MS <= 1000
+    assert pgqueue.repository.CANCEL_LOCK_TIMEOUT_MS == _calls.CANCEL_LOCK_TIMEOUT_MS
 
 
 @pytest.mark.parametrize("job_ids", ["12", b"12", 12, None])

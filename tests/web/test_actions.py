@@ -63,11 +63,17 @@ def test_cancel_fails_a_queued_and_a_running_job(engine: Engine, client: TestCli
 def test_retry_failed_requeues_that_queue_only(engine: Engine, client: TestClient) -> None:
     mine = [failed_job(engine, queue="email") for _ in range(3)]
     other = failed_job(engine, queue="thumbs")
+    with engine.begin() as conn:
+        cancelled = pgqueue.enqueue(conn, {}, queue="email")
+        assert pgqueue.cancel(conn, [cancelled]) == [cancelled]
     status, location = _post(client, "/queues/email/retry-failed")
     assert (status, location) == (303, "/?done=retried-failed&n=3")
     assert [row(engine, i)["status"] for i in mine] == ["queued"] * 3
     assert row(engine, other)["status"] == "failed"
-    assert "3 failed job(s) requeued." in client.get(location).text
+    assert row(engine, cancelled)["status"] == "failed"  # cancelled on purpose: stays
+    page = client.get(location).text
+    assert "3 failed job(s) requeued (cancelled jobs are left as they are)." in page
+    assert "Retry failed (not cancelled)" in page
 
 
 def test_purge_deletes_that_queues_done_jobs_older_than_the_age(

@@ -33,6 +33,8 @@ def test_overview_is_complete_html_with_every_queue_and_its_counts(
         pgqueue.enqueue(conn, {}, queue="email", delay=timedelta(minutes=5))
         pgqueue.enqueue(conn, {}, queue="thumbs")
         (running,) = pgqueue.claim(conn, queue="thumbs")
+        cancelled = pgqueue.enqueue(conn, {}, queue="email", delay=timedelta(minutes=5))
+        assert pgqueue.cancel(conn, [cancelled]) == [cancelled]
     failed_job(engine, queue="email")
     response = client.get("/")
     assert response.status_code == 200
@@ -44,12 +46,14 @@ def test_overview_is_complete_html_with_every_queue_and_its_counts(
         "scheduled": "1",
         "running": "0",
         "expired_leases": "0",
-        "failed": "1",
+        "failed": "1",  # a cancelled job is counted apart (issue #20, item 3)
+        "cancelled": "1",
         "done": "0",
     }
     assert _cells(html, "thumbs")["running"] == "1"
     # The doctor's findings and the vacuum view are on the same first response.
     assert "1 failed job(s)" in html
+    assert "1 cancelled job(s)" in html
     assert "dead rows" in html
     assert "oldest snapshot" in html
     assert 'data-refresh-url="/live"' in html
