@@ -251,6 +251,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="USER:PASSWORD",
         help=f"HTTP basic auth on every page (default: ${ENV_WEB_AUTH}, else none)",
     )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another Host name the dashboard answers to, e.g. the public name behind a proxy "
+        "(repeatable; always: --host, localhost, 127.0.0.1, [::1])",
+    )
     return parser
 
 
