@@ -37,6 +37,8 @@ class ClaimerOptions:
     idle_poll_interval: float | None
     idle_after: float
     lock_timeout_ms: int
+    #: Recorded in ``jobs.locked_by`` by every claim (:func:`pgqueue._connections.worker_name`).
+    worker_name: str | None = None
 
 
 class Claimer:
@@ -59,6 +61,8 @@ class Claimer:
         self._claimed_since_poll = 0
         self._idle_polls = 0
         self.pulse = Pulse("claimer")
+        #: The name every claim of this worker records in ``jobs.locked_by``.
+        self.name = options.worker_name
 
     # -- called from other threads ----------------------------------------------------------------
 
@@ -204,7 +208,7 @@ class Claimer:
         # round trips, and no session state for a transaction-mode pooler.
         return retrying(
             lambda: repository.claim_replayed(
-                self._replay, queue=queue, limit=limit, lease=self._opts.lease
+                self._replay, queue=queue, limit=limit, lease=self._opts.lease, locked_by=self.name
             ),
             what=f"claim on queue {queue}",
         )

@@ -91,7 +91,9 @@ class ThreadLane:
         outcome, detail = Outcome.LOST, ""
         try:
             with engine.begin() as conn:
-                claimed = repository.claim(conn, queue=queue, limit=1, lease=lease)
+                claimed = repository.claim(
+                    conn, queue=queue, limit=1, lease=lease, locked_by=claimer.name
+                )
                 if not claimed:
                     return
                 job = JobContext.of(claimed[0], connection=conn)

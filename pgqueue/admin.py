@@ -21,11 +21,16 @@ from sqlalchemy import (
     and_,
     bindparam,
     func,
+    literal_column,
     select,
+    table,
     text,
 )
+from sqlalchemy import Text as TextType
+from sqlalchemy.sql.expression import column
 
-from pgqueue.models import JobStatus, jobs_table
+from pgqueue._connections import WORKER_PREFIX
+from pgqueue.models import JobStatus, jobs_table, workers_table
 from pgqueue.statements import status_literal
 
 jobs = jobs_table
@@ -228,3 +233,84 @@ def table_stats(conn: Connection) -> dict[str, Any]:
 def schema_present(conn: Connection) -> bool:
     """Whether the ``jobs`` table is visible on this connection's search path."""
     return conn.execute(text("SELECT to_regclass('jobs') IS NOT NULL")).scalar_one() is True
+
+
+_activity = table(
+    "pg_stat_activity",
+    column("application_name"),
+    column("backend_start"),
+    column("backend_type"),
+    column("datname"),
+    schema="pg_catalog",
+)
+
+
+def connected_workers_statement() -> Select[Any]:
+    """The statement :func:`connected_workers` runs (parameter ``prefix``)."""
+    connected = (
+        select(
+            _activity.c.application_name.label("name"),
+            func.min(_activity.c.backend_start).label("connected_since"),
+            func.count().label("connections"),
+        )
+        .where(
+            _activity.c.datname == func.current_database(),
+            _activity.c.backend_type == literal_column("'client backend'"),
+            func.starts_with(
+                _activity.c.application_name, bindparam("prefix", WORKER_PREFIX, type_=TextType)
+            ),
+        )
+        .group_by(_activity.c.application_name)
+        .cte("connected")
+    )
+    # The literal status: only the partial jobs_lease_idx (running jobs) is read, never history.
+    held = (
+        select(jobs.c.locked_by, func.count().label("jobs_held"))
+        .where(
+            jobs.c.status == status_literal(JobStatus.RUNNING),
+            jobs.c.locked_by.in_(select(connected.c.name)),
+        )
+        .group_by(jobs.c.locked_by)
+        .cte("held")
+    )
+    workers = workers_table
+    return (
+        select(
+            connected.c.name,
+            workers.c.host,
+            workers.c.pid,
+            workers.c.queues,
+            func.coalesce(workers.c.started_at, connected.c.connected_since).label("since"),
+            connected.c.connections,
+            func.coalesce(held.c.jobs_held, literal_column("0")).label("jobs_held"),
+        )
+        .select_from(
+            connected.outerjoin(workers, workers.c.name == connected.c.name).outerjoin(
+                held, held.c.locked_by == connected.c.name
+            )
+        )
+        .order_by(connected.c.name)
+    )
+
+
+def connected_workers(conn: Connection) -> list[dict[str, Any]]:
+    """Every worker process connected to this database now: ``name, host, pid, queues, since,
+    connections, jobs_held``, by name.
+
+    A worker is connected while a session named ``pgqueue-worker:<host>:<pid>`` is in
+    ``pg_stat_activity`` (its LISTEN connection, the command's engine): a killed worker is gone
+    at once, whatever its ``jobs_workers`` row says. ``queues`` and ``since`` (when it started)
+    come from that row (pgqueue_0010); a worker without one (it could not write it, or was
+    started before the revision) shows ``queues = None`` and since its oldest connection, with
+    host and pid read from its name. ``jobs_held``: its running jobs (``locked_by``), counted on
+    the partial ``jobs_lease_idx``. Sessions of other roles are visible only with
+    ``pg_read_all_stats`` (``pg_monitor``).
+
+    .. versionadded:: 0.1.0
+    """
+    rows = [dict(row._mapping) for row in conn.execute(connected_workers_statement())]
+    for row in rows:
+        if row["host"] is None:
+            host, _, pid = row["name"].removeprefix(WORKER_PREFIX).rpartition(":")
+            row["host"], row["pid"] = host or None, int(pid) if pid.isdigit() else None
+    return rows

@@ -44,6 +44,19 @@ def test_claim_is_a_materialized_skip_locked_cte_joined_back_by_id() -> None:
     assert "RETURNING jobs.id, jobs.queue, jobs.payload, jobs.attempts" in text
 
 
+def test_claim_records_who_holds_the_job_and_since_when() -> None:
+    """One bound name per worker (the replay keeps one text per queue, size and lease); outside
+    a worker the connection's application_name."""
+    text = sql(statements.claim_statement(10))
+    assert (
+        "locked_by=coalesce(%(locked_by)s::VARCHAR, "
+        "nullif(current_setting('application_name'), '')), locked_at=now()"
+    ) in text
+    params = _calls.claim("q", 10, timedelta(seconds=30), "pgqueue-worker:h:1").params
+    assert params["locked_by"] == "pgqueue-worker:h:1"
+    assert _calls.claim("q", 10, timedelta(seconds=30)).params["locked_by"] is None
+
+
 def test_claim_limit_is_rendered_inline_at_execution() -> None:
     compiled = statements.claim_statement(7).compile(dialect=DIALECT)
     assert "LIMIT __[POSTCOMPILE_" in compiled.string  # literal_execute: inline, never a $n
