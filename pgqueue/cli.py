@@ -47,6 +47,7 @@ from pgqueue._cli_ops import (
     cmd_retry,
     cmd_show,
     cmd_stats,
+    cmd_workers,
 )
 from pgqueue._cli_web import ENV_WEB_AUTH, cmd_web, web_port
 from pgqueue._cli_worker import DEFAULT_HEALTH_HOST, cmd_worker, probe_port
@@ -185,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     p = add("stats", cmd_stats, "per-queue counts and the jobs table's vacuum statistics")
+    p.add_argument("--json", action="store_true")
+
+    p = add("workers", cmd_workers, "the worker processes connected now and the jobs they hold")
     p.add_argument("--json", action="store_true")
 
     p = add("doctor", cmd_doctor, "check the database; exit 0 healthy, 1 warnings, 2 errors")

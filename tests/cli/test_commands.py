@@ -8,11 +8,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
+import psycopg
 import pytest
 from sqlalchemy import Engine, text
+from sqlalchemy.engine import URL
 
 import pgqueue
 from pgqueue._cli_common import parse_duration
+from pgqueue._urls import to_libpq_url
 from tests.cli.conftest import Result
 
 Cli = Callable[..., Result]
@@ -242,3 +245,34 @@ def test_reap_and_purge(cli: Cli, db: Engine) -> None:
 )
 def test_durations(spelling: str, seconds: int) -> None:
     assert parse_duration(spelling) == timedelta(seconds=seconds)
+
+
+def test_workers_lists_the_connected_workers_and_the_jobs_they_hold(
+    cli: Cli, db: Engine, db_url: URL
+) -> None:
+    assert cli("workers").out.strip().endswith("(no worker connected)")
+    name = "pgqueue-worker:box:77"
+    with psycopg.connect(to_libpq_url(db_url), application_name=name, autocommit=True):
+        with db.begin() as conn:
+            pgqueue.enqueue_many(conn, [{}] * 3, queue="mail")
+            pgqueue.claim(conn, queue="mail", limit=2, locked_by=name)
+            conn.execute(
+                text(
+                    "INSERT INTO jobs_workers (name, host, pid, queues) "
+                    "VALUES (:n, 'box', 77, '{mail,thumbs}')"
+                ),
+                {"n": name},
+            )
+        listed = cli("workers", "--json")
+        shown = cli("workers")
+    (worker,) = listed.json()
+    assert {k: worker[k] for k in ("name", "host", "pid", "queues", "jobs_held")} == {
+        "name": name,
+        "host": "box",
+        "pid": 77,
+        "queues": ["mail", "thumbs"],
+        "jobs_held": 2,
+    }
+    assert shown.code == 0
+    assert name in shown.out
+    assert "mail,thumbs" in shown.out
