@@ -63,7 +63,8 @@ def cmd_web(args: argparse.Namespace) -> int:
         source = "--auth" if args.auth is not None else ENV_WEB_AUTH
         raise UserError(f"{source} must be USER:PASSWORD ({exc})") from exc
     url = database_url(args) or ""
-    engine = make_engine(url, schema=schema_arg(args))
+    # pool_pre_ping: a dashboard idles for hours, and its pooled connections die meanwhile.
+    engine = make_engine(url, schema=schema_arg(args), pool_pre_ping=True)
     try:
         with engine.connect() as conn:
             if not admin.schema_present(conn):

@@ -41,6 +41,8 @@ def _routes() -> list[Route | Mount]:
         Route("/", _pages.overview, name="overview"),
         Route("/live", _pages.overview_live, name="overview_live"),
         Route("/jobs", _pages.jobs, name="jobs"),
+        Route("/jobs/bulk", _actions.jobs_bulk, methods=["POST"], name="jobs_bulk"),
+        Route("/workers", _pages.workers, name="workers"),
         # :int matches digits only: /jobs/abc is a 404, never a query with a bad id.
         Route("/jobs/{job_id:int}", _pages.job, name="job"),
         Route("/jobs/{job_id:int}/retry", _actions.job_retry, methods=["POST"], name="job_retry"),
