@@ -472,3 +472,16 @@ def test_unique_enqueue_does_nothing_on_a_live_key_through_the_partial_index() -
     assert "jobs.unique_key = any(%(keys)s::TEXT[]) AND unique_key IS NOT NULL" in holders
     retry = sql(statements.retry_statement())
     assert "(jobs.unique_key IS NULL OR NOT (EXISTS (SELECT holder.id FROM jobs AS holder" in retry
+
+
+def test_a_workers_row_is_upserted_by_name_and_deleted_only_by_the_run_that_wrote_it() -> None:
+    from pgqueue import _registration
+
+    upsert = sql(_registration.REGISTER)
+    assert upsert.startswith("INSERT INTO jobs_workers (name, host, pid, queues, started_at)")
+    assert "ON CONFLICT (name) DO UPDATE SET host = %(host)s" in upsert
+    assert "started_at = now() RETURNING jobs_workers.started_at" in upsert
+    assert sql(_registration.UNREGISTER) == (
+        "DELETE FROM jobs_workers WHERE jobs_workers.name = %(worker_name)s::VARCHAR "
+        "AND jobs_workers.started_at = %(started_at)s::TIMESTAMP WITH TIME ZONE"
+    )
