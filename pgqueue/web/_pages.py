@@ -227,8 +227,10 @@ async def job(request: Request) -> Response:
 
 def _payload_shown(job: dict[str, Any]) -> str:
     """The payload's JSON text, indented when it came whole (a cut one is shown as it is)."""
-    text: str = job["payload_text"] or ""
-    if job["payload_length"] is None or job["payload_length"] > PAYLOAD_PREVIEW_CHARS:
+    text: str | None = job["payload_text"]
+    if text is None:  # SQL NULL: only a row written by hand has none
+        return "null"
+    if job["payload_length"] > PAYLOAD_PREVIEW_CHARS:
         return text
     try:
         value = json.loads(text)
