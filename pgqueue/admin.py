@@ -20,12 +20,23 @@ from sqlalchemy import (
     Select,
     and_,
     bindparam,
+    cast,
     func,
+    literal,
+    literal_column,
     select,
+    table,
     text,
+    true,
 )
+from sqlalchemy import Text as TextType
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql.expression import column
 
-from pgqueue.models import JobStatus, jobs_table
+from pgqueue._base.connections import WORKER_PREFIX
+from pgqueue._base.validation import check_positive_int, check_unique_key, encode_payload
+from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
+from pgqueue.models import JobStatus, jobs_table, workers_table
 from pgqueue.statements import status_literal
 
 jobs = jobs_table
@@ -47,6 +58,10 @@ JOB_COLUMNS = (
 )
 
 
+#: Most characters of ``error_contains``: a search, not a document.
+MAX_SEARCH_CHARS = 1000
+
+
 def list_jobs(
     conn: Connection,
     *,
@@ -54,14 +69,39 @@ def list_jobs(
     status: JobStatus | None = None,
     limit: int = 50,
     before_id: int | None = None,
+    payload_contains: Any = None,
+    error_contains: str | None = None,
+    unique_key: str | None = None,
+    with_payload: bool = True,
 ) -> list[dict[str, Any]]:
     """The most recent jobs (highest id first), optionally of one queue and one status.
 
     ``before_id`` pages by keyset: only ids below it, so page N costs what page 1 costs (a
     backward scan of ``jobs_pkey`` from that id, or of the partial index of the status), where an
     ``OFFSET`` would read and drop every row before the page.
+
+    Searches (each a bound parameter): ``payload_contains`` keeps the jobs whose payload
+    contains this JSON value (``payload @> value``: ``{"user": 42}`` matches ``{"user": 42,
+    "x": 1}``; ``None`` searches nothing), ``error_contains`` those whose ``last_error`` holds
+    this text (case-insensitive; ``%`` and ``_`` are plain characters), ``unique_key`` those with
+    this key. No index serves them: a rare match walks the history back, newest first, until it
+    has a page. ``with_payload=False`` leaves the payload out of the rows (the dashboard's list
+    shows none, and a payload may weigh megabytes).
+
+    Raises:
+        InvalidArgumentError: a search that cannot be one (a payload jsonb cannot store, an
+            empty or oversized text); nothing runs.
     """
-    stmt = list_jobs_statement(queue=queue, status=status, limit=limit, before_id=before_id)
+    stmt = list_jobs_statement(
+        queue=queue,
+        status=status,
+        limit=limit,
+        before_id=before_id,
+        payload_contains=payload_contains,
+        error_contains=error_contains,
+        unique_key=unique_key,
+        with_payload=with_payload,
+    )
     return [dict(row._mapping) for row in conn.execute(stmt)]
 
 
@@ -71,22 +111,88 @@ def list_jobs_statement(
     status: JobStatus | None = None,
     limit: int = 50,
     before_id: int | None = None,
+    payload_contains: Any = None,
+    error_contains: str | None = None,
+    unique_key: str | None = None,
+    with_payload: bool = True,
 ) -> Select[Any]:
     """The statement :func:`list_jobs` runs (its plan is checked on a million done jobs)."""
-    stmt: Select[Any] = select(*(jobs.c[name] for name in JOB_COLUMNS), jobs.c.payload)
+    columns = [jobs.c[name] for name in JOB_COLUMNS]
+    stmt: Select[Any] = select(*columns, *([jobs.c.payload] if with_payload else []))
     if queue is not None:
         stmt = stmt.where(jobs.c.queue == bindparam("queue_name", queue))
     if status is not None:
         stmt = stmt.where(jobs.c.status == status_literal(status))
     if before_id is not None:
         stmt = stmt.where(jobs.c.id < bindparam("before_id", before_id, type_=BigInteger))
+    if payload_contains is not None:
+        try:
+            wanted = encode_payload(payload_contains)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError("payload_contains", exc.problem) from exc
+        stmt = stmt.where(
+            jobs.c.payload.op("@>")(
+                cast(bindparam("payload_contains", wanted, type_=TextType), JSONB)
+            )
+        )
+    if error_contains is not None:
+        text_ = _search_text("error_contains", error_contains)
+        stmt = stmt.where(jobs.c.last_error.icontains(text_, autoescape=True))
+    if unique_key is not None:
+        key = check_unique_key(unique_key)
+        stmt = stmt.where(jobs.c.unique_key == bindparam("unique_key", key, type_=TextType))
     return stmt.order_by(jobs.c.id.desc()).limit(limit)
 
 
-def get_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
-    """One job with its payload, or ``None`` when there is no such id."""
-    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+def _search_text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgumentTypeError(name, "str", value)
+    if not value or "\x00" in value or len(value) > MAX_SEARCH_CHARS:
+        raise InvalidArgumentError(
+            name, f"must be 1 to {MAX_SEARCH_CHARS} characters, without U+0000"
+        )
+    return value
+
+
+def get_job(
+    conn: Connection, job_id: int, *, payload_chars: int | None = None
+) -> dict[str, Any] | None:
+    """One job with its payload, or ``None`` when there is no such id.
+
+    With ``payload_chars``, the payload is not decoded: ``payload_text`` holds at most the first
+    ``payload_chars`` characters of its JSON text and ``payload_length`` the full text's length,
+    both computed by the server, so a payload of 100 MB sends (and costs this process) only
+    that prefix.
+    """
+    if payload_chars is None:
+        row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+        return None if row is None else dict(row._mapping)
+    limit = check_positive_int("payload_chars", payload_chars)
+    row = conn.execute(get_job_statement(limit), {"job_id": job_id}).first()
     return None if row is None else dict(row._mapping)
+
+
+def get_job_statement(payload_chars: int) -> Select[Any]:
+    """:func:`get_job` with ``payload_chars`` (parameter ``job_id``): every column but the
+    payload, and the payload's text cut on the server (computed once, in a subquery)."""
+    as_text = (
+        select(cast(jobs.c.payload, TextType).label("t"))
+        .correlate(jobs)
+        .offset(literal_column("0"))
+        .lateral("p")
+    )
+    columns = [c for c in jobs.c if c.name != "payload"]
+    return (
+        select(
+            *columns,
+            func.left(as_text.c.t, literal(payload_chars, Integer, literal_execute=True)).label(
+                "payload_text"
+            ),
+            func.length(as_text.c.t).label("payload_length"),
+        )
+        .select_from(jobs.join(as_text, true()))
+        .where(jobs.c.id == bindparam("job_id", type_=BigInteger))
+    )
 
 
 def job_statuses(conn: Connection, job_ids: list[int]) -> dict[int, str]:
@@ -233,3 +339,84 @@ def table_stats(conn: Connection) -> dict[str, Any]:
 def schema_present(conn: Connection) -> bool:
     """Whether the ``jobs`` table is visible on this connection's search path."""
     return conn.execute(text("SELECT to_regclass('jobs') IS NOT NULL")).scalar_one() is True
+
+
+_activity = table(
+    "pg_stat_activity",
+    column("application_name"),
+    column("backend_start"),
+    column("backend_type"),
+    column("datname"),
+    schema="pg_catalog",
+)
+
+
+def connected_workers_statement() -> Select[Any]:
+    """The statement :func:`connected_workers` runs (parameter ``prefix``)."""
+    connected = (
+        select(
+            _activity.c.application_name.label("name"),
+            func.min(_activity.c.backend_start).label("connected_since"),
+            func.count().label("connections"),
+        )
+        .where(
+            _activity.c.datname == func.current_database(),
+            _activity.c.backend_type == literal_column("'client backend'"),
+            func.starts_with(
+                _activity.c.application_name, bindparam("prefix", WORKER_PREFIX, type_=TextType)
+            ),
+        )
+        .group_by(_activity.c.application_name)
+        .cte("connected")
+    )
+    # The literal status: only the partial jobs_lease_idx (running jobs) is read, never history.
+    held = (
+        select(jobs.c.locked_by, func.count().label("jobs_held"))
+        .where(
+            jobs.c.status == status_literal(JobStatus.RUNNING),
+            jobs.c.locked_by.in_(select(connected.c.name)),
+        )
+        .group_by(jobs.c.locked_by)
+        .cte("held")
+    )
+    workers = workers_table
+    return (
+        select(
+            connected.c.name,
+            workers.c.host,
+            workers.c.pid,
+            workers.c.queues,
+            func.coalesce(workers.c.started_at, connected.c.connected_since).label("since"),
+            connected.c.connections,
+            func.coalesce(held.c.jobs_held, literal_column("0")).label("jobs_held"),
+        )
+        .select_from(
+            connected.outerjoin(workers, workers.c.name == connected.c.name).outerjoin(
+                held, held.c.locked_by == connected.c.name
+            )
+        )
+        .order_by(connected.c.name)
+    )
+
+
+def connected_workers(conn: Connection) -> list[dict[str, Any]]:
+    """Every worker process connected to this database now: ``name, host, pid, queues, since,
+    connections, jobs_held``, by name.
+
+    A worker is connected while a session named ``pgqueue-worker:<host>:<pid>`` is in
+    ``pg_stat_activity`` (its LISTEN connection, the command's engine): a killed worker is gone
+    at once, whatever its ``jobs_workers`` row says. ``queues`` and ``since`` (when it started)
+    come from that row (pgqueue_0010); a worker without one (it could not write it, or was
+    started before the revision) shows ``queues = None`` and since its oldest connection, with
+    host and pid read from its name. ``jobs_held``: its running jobs (``locked_by``), counted on
+    the partial ``jobs_lease_idx``. Sessions of other roles are visible only with
+    ``pg_read_all_stats`` (``pg_monitor``).
+
+    .. versionadded:: 0.1.0
+    """
+    rows = [dict(row._mapping) for row in conn.execute(connected_workers_statement())]
+    for row in rows:
+        if row["host"] is None:
+            host, _, pid = row["name"].removeprefix(WORKER_PREFIX).rpartition(":")
+            row["host"], row["pid"] = host or None, int(pid) if pid.isdigit() else None
+    return rows

@@ -148,9 +148,10 @@ async def claim(
     queue: str = DEFAULT_QUEUE,
     limit: int = 10,
     lease: timedelta = DEFAULT_LEASE,
+    locked_by: str | None = None,
 ) -> list[ClaimedJob]:
     """Claim up to ``limit`` ready jobs; see :func:`pgqueue.repository.claim`."""
-    return await _run(conn, _calls.claim(queue, limit, lease))
+    return await _run(conn, _calls.claim(queue, limit, lease, locked_by))
 
 
 async def complete(conn: AsyncExecutor, job_id: int, attempts: int) -> bool:

@@ -153,14 +153,19 @@ def claim(
     queue: str = DEFAULT_QUEUE,
     limit: int = 10,
     lease: timedelta = DEFAULT_LEASE,
+    locked_by: str | None = None,
 ) -> list[ClaimedJob]:
     """Claim up to ``limit`` ready jobs of one queue with ``FOR UPDATE SKIP LOCKED`` (R6, R7).
 
     Each job becomes ``running`` with ``attempts + 1`` and ``locked_until = now() + lease``.
     Commit right away and work outside the transaction (lease mode, R9), or work inside it for
     jobs of a few milliseconds (R8). Jobs come back oldest ``run_at`` first.
+
+    ``locked_by`` (at most 63 bytes) is recorded in ``jobs.locked_by`` with ``locked_at =
+    now()``: who holds the job, shown by ``pgqueue workers`` and the dashboard. Default: the
+    connection's ``application_name`` (NULL when it has none); a worker passes its own name.
     """
-    return _run(conn, _calls.claim(queue, limit, lease))
+    return _run(conn, _calls.claim(queue, limit, lease, locked_by))
 
 
 def complete(conn: Executor, job_id: int, attempts: int) -> bool:

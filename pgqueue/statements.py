@@ -227,12 +227,24 @@ def _ready_ids(limit: int, *, skip_locked: bool) -> Any:
     return select(level.c.id).select_from(levels.join(level, true())).limit(limit_literal)
 
 
+def _claimant() -> ColumnElement[Any]:
+    """``coalesce(:locked_by, nullif(current_setting('application_name'), ''))``: the worker's
+    name, bound once per worker (one statement shape, so the replay keeps one text per queue);
+    a claim outside a worker records the connection's ``application_name``, else NULL."""
+    application_name = func.current_setting(literal_column("'application_name'", Text))
+    return func.coalesce(
+        bindparam("locked_by", None, type_=Text),
+        func.nullif(application_name, literal_column("''", Text)),
+    )
+
+
 @lru_cache(maxsize=64)
 def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
     """The article's claim (R7) with priorities: lock up to ``limit`` ready jobs, lease them.
 
-    Parameters: ``queue_name``, ``lease``. Returns ``id, queue, payload, attempts, run_at,
-    headers, priority``.
+    Parameters: ``queue_name``, ``lease``, ``locked_by`` (the claiming worker's name, or NULL for
+    the connection's ``application_name``; also sets ``locked_at``). Returns ``id, queue,
+    payload, attempts, run_at, headers, priority``.
     The CTE is ``MATERIALIZED`` so the planner keeps LockRows inside it (per priority level:
     Limit over LockRows over an index scan of ``jobs_ready_idx``). ``skip_locked=False`` is the
     serialising variant of R5, kept for the demo and the tests.
@@ -245,6 +257,8 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
             status=status_literal(JobStatus.RUNNING),
             attempts=jobs.c.attempts + 1,
             locked_until=_lease_end(),
+            locked_by=_claimant(),
+            locked_at=func.now(),
         )
         .returning(
             jobs.c.id,

@@ -31,6 +31,7 @@ from pgqueue._worker.completer import FLUSH_SIZE, Completer
 from pgqueue._worker.event_loop import AsyncLane
 from pgqueue._worker.heartbeat import Heartbeat
 from pgqueue._worker.pulse import Pulse
+from pgqueue._worker.registration import Registration
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.scheduler import Scheduler
 from pgqueue._worker.signals import handle_stop_signals
@@ -304,7 +305,9 @@ class Worker:
         self._stop = runtime.stop
         restore = self._install_signals()
         lock_timeout_ms = int(self.lock_timeout * 1000)
-        claimer = Claimer(runtime, self.engine, self._lanes, self._claimer_options())
+        # Computed per run: the pid of the process that runs it (a spawned child has its own).
+        name = worker_name()
+        claimer = Claimer(runtime, self.engine, self._lanes, self._claimer_options(name))
         self._claimer = claimer
         completer = Completer(self.engine, runtime.report, lock_timeout_ms=lock_timeout_ms)
         runtime.completer = completer
@@ -312,7 +315,7 @@ class Worker:
             runtime,
             self.handlers,
             self.concurrency if Lane.THREADS in runtime.window.lanes else 0,
-            transaction=(self.engine, self.lease, claimer.queue_had_job)
+            transaction=(self.engine, self.lease, claimer.queue_had_job, claimer.name)
             if self.mode == "transaction"
             else None,
         )
@@ -346,7 +349,9 @@ class Worker:
         )
         if self._hooks is not None:
             self._hooks.worker_started(self)
+        registration = Registration(self.engine, name, list(self.handlers))
         try:
+            registration.add()
             completer.start()
             threads.start()
             if coroutines is not None:
@@ -377,13 +382,13 @@ class Worker:
                     on_connected,
                     min_reconnect_interval=claimer.idle_interval,
                     channel=channel_for(schema_of(self.engine)),
-                    application_name=worker_name(),
+                    application_name=name,
                 )
                 self._listener = listener
                 listener.start()
                 # LISTEN through a transaction-mode pooler hears nothing: warn, never block.
                 pooler.start_listen_check(
-                    self.listen_url, self.engine, runtime.stop, application_name=worker_name()
+                    self.listen_url, self.engine, runtime.stop, application_name=name
                 )
             claimer.run(until_empty)
         finally:
@@ -393,6 +398,7 @@ class Worker:
             heartbeat.join(5.0)
             if scheduler is not None:
                 scheduler.join(5.0)
+            registration.remove()
             restore()
             if self._hooks is not None:
                 self._hooks.worker_stopped(self)
@@ -484,7 +490,7 @@ class Worker:
         self._current = runtime
         return runtime
 
-    def _claimer_options(self) -> ClaimerOptions:
+    def _claimer_options(self, name: str) -> ClaimerOptions:
         return ClaimerOptions(
             lease=self.lease,
             batch_size=self.batch_size,
@@ -493,6 +499,7 @@ class Worker:
             idle_poll_interval=self.idle_poll_interval,
             idle_after=self.idle_after,
             lock_timeout_ms=int(self.lock_timeout * 1000),
+            worker_name=name,
         )
 
     # -- signals ----------------------------------------------------------------------------------

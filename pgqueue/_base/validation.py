@@ -80,6 +80,25 @@ def check_queue(queue: object) -> str:
     return queue
 
 
+#: PostgreSQL keeps the first 63 bytes of an ``application_name``: a name to match one fits.
+MAX_NAME_BYTES = 63
+
+
+def check_name(name: str, value: object) -> str:
+    """A worker's name (``locked_by``): a non-empty ``str`` of at most 63 bytes, no U+0000."""
+    if not isinstance(value, str):
+        raise InvalidArgumentTypeError(name, "str", value)
+    if not value or "\x00" in value:
+        raise InvalidArgumentError(name, "must be non-empty, without the character U+0000")
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError(name, f"not valid Unicode ({exc.reason})") from exc
+    if size > MAX_NAME_BYTES:
+        raise InvalidArgumentError(name, f"{size} bytes, more than {MAX_NAME_BYTES}")
+    return value
+
+
 def check_positive_int(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentTypeError(name, "int", value)

@@ -23,6 +23,7 @@ from pgqueue._base.validation import (
     check_bool,
     check_duration,
     check_int,
+    check_name,
     check_positive_int,
     check_priority,
     check_queue,
@@ -267,11 +268,14 @@ def _insert_params(
     }
 
 
-def claim(queue: str, limit: int, lease: timedelta) -> Call[list[ClaimedJob]]:
+def claim(
+    queue: str, limit: int, lease: timedelta, locked_by: str | None = None
+) -> Call[list[ClaimedJob]]:
     stmt = statements.claim_statement(check_positive_int("limit", limit))
     params = {
         "queue_name": check_queue(queue),
         "lease": check_duration("lease", lease, allow_zero=False),
+        "locked_by": None if locked_by is None else check_name("locked_by", locked_by),
     }
     return Call(stmt, params, _claimed, from_rows=claimed_jobs)
 

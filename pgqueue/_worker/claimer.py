@@ -36,6 +36,8 @@ class ClaimerOptions:
     idle_poll_interval: float | None
     idle_after: float
     lock_timeout_ms: int
+    #: Recorded in ``jobs.locked_by`` by every claim (``_base.connections.worker_name``).
+    worker_name: str | None = None
 
 
 class Claimer:
@@ -58,6 +60,8 @@ class Claimer:
         self._claimed_since_poll = 0
         self._idle_polls = 0
         self.pulse = Pulse("claimer")
+        #: The name every claim of this worker records in ``jobs.locked_by``.
+        self.name = options.worker_name
 
     # -- called from other threads ----------------------------------------------------------------
 
@@ -202,6 +206,8 @@ class Claimer:
         # One statement in autocommit: committed before it returns, without the BEGIN and COMMIT
         # round trips, and no session state for a transaction-mode pooler.
         return retrying(
-            lambda: claim_replayed(self._replay, queue=queue, limit=limit, lease=self._opts.lease),
+            lambda: claim_replayed(
+                self._replay, queue=queue, limit=limit, lease=self._opts.lease, locked_by=self.name
+            ),
             what=f"claim on queue {queue}",
         )

@@ -144,7 +144,9 @@ class Replay:
         )
 
 
-def claim_replayed(replay: Replay, *, queue: str, limit: int, lease: timedelta) -> list[ClaimedJob]:
+def claim_replayed(
+    replay: Replay, *, queue: str, limit: int, lease: timedelta, locked_by: str | None = None
+) -> list[ClaimedJob]:
     """The worker's claim: :func:`pgqueue.repository.claim` in autocommit, on the replay's held
-    connection, replayed on the driver after the first run."""
-    return replay.run(claim(queue, limit, lease))
+    connection, replayed on the driver after the first run (``locked_by``: the worker's name)."""
+    return replay.run(claim(queue, limit, lease, locked_by))

@@ -34,7 +34,7 @@ class ThreadLane:
         handlers: Mapping[str, Handler],
         concurrency: int,
         *,
-        transaction: tuple[Engine, timedelta, Callable[[str], None]] | None = None,
+        transaction: tuple[Engine, timedelta, Callable[[str], None], str | None] | None = None,
     ) -> None:
         self._rt = runtime
         self._handlers = handlers
@@ -83,14 +83,21 @@ class ThreadLane:
                     rt.claimer_wakeup.notify()
 
     def _run_in_transaction(
-        self, queue: str, engine: Engine, lease: timedelta, queue_had_job: Callable[[str], None]
+        self,
+        queue: str,
+        engine: Engine,
+        lease: timedelta,
+        queue_had_job: Callable[[str], None],
+        locked_by: str | None,
     ) -> None:
         rt = self._rt
         held: Held | None = None
         outcome, detail = Outcome.LOST, ""
         try:
             with engine.begin() as conn:
-                claimed = repository.claim(conn, queue=queue, limit=1, lease=lease)
+                claimed = repository.claim(
+                    conn, queue=queue, limit=1, lease=lease, locked_by=locked_by
+                )
                 if not claimed:
                     return
                 job = JobContext.of(claimed[0], connection=conn)

@@ -51,6 +51,7 @@ from pgqueue.cli.ops import (
     cmd_retry,
     cmd_show,
     cmd_stats,
+    cmd_workers,
 )
 from pgqueue.cli.web import ENV_WEB_AUTH, cmd_web, web_port
 from pgqueue.cli.worker import DEFAULT_HEALTH_HOST, cmd_worker, probe_port
@@ -194,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("stats", cmd_stats, "per-queue counts and the jobs table's vacuum statistics")
     p.add_argument("--json", action="store_true")
 
+    p = add("workers", cmd_workers, "the worker processes connected now and the jobs they hold")
+    p.add_argument("--json", action="store_true")
+
     p = add("doctor", cmd_doctor, "check the database; exit 0 healthy, 1 warnings, 2 errors")
     p.add_argument("--json", action="store_true")
     p.add_argument(
@@ -267,6 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--auth",
         metavar="USER:PASSWORD",
         help=f"HTTP basic auth on every page (default: ${ENV_WEB_AUTH}, else none)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another Host name the dashboard answers to, e.g. the public name behind a proxy "
+        "(repeatable; always: --host, localhost, 127.0.0.1, [::1])",
     )
     return parser
 

@@ -1,5 +1,5 @@
-"""The operator's commands: enqueue, list, show, stats, doctor, grants, reap, purge, retry,
-cancel and periodic; ``pgqueue.cli`` wires them into the parser."""
+"""The operator's commands: enqueue, list, show, stats, workers, doctor, grants, reap, purge,
+retry, cancel and periodic; ``pgqueue.cli`` wires them into the parser."""
 
 from __future__ import annotations
 
@@ -149,6 +149,37 @@ def cmd_stats(args: argparse.Namespace) -> int:
         + ", ".join(f"{key} {cell(value)}" for key, value in tables.items())
         + " (pg_stat_user_tables)"
     )
+    return 0
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    """The worker processes connected now: host, pid, queues, since when, the jobs they hold.
+
+    Read from ``pg_stat_activity`` (sessions named ``pgqueue-worker:<host>:<pid>``) and each
+    worker's ``jobs_workers`` row; a worker without a row shows its queues as ``?``.
+    """
+    with transaction(args) as conn:
+        rows = admin.connected_workers(conn)
+    if args.json:
+        emit_json(rows)
+        return 0
+    table(
+        ["name", "host", "pid", "queues", "since", "jobs held", "connections"],
+        [
+            (
+                r["name"],
+                r["host"],
+                r["pid"],
+                "?" if r["queues"] is None else ",".join(r["queues"]),
+                r["since"],
+                r["jobs_held"],
+                r["connections"],
+            )
+            for r in rows
+        ],
+    )
+    if not rows:
+        emit("(no worker connected)")
     return 0
 
 

@@ -43,6 +43,12 @@ def _check_bind(host: str, port: int) -> None:
         raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
 
 
+def _allowed_hosts(bound: str, given: list[str]) -> list[str]:
+    """``--allowed-host`` names, and the bound one when it is a name (``--host box.lan``); a
+    wildcard bind (``0.0.0.0``, ``::``) is no name a browser uses."""
+    return [*given, *([] if bound in ("0.0.0.0", "::", "") else [bound])]
+
+
 def cmd_web(args: argparse.Namespace) -> int:
     """Serve the dashboard (needs the web extra); Ctrl-C stops it."""
     try:
@@ -58,7 +64,8 @@ def cmd_web(args: argparse.Namespace) -> int:
         source = "--auth" if args.auth is not None else ENV_WEB_AUTH
         raise UserError(f"{source} must be USER:PASSWORD ({exc})") from exc
     url = database_url(args) or ""
-    engine = make_engine(url, schema=schema_arg(args))
+    # pool_pre_ping: a dashboard idles for hours, and its pooled connections die meanwhile.
+    engine = make_engine(url, schema=schema_arg(args), pool_pre_ping=True)
     try:
         with engine.connect() as conn:
             if not admin.schema_present(conn):
@@ -67,7 +74,15 @@ def cmd_web(args: argparse.Namespace) -> int:
                     "run `pgqueue migrate` first"
                 )
         _check_bind(args.host, args.port)
-        app = pgqueue.web.create_app(engine, read_only=args.read_only, auth=auth)
+        try:
+            app = pgqueue.web.create_app(
+                engine,
+                read_only=args.read_only,
+                auth=auth,
+                allowed_hosts=_allowed_hosts(args.host, args.allowed_host),
+            )
+        except PgQueueError as exc:
+            raise UserError(f"--allowed-host: {exc}") from exc
         mode = "read-only" if args.read_only else "writable"
         guard = ", basic auth" if auth else ", no auth"
         note(

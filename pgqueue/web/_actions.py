@@ -1,35 +1,42 @@
-"""The POST actions: retry and cancel a job, retry a queue's failed jobs, purge its done jobs.
+"""The POST actions: retry and cancel a job or the jobs selected on the list, retry a queue's
+failed jobs, purge its done jobs (after a confirmation page).
 
 Each runs the repository function the CLI runs, in a short transaction of its own, and answers
 with a redirect (303) back to the page it came from. In order, before anything changes: a
 read-only dashboard answers 403, a request without the form token of its own CSRF cookie answers
-403, an unusable field answers 400.
+403, an unusable field answers 400. (A foreign ``Host`` or ``Origin`` was refused before, by
+:mod:`pgqueue.web._hosts`.)
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
 from urllib.parse import parse_qs
 
 from sqlalchemy import Connection
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
 from pgqueue import admin, repository
-from pgqueue._base.durations import parse_duration
+from pgqueue._base.durations import format_duration, parse_duration
 from pgqueue._base.validation import check_queue
 from pgqueue.errors import PgQueueError
+from pgqueue.models import JobStatus
 from pgqueue.web import _csrf
-from pgqueue.web._pages import MAX_JOB_ID
-from pgqueue.web._render import error_page, redirect, settings, url
+from pgqueue.web._db import in_thread
+from pgqueue.web._pages import MAX_JOB_ID, MAX_PAGE_SIZE
+from pgqueue.web._render import error_page, page, redirect, settings, url
 
 T = TypeVar("T")
 
-#: A form of the dashboard is a token and a duration: anything bigger is not one of ours.
+#: A form of the dashboard is a token and a duration, or a page of selected ids (500 ids of 19
+#: digits fit): anything bigger is not one of ours.
 MAX_FORM_BYTES = 16 * 1024
+#: Fields of a form: a token, an action, the list's filters and one id per selected job.
+MAX_FORM_FIELDS = MAX_PAGE_SIZE + 10
 #: Batches one purge request deletes at most (``DEFAULT_PURGE_BATCH`` rows each), so a click on a
 #: vast history answers within seconds; the message then says more remain.
 PURGE_BATCHES_PER_REQUEST = 20
@@ -46,7 +53,12 @@ class Refused(Exception):
 
 
 async def _checked_form(request: Request) -> dict[str, str]:
-    """The POST's fields, once the dashboard is writable and the CSRF token matches."""
+    """The POST's fields (the first value of each), once writable and the CSRF token matches."""
+    return {name: values[0] for name, values in (await _checked_fields(request)).items()}
+
+
+async def _checked_fields(request: Request) -> dict[str, list[str]]:
+    """The POST's fields with every value, once the dashboard is writable and the token matches."""
     conf = settings(request)
     if conf.read_only:
         raise Refused(403, "This dashboard is read-only: it changes nothing.")
@@ -56,14 +68,16 @@ async def _checked_form(request: Request) -> dict[str, str]:
         if len(body) > MAX_FORM_BYTES:
             raise Refused(413, "Form too large.")
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    fields: dict[str, str] = {}
+    fields: dict[str, list[str]] = {}
     if content_type == _FORM_TYPE:
         try:
-            parsed = parse_qs(body.decode("utf-8"), keep_blank_values=True, max_num_fields=20)
+            fields = parse_qs(
+                body.decode("utf-8"), keep_blank_values=True, max_num_fields=MAX_FORM_FIELDS
+            )
         except (UnicodeDecodeError, ValueError):
-            parsed = {}
-        fields = {name: values[0] for name, values in parsed.items()}
-    if not _csrf.is_valid(conf.secret, request.cookies.get(_csrf.COOKIE), fields.get(_csrf.FIELD)):
+            fields = {}
+    token = fields[_csrf.FIELD][0] if fields.get(_csrf.FIELD) else None
+    if not _csrf.is_valid(conf.secret, request.cookies.get(_csrf.COOKIE), token):
         raise Refused(
             403,
             "Missing or invalid CSRF token: reload the page and submit its form again "
@@ -81,7 +95,7 @@ async def _write(request: Request, work: Callable[[Connection], T]) -> T:
             return work(conn)
 
     try:
-        return await run_in_threadpool(run)
+        return await in_thread(run)
     finally:
         conf.overview.forget_findings()
 
@@ -101,11 +115,13 @@ def _queue(request: Request) -> str:
 
 
 async def _exists(request: Request, job_id: int) -> bool:
+    """Whether the job exists (its status alone: never its payload)."""
+
     def run() -> bool:
         with settings(request).engine.connect() as conn:
-            return admin.get_job(conn, job_id) is not None
+            return bool(admin.job_statuses(conn, [job_id]))
 
-    return await run_in_threadpool(run)
+    return await in_thread(run)
 
 
 async def job_retry(request: Request) -> Response:
@@ -143,14 +159,30 @@ async def queue_retry_failed(request: Request) -> Response:
     return redirect(url(request, "overview", query={"done": "retried-failed", "n": len(requeued)}))
 
 
+#: The field a purge's confirmation page adds; without it a purge deletes nothing.
+CONFIRM_FIELD = "confirm"
+
+
 async def queue_purge(request: Request) -> Response:
-    """Delete the queue's done jobs created more than ``older_than`` (a form field) ago."""
+    """Delete the queue's done jobs created more than ``older_than`` (a form field) ago.
+
+    The overview's form only asks: the answer is a page that says what would be deleted, whose
+    own form (with ``confirm=yes``) deletes. No script needed, and a stray click deletes nothing.
+    """
     try:
         fields = await _checked_form(request)
         queue = _queue(request)
         older_than = _older_than(fields.get("older_than", ""))
     except Refused as refused:
         return error_page(request, refused.status, str(refused))
+    if fields.get(CONFIRM_FIELD) != "yes":
+        return page(
+            request,
+            "confirm_purge.html",
+            queue=queue,
+            older_than=format_duration(older_than),
+            confirm_field=CONFIRM_FIELD,
+        )
     total, more = 0, True
     for _ in range(PURGE_BATCHES_PER_REQUEST):
         deleted = await _write(
@@ -170,3 +202,54 @@ def _older_than(raw: str) -> timedelta:
         return parse_duration(raw)
     except ValueError as exc:
         raise Refused(400, f"older_than: {exc}") from exc
+
+
+#: What the list's buttons do, by the ``action`` field.
+BULK_ACTIONS = ("retry", "cancel")
+
+
+async def jobs_bulk(request: Request) -> Response:
+    """Retry or cancel the jobs selected on the list (``job_id`` fields, at most a page's worth),
+    then back to the list with its filters."""
+    try:
+        fields = await _checked_fields(request)
+        action = (fields.get("action") or [""])[0]
+        if action not in BULK_ACTIONS:
+            raise Refused(400, f"action must be one of {', '.join(BULK_ACTIONS)}")
+        ids = _selected_ids(fields.get("job_id") or [])
+    except Refused as refused:
+        return error_page(request, refused.status, str(refused))
+    try:
+        if action == "retry":
+            changed = await _write(request, lambda conn: repository.retry(conn, ids))
+        else:
+            changed = await _write(request, lambda conn: repository.cancel(conn, ids))
+    except PgQueueError as exc:  # two failed jobs of one unique key, say
+        return error_page(request, 409, f"Nothing changed: {exc}")
+    code = "retried-selected" if action == "retry" else "cancelled-selected"
+    back = {**_list_filters(fields), "done": code, "n": len(changed)}
+    return redirect(url(request, "jobs", query=back))
+
+
+def _selected_ids(raw: list[str]) -> list[int]:
+    if not raw:
+        raise Refused(400, "No job selected: tick the jobs to act on, then press the button.")
+    if len(raw) > MAX_PAGE_SIZE:
+        raise Refused(400, f"At most {MAX_PAGE_SIZE} jobs at once, got {len(raw)}.")
+    bad = [value for value in raw if not value.isdigit() or not 1 <= int(value) <= MAX_JOB_ID]
+    if bad:
+        raise Refused(400, f"job_id must be job ids, got {bad[0][:40]!r}")
+    return sorted({int(value) for value in raw})
+
+
+def _list_filters(fields: dict[str, list[str]]) -> dict[str, str]:
+    """The list's queue and status to go back to, when they are ones (else the whole list)."""
+    back: dict[str, str] = {}
+    queue = (fields.get("queue") or [""])[0]
+    if queue:
+        with contextlib.suppress(PgQueueError):
+            back["queue"] = check_queue(queue)
+    status = (fields.get("status") or [""])[0]
+    if status in {s.value for s in JobStatus}:
+        back["status"] = status
+    return back

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections.abc import Sequence
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.web import _actions, _pages
 from pgqueue.web._auth import BasicAuth, parse_credentials
 from pgqueue.web._headers import SecurityHeaders
+from pgqueue.web._hosts import HostGuard, check_allowed_hosts
 from pgqueue.web._render import Settings, error_page
 from pgqueue.web._snapshot import OverviewSource
 
@@ -39,6 +41,8 @@ def _routes() -> list[Route | Mount]:
         Route("/", _pages.overview, name="overview"),
         Route("/live", _pages.overview_live, name="overview_live"),
         Route("/jobs", _pages.jobs, name="jobs"),
+        Route("/jobs/bulk", _actions.jobs_bulk, methods=["POST"], name="jobs_bulk"),
+        Route("/workers", _pages.workers, name="workers"),
         # :int matches digits only: /jobs/abc is a 404, never a query with a bad id.
         Route("/jobs/{job_id:int}", _pages.job, name="job"),
         Route("/jobs/{job_id:int}/retry", _actions.job_retry, methods=["POST"], name="job_retry"),
@@ -90,6 +94,7 @@ def create_app(
     refresh_seconds: float = DEFAULT_REFRESH_S,
     secret: bytes | None = None,
     idle_threshold: timedelta = DEFAULT_IDLE_THRESHOLD,
+    allowed_hosts: Sequence[str] | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI app, to serve alone or mount under a prefix.
 
@@ -107,6 +112,13 @@ def create_app(
             a load balancer spreads a browser's requests over several.
         idle_threshold: Transactions open longer than this are reported by the doctor's
             findings on the overview (default 5 s).
+        allowed_hosts: More names the ``Host`` of a request may give, each also trusted as the
+            ``Origin`` of a form (``["queue.example.com"]``, ``"*.example.com"`` for its
+            subdomains, ``["*"]`` for any: when your app or proxy checks ``Host`` itself).
+            Always allowed: ``localhost``, ``127.0.0.1``, ``[::1]`` and the address the request
+            came in on. Any other ``Host`` is answered 400 (DNS rebinding), and a POST whose
+            ``Origin`` or ``Referer`` is another site's 403. Ports are not compared. Default
+            none. See ``docs/web.md``.
 
     .. versionadded:: 0.1.0
     """
@@ -116,7 +128,8 @@ def create_app(
         raise InvalidArgumentError("refresh_seconds", "must be a number from 1 to 3600")
     if secret is not None and (not isinstance(secret, bytes) or len(secret) < 16):
         raise InvalidArgumentError("secret", "must be bytes, at least 16 of them")
-    middleware = [Middleware(SecurityHeaders)]
+    hosts = check_allowed_hosts(allowed_hosts)
+    middleware = [Middleware(SecurityHeaders), Middleware(HostGuard, allowed=hosts)]
     if auth is not None:
         middleware.append(Middleware(BasicAuth, credentials=parse_credentials(auth)))
     app = Starlette(

@@ -1,18 +1,21 @@
-"""The GET pages: the overview (and its live fragment), the job list, one job."""
+"""The GET pages: the overview (and its live fragment), the job list, one job, the workers."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
-from typing import TypeVar
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, TypeVar
 
-from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
 from pgqueue import admin
-from pgqueue._base.validation import check_queue
-from pgqueue.errors import PgQueueError
+from pgqueue._base.validation import check_queue, check_unique_key, encode_payload
+from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobStatus
+from pgqueue.web._db import in_thread
 from pgqueue.web._render import error_page, page, settings
 
 T = TypeVar("T")
@@ -22,6 +25,9 @@ MAX_JOB_ID = 2**63 - 1
 #: Rows per page of the job list, by default and at most.
 PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500
+#: Characters of a payload's JSON text a job page shows at most (the server cuts it): a 100 MB
+#: payload costs this process and the page 64 KiB, not 100 MB.
+PAYLOAD_PREVIEW_CHARS = 64 * 1024
 
 #: What an action's redirect says, by the code in its ``done`` query parameter. Fixed texts
 #: (only the count comes from the URL): a link cannot make the page say anything else.
@@ -33,6 +39,10 @@ MESSAGES = {
     "not-cancelled": "Job not cancelled: only queued and running jobs are, and not while "
     "another transaction holds its row for long (a transaction-mode worker); try again.",
     "retried-failed": "{n} failed job(s) requeued (cancelled jobs are left as they are).",
+    "retried-selected": "{n} of the selected job(s) requeued (only failed and queued jobs are, "
+    "and not while another live job holds a failed one's unique key).",
+    "cancelled-selected": "{n} of the selected job(s) cancelled (only queued and running jobs "
+    "are, and not while another transaction holds their row).",
     "purged": "{n} done job(s) deleted.",
     "purged-more": "{n} done job(s) deleted; more remain: purge again.",
 }
@@ -58,17 +68,17 @@ async def read(request: Request, work: Callable[..., T], *args: object) -> T:
         with settings(request).engine.connect() as conn:
             return work(conn, *args)
 
-    return await run_in_threadpool(run)
+    return await in_thread(run)
 
 
 async def overview(request: Request) -> Response:
-    data = await run_in_threadpool(settings(request).overview.read)
+    data = await in_thread(settings(request).overview.read)
     return page(request, "overview.html", o=data, message=message(request))
 
 
 async def overview_live(request: Request) -> Response:
     """The part of the overview that refreshes itself, alone."""
-    data = await run_in_threadpool(settings(request).overview.read)
+    data = await in_thread(settings(request).overview.read)
     return page(request, "_live.html", o=data)
 
 
@@ -81,7 +91,43 @@ def _int_param(request: Request, name: str, low: int, high: int) -> int | None:
     return int(raw)
 
 
-def _filters(request: Request) -> tuple[str | None, JobStatus | None, int | None, int]:
+@dataclass(frozen=True)
+class JobQuery:
+    """The job list's filters and searches, checked; ``search`` is what its links carry."""
+
+    queue: str | None = None
+    status: JobStatus | None = None
+    before: int | None = None
+    limit: int = PAGE_SIZE
+    payload: str | None = None  # the JSON text as typed
+    payload_value: Any = None
+    error: str | None = None
+    key: str | None = None
+
+    @property
+    def search(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "status": self.status.value if self.status else None,
+            "payload": self.payload,
+            "error": self.error,
+            "key": self.key,
+            "limit": self.limit if self.limit != PAGE_SIZE else None,
+        }
+
+
+def _text_param(request: Request, name: str) -> str | None:
+    raw = request.query_params.get(name, "")
+    if raw == "":
+        return None
+    if "\x00" in raw or len(raw) > admin.MAX_SEARCH_CHARS:
+        raise BadRequest(
+            f"{name} must be at most {admin.MAX_SEARCH_CHARS} characters, without U+0000"
+        )
+    return raw
+
+
+def _filters(request: Request) -> JobQuery:
     queue = request.query_params.get("queue") or None
     if queue is not None:
         try:
@@ -95,38 +141,109 @@ def _filters(request: Request) -> tuple[str | None, JobStatus | None, int | None
     status = JobStatus(raw_status) if raw_status else None
     before = _int_param(request, "before", 1, MAX_JOB_ID)
     limit = _int_param(request, "limit", 1, MAX_PAGE_SIZE) or PAGE_SIZE
-    return queue, status, before, limit
+    payload = _text_param(request, "payload")
+    value = None
+    if payload is not None:
+        try:
+            value = json.loads(payload)
+            encode_payload(value)
+        except (ValueError, RecursionError) as exc:
+            problem = exc.problem if isinstance(exc, InvalidArgumentError) else exc
+            raise BadRequest(
+                f'payload must be a JSON value the payloads contain, such as {{"user": 42}}: '
+                f"{problem}"
+            ) from exc
+        if value is None:
+            raise BadRequest('payload must be a JSON value other than null, such as {"user": 42}')
+    error = _text_param(request, "error")
+    key = _text_param(request, "key")
+    if key is not None:
+        try:
+            check_unique_key(key, name="key")
+        except PgQueueError as exc:
+            raise BadRequest(str(exc)) from exc
+    return JobQuery(queue, status, before, limit, payload, value, error, key)
 
 
 async def jobs(request: Request) -> Response:
-    """Newest first, a page at a time by keyset (``before`` = the last id of the page before)."""
+    """Newest first, a page at a time by keyset (``before`` = the last id of the page before).
+
+    The rows carry no payload: the list shows none, and one may weigh megabytes.
+    """
     try:
-        queue, status, before, limit = _filters(request)
+        q = _filters(request)
     except BadRequest as exc:
         return error_page(request, 422, str(exc))
     rows = await read(
         request,
         lambda conn: admin.list_jobs(
-            conn, queue=queue, status=status, limit=limit + 1, before_id=before
+            conn,
+            queue=q.queue,
+            status=q.status,
+            limit=q.limit + 1,
+            before_id=q.before,
+            payload_contains=q.payload_value,
+            error_contains=q.error,
+            unique_key=q.key,
+            with_payload=False,
         ),
     )
-    older = rows[limit - 1]["id"] if len(rows) > limit else None
+    older = rows[q.limit - 1]["id"] if len(rows) > q.limit else None
     return page(
         request,
         "jobs.html",
-        jobs=rows[:limit],
-        queue=queue,
-        status=status.value if status else None,
+        jobs=rows[: q.limit],
+        queue=q.queue,
+        status=q.status.value if q.status else None,
         statuses=[s.value for s in JobStatus],
-        before=before,
-        limit=limit if limit != PAGE_SIZE else None,
+        before=q.before,
+        search=q.search,
+        searching=bool(q.payload or q.error or q.key),
         older=older,
+        message=message(request),
     )
 
 
 async def job(request: Request) -> Response:
     job_id = int(request.path_params["job_id"])
-    found = await read(request, admin.get_job, job_id) if job_id <= MAX_JOB_ID else None
+    found = (
+        await read(
+            request, lambda conn: admin.get_job(conn, job_id, payload_chars=PAYLOAD_PREVIEW_CHARS)
+        )
+        if job_id <= MAX_JOB_ID
+        else None
+    )
     if found is None:
         return error_page(request, 404, f"No job with id {job_id}.")
-    return page(request, "job.html", job=found, message=message(request))
+    return page(
+        request,
+        "job.html",
+        job=found,
+        payload=_payload_shown(found),
+        payload_limit=PAYLOAD_PREVIEW_CHARS,
+        message=message(request),
+    )
+
+
+def _payload_shown(job: dict[str, Any]) -> str:
+    """The payload's JSON text, indented when it came whole (a cut one is shown as it is)."""
+    text: str | None = job["payload_text"]
+    if text is None:  # SQL NULL: only a row written by hand has none
+        return "null"
+    if job["payload_length"] > PAYLOAD_PREVIEW_CHARS:
+        return text
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+async def workers(request: Request) -> Response:
+    """The worker processes connected now, with their queues and the jobs they hold."""
+    rows = await read(request, admin.connected_workers)
+    now = datetime.now(timezone.utc)
+    for row in rows:
+        since = row["since"]
+        row["for_s"] = (now - since).total_seconds() if isinstance(since, datetime) else None
+    return page(request, "workers.html", workers=rows)

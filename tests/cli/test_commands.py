@@ -8,10 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
+import psycopg
 import pytest
 from sqlalchemy import Engine, text
+from sqlalchemy.engine import URL
 
 import pgqueue
+from pgqueue._base.urls import to_libpq_url
 from pgqueue.cli.common import parse_duration
 from tests.cli.conftest import Result
 from tests.integration.worker_helpers import row_locked
@@ -337,3 +340,34 @@ def test_list_and_show_print_times_in_utc_and_say_so(cli: Cli, db: Engine) -> No
     assert "run_at:        2026-01-15 08:30:00 UTC" in shown.out
     (as_json,) = cli("list", "--json", env=away).json()
     assert datetime.fromisoformat(as_json["run_at"]) == datetime(2026, 1, 15, 8, 30, tzinfo=UTC)
+
+
+def test_workers_lists_the_connected_workers_and_the_jobs_they_hold(
+    cli: Cli, db: Engine, db_url: URL
+) -> None:
+    assert cli("workers").out.strip().endswith("(no worker connected)")
+    name = "pgqueue-worker:box:77"
+    with psycopg.connect(to_libpq_url(db_url), application_name=name, autocommit=True):
+        with db.begin() as conn:
+            pgqueue.enqueue_many(conn, [{}] * 3, queue="mail")
+            pgqueue.claim(conn, queue="mail", limit=2, locked_by=name)
+            conn.execute(
+                text(
+                    "INSERT INTO jobs_workers (name, host, pid, queues) "
+                    "VALUES (:n, 'box', 77, '{mail,thumbs}')"
+                ),
+                {"n": name},
+            )
+        listed = cli("workers", "--json")
+        shown = cli("workers")
+    (worker,) = listed.json()
+    assert {k: worker[k] for k in ("name", "host", "pid", "queues", "jobs_held")} == {
+        "name": name,
+        "host": "box",
+        "pid": 77,
+        "queues": ["mail", "thumbs"],
+        "jobs_held": 2,
+    }
+    assert shown.code == 0
+    assert name in shown.out
+    assert "mail,thumbs" in shown.out

@@ -19,6 +19,7 @@ COMMANDS = [
     "list",
     "show",
     "stats",
+    "workers",
     "doctor",
     "reap",
     "purge",

@@ -19,7 +19,7 @@ from sqlalchemy.engine import URL
 
 import pgqueue
 import pgqueue.migrations
-from pgqueue import InvalidArgumentError
+from pgqueue import InvalidArgumentError, admin
 from pgqueue._base.urls import to_libpq_url
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS
 from tests.revisions import pgqueue_head
@@ -328,4 +328,40 @@ def test_async_twins_follow_the_schema(placed: tuple[Engine, Engine], empty_db_u
             text(f"SELECT status FROM {SCHEMA}.jobs WHERE id = :i"), {"i": ids[0]}
         ).scalar_one()
     assert status == "done"
+    _users_table_untouched(plain)
+
+
+def test_the_workers_row_and_view_follow_the_schema(placed: tuple[Engine, Engine]) -> None:
+    plain, mapped = placed
+    release = threading.Event()
+    worker = pgqueue.Worker(
+        mapped, {"mail": lambda job: release.wait(30)}, install_signal_handlers=False
+    )
+    with mapped.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {}, queue="mail")
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            with mapped.connect() as conn:
+                seen = admin.connected_workers(conn)
+            if seen and seen[0]["jobs_held"] == 1:
+                break
+            assert time.monotonic() < deadline, seen
+            time.sleep(0.05)
+        assert seen[0]["queues"] == ["mail"]
+        with plain.connect() as conn:
+            row = conn.execute(text(f"SELECT name, queues FROM {SCHEMA}.jobs_workers")).one()
+            held = conn.execute(
+                text(f"SELECT locked_by FROM {SCHEMA}.jobs WHERE id = :i"), {"i": job_id}
+            ).scalar_one()
+        assert (row.name, row.queues) == (seen[0]["name"], ["mail"])
+        assert held == seen[0]["name"]
+    finally:
+        release.set()
+        worker.stop()
+        thread.join(30)
+    with plain.connect() as conn:
+        assert conn.execute(text(f"SELECT count(*) FROM {SCHEMA}.jobs_workers")).scalar_one() == 0
     _users_table_untouched(plain)

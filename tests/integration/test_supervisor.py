@@ -27,6 +27,7 @@ from sqlalchemy.engine import URL
 from worker_helpers import scalar, until
 
 import pgqueue
+from pgqueue import admin
 
 HERE = Path(__file__).parent
 
@@ -262,3 +263,41 @@ def test_a_child_that_dies_before_it_started_stops_after_three_tries(
     assert "failed at start-up (exit code 3 before it started" in text_
     assert text_.strip().splitlines()[-1].startswith("pgqueue: error: worker ")
     assert not db_url.password or db_url.password not in text_
+
+
+def test_each_child_is_a_worker_of_its_own_name_row_and_jobs(
+    effects: Engine, supervise: Callable[..., Supervised]
+) -> None:
+    # Two running and up to two prefetched per child: both children get some.
+    _enqueue(effects, [{"sleep": 5}] * 8)
+    port = free_port()
+    run = supervise(
+        "--processes", "2", "--concurrency", "2", "--poll-interval", "0.2",
+        "--health-port", str(port),
+    )  # fmt: skip
+    until(lambda: probe(port, "/readyz")[0] == 200, 30, "both children ready")
+    until(lambda: scalar(effects, "SELECT count(*) FROM effects") == 4, 30, "four handlers")
+    host = socket.gethostname()
+    names = {f"pgqueue-worker:{host}:{pid}" for pid in run.child_pids()}
+    with effects.connect() as conn:
+        workers = admin.connected_workers(conn)
+        rows = {r.name: r for r in conn.execute(text("SELECT * FROM jobs_workers"))}
+        holders = dict(conn.execute(text("SELECT job_id, pid FROM effects")).all())
+        locked_by = dict(conn.execute(text("SELECT id, locked_by FROM jobs")).all())
+        running = dict(
+            conn.execute(
+                text("SELECT locked_by, count(*) FROM jobs WHERE status = 'running' GROUP BY 1")
+            ).all()
+        )
+    assert {w["name"] for w in workers} == names == set(rows)
+    assert [w["queues"] for w in workers] == [["effects"], ["effects"]]
+    assert {w["name"]: w["jobs_held"] for w in workers} == running
+    assert all(w["jobs_held"] >= 2 for w in workers), workers
+    assert {(r.host, r.pid) for r in rows.values()} == {(host, p) for p in run.child_pids()}
+    # Each job is held by the child whose handler runs it.
+    assert {j: f"pgqueue-worker:{host}:{p}" for j, p in holders.items()} == {
+        j: locked_by[j] for j in holders
+    }
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.proc.wait(90) == 0, run.text()
+    assert scalar(effects, "SELECT count(*) FROM jobs_workers") == 0

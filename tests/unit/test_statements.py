@@ -46,6 +46,19 @@ def test_claim_is_a_materialized_skip_locked_cte_joined_back_by_id() -> None:
     assert "RETURNING jobs.id, jobs.queue, jobs.payload, jobs.attempts" in text
 
 
+def test_claim_records_who_holds_the_job_and_since_when() -> None:
+    """One bound name per worker (the replay keeps one text per queue, size and lease); outside
+    a worker the connection's application_name."""
+    text = sql(statements.claim_statement(10))
+    assert (
+        "locked_by=coalesce(%(locked_by)s::VARCHAR, "
+        "nullif(current_setting('application_name'), '')), locked_at=now()"
+    ) in text
+    params = _calls.claim("q", 10, timedelta(seconds=30), "pgqueue-worker:h:1").params
+    assert params["locked_by"] == "pgqueue-worker:h:1"
+    assert _calls.claim("q", 10, timedelta(seconds=30)).params["locked_by"] is None
+
+
 def test_claim_limit_is_rendered_inline_at_execution() -> None:
     compiled = statements.claim_statement(7).compile(dialect=DIALECT)
     assert "LIMIT __[POSTCOMPILE_" in compiled.string  # literal_execute: inline, never a $n
@@ -618,3 +631,16 @@ def test_unique_enqueue_does_nothing_on_a_live_key_through_the_partial_index() -
     assert "jobs.unique_key = any(%(keys)s::TEXT[]) AND unique_key IS NOT NULL" in holders
     retry = sql(statements.retry_statement())
     assert "(jobs.unique_key IS NULL OR NOT (EXISTS (SELECT holder.id FROM jobs AS holder" in retry
+
+
+def test_a_workers_row_is_upserted_by_name_and_deleted_only_by_the_run_that_wrote_it() -> None:
+    from pgqueue._worker import registration as _registration
+
+    upsert = sql(_registration.REGISTER)
+    assert upsert.startswith("INSERT INTO jobs_workers (name, host, pid, queues, started_at)")
+    assert "ON CONFLICT (name) DO UPDATE SET host = %(host)s" in upsert
+    assert "started_at = now() RETURNING jobs_workers.started_at" in upsert
+    assert sql(_registration.UNREGISTER) == (
+        "DELETE FROM jobs_workers WHERE jobs_workers.name = %(worker_name)s::VARCHAR "
+        "AND jobs_workers.started_at = %(started_at)s::TIMESTAMP WITH TIME ZONE"
+    )

@@ -1,4 +1,5 @@
-"""The dashboard's pure parts: chart geometry, CSRF tokens, credentials, basic auth, durations."""
+"""The dashboard's pure parts: chart geometry, CSRF tokens, credentials, basic auth, durations,
+allowed hosts."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ pytest.importorskip("starlette", reason="the web extra is not installed")
 
 from pgqueue._base.durations import format_duration, parse_duration
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
-from pgqueue.web import _chart, _csrf
+from pgqueue.web import _chart, _csrf, _hosts
 from pgqueue.web._auth import BasicAuth, parse_credentials
 from pgqueue.web._snapshot import DepthHistory
 
@@ -140,3 +141,55 @@ def test_durations_round_trip() -> None:
     for bad in ("", "soon", "-1d", "1w"):
         with pytest.raises(ValueError, match="invalid duration"):
             parse_duration(bad)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        (["Queue.Example.COM."], ("queue.example.com",)),
+        (["[::1]", "fd00::5", "10.0.0.5"], ("::1", "fd00::5", "10.0.0.5")),
+        (["*.Example.com", "*"], ("*.example.com", "*")),
+        (None, ()),
+        ((), ()),
+    ],
+)
+def test_allowed_hosts_are_normalized(given: Any, expected: tuple[str, ...]) -> None:
+    assert _hosts.check_allowed_hosts(given) == expected
+
+
+@pytest.mark.parametrize("bad", ["a:80", "[::1]:80", "x/y", "u@h", "*x", "a.*.b", "", " ", "a b"])
+def test_allowed_hosts_refuse_what_is_no_bare_name(bad: str) -> None:
+    with pytest.raises(InvalidArgumentError, match="allowed_hosts"):
+        _hosts.check_allowed_hosts([bad])
+
+
+def _call(guard: _hosts.HostGuard, headers: dict[str, str], method: str = "GET") -> int:
+    sent: list[dict[str, Any]] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    guard.app = app
+    scope = {
+        "type": "http",
+        "method": method,
+        "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()],
+        "server": ("10.1.2.3", 8080),
+    }
+    asyncio.run(guard(scope, lambda: None, send))  # type: ignore[arg-type]
+    return int(sent[0]["status"])
+
+
+def test_the_host_guard_compares_names_not_ports() -> None:
+    guard = _hosts.HostGuard(lambda *a: None, allowed=("*.corp.example",))  # type: ignore[arg-type]
+    assert _call(guard, {"Host": "10.1.2.3:9999"}) == 200  # the address it came in on
+    assert _call(guard, {"Host": "db.corp.example"}) == 200
+    assert _call(guard, {"Host": "corp.example"}) == 400
+    assert _call(guard, {}) == 200  # HTTP/1.0: no browser
+    assert _call(guard, {"Host": "10.1.2.3", "Origin": "http://10.1.2.3"}, "POST") == 200
+    assert _call(guard, {"Host": "10.1.2.3", "Origin": "http://10.1.2.3:81"}, "POST") == 403
+    assert _call(guard, {"Host": "10.1.2.3", "Origin": "https://x.corp.example"}, "POST") == 200
+    assert _call(guard, {"Host": "10.1.2.3", "Origin": "http://evil.example"}, "GET") == 200

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy import Engine, text
 from starlette.testclient import TestClient
 
@@ -73,7 +75,7 @@ def test_retry_failed_requeues_that_queue_only(engine: Engine, client: TestClien
     assert row(engine, cancelled)["status"] == "failed"  # cancelled on purpose: stays
     page = client.get(location).text
     assert "3 failed job(s) requeued (cancelled jobs are left as they are)." in page
-    assert "Retry failed (not cancelled)" in page
+    assert "cancelled jobs stay as they are\">Retry failed<" in page
 
 
 def test_purge_deletes_that_queues_done_jobs_older_than_the_age(
@@ -90,12 +92,28 @@ def test_purge_deletes_that_queues_done_jobs_older_than_the_age(
         (job,) = pgqueue.claim(conn, queue="email")
         pgqueue.complete(conn, job.id, job.attempts)
     assert job.id == young
-    status, location = _post(client, "/queues/email/purge", older_than="2d")
+    # The overview's form only asks: a confirmation page, and nothing deleted yet.
+    token = csrf_token(client)
+    asked = client.post("/queues/email/purge", data={"csrf_token": token, "older_than": "48h"})
+    assert asked.status_code == 200
+    assert "Purge the done jobs of" in asked.text
+    assert "created more than <b>2d</b> ago" in asked.text
+    assert scalar_count(engine) == 5
+    form = dict(re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)">', asked.text))
+    assert form == {"csrf_token": token, "older_than": "2d", "confirm": "yes"}
+    assert 'action="/queues/email/purge"' in asked.text
+    response = client.post("/queues/email/purge", data=form, follow_redirects=False)
+    status, location = response.status_code, response.headers["location"]
     assert (status, location) == (303, "/?done=purged&n=3")
     with engine.connect() as conn:
         left = conn.execute(text("SELECT queue, count(*) FROM jobs GROUP BY 1 ORDER BY 1")).all()
     assert [tuple(r) for r in left] == [("email", 1), ("thumbs", 1)]
     assert "3 done job(s) deleted." in client.get(location).text
+
+
+def scalar_count(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(text("SELECT count(*) FROM jobs")).scalar_one())
 
 
 def test_purge_with_a_bad_age_is_a_400_and_deletes_nothing(
@@ -108,7 +126,8 @@ def test_purge_with_a_bad_age_is_a_400_and_deletes_nothing(
     token = csrf_token(client)
     for age in ("", "soon", "-1d", "7 weeks"):
         response = client.post(
-            "/queues/default/purge", data={"csrf_token": token, "older_than": age}
+            "/queues/default/purge",
+            data={"csrf_token": token, "older_than": age, "confirm": "yes"},
         )
         assert response.status_code == 400, age
         assert "invalid duration" in response.text

@@ -182,3 +182,59 @@ def test_read_only_shows_no_buttons_behind_basic_auth(engine: Engine, browser: B
         page.goto(base + f"/queue/jobs/{failed}")
         expect(page.locator("#last-error")).to_have_text("boom")
         context.close()
+
+
+#: A queue name with no place to break (queue names may be up to 7,999 bytes).
+LONG_QUEUE = "tenant_" + "x" * 300
+
+
+def _no_horizontal_scroll(page: Page) -> None:
+    wide = page.evaluate("document.documentElement.scrollWidth")
+    assert wide <= page.viewport_size["width"], (page.url, wide)  # type: ignore[index]
+
+
+def test_long_queue_names_wrap_bulk_retry_and_a_purge_that_asks(
+    engine: Engine, browser: Browser
+) -> None:
+    failed = [failed_job(engine, queue=LONG_QUEUE, error="boom") for _ in range(2)]
+    with engine.begin() as conn:
+        pgqueue.enqueue_many(conn, [{}] * 3, queue=LONG_QUEUE)
+        while claimed := pgqueue.claim(conn, queue=LONG_QUEUE, limit=10):
+            pgqueue.repository.complete_many(conn, [(j.id, j.attempts) for j in claimed])
+        conn.execute(text("UPDATE jobs SET created_at = now() - interval '3 days'"))
+        conn.execute(
+            text("INSERT INTO jobs_workers (name, host, pid, queues) VALUES ('w', 'h', 1, :q)"),
+            {"q": [LONG_QUEUE]},
+        )
+    with serving(_service(engine)) as base:
+        page = browser.new_page(viewport={"width": 1024, "height": 800})
+        page.goto(base + "/queue/")
+        expect(_count(page, LONG_QUEUE, "failed")).to_have_text("2", timeout=WAIT_MS)
+        _no_horizontal_scroll(page)
+        page.goto(base + f"/queue/jobs/{failed[0]}")
+        _no_horizontal_scroll(page)
+
+        # Bulk retry: "select all" (the script shows it), then the button.
+        page.goto(base + "/queue/jobs?status=failed")
+        _no_horizontal_scroll(page)
+        page.locator("input[data-select-all]").check()
+        expect(page.locator('input[name="job_id"]:checked')).to_have_count(2)
+        page.get_by_role("button", name="Retry selected").click()
+        expect(page.locator(".message")).to_contain_text(
+            "2 of the selected job(s) requeued", timeout=WAIT_MS
+        )
+        assert [row(engine, i)["status"] for i in failed] == ["queued", "queued"]
+
+        # Purge asks first, on a page of its own; only its button deletes.
+        page.goto(base + "/queue/")
+        queue_row = page.locator(f'tr[data-queue="{LONG_QUEUE}"]')
+        queue_row.locator('input[name="older_than"]').fill("2d")
+        queue_row.get_by_role("button", name="Purge").click()
+        expect(page.locator("h1")).to_contain_text("Purge the done jobs of", timeout=WAIT_MS)
+        _no_horizontal_scroll(page)
+        with engine.connect() as conn:
+            done = conn.execute(text("SELECT count(*) FROM jobs WHERE status = 'done'"))
+            assert done.scalar_one() == 3
+        page.get_by_role("button", name="Delete them").click()
+        expect(page.locator(".message")).to_contain_text("3 done job(s) deleted", timeout=WAIT_MS)
+        page.close()

@@ -128,3 +128,29 @@ def _assert_bounded_chart(plan: dict[str, Any]) -> None:
     assert any(n.get("Index Name") == "jobs_finished_at_idx" for n in _nodes(plan)), kinds
     # An hour of a job a second is ~3,600 rows: tens of heap pages, not the table's thousands.
     assert _buffers(plan) < 1_000, _buffers(plan)
+
+
+def test_the_jobs_workers_hold_are_counted_on_the_lease_index(history: Engine) -> None:
+    """The workers page counts running jobs per worker: the partial jobs_lease_idx (running jobs
+    only), never the million done ones."""
+    with history.connect() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (queue, payload, status, attempts, locked_until, locked_by) "
+                "SELECT 'bulk', '{}', 'running', 1, now() + interval '1 minute', "
+                "'pgqueue-worker:h:' || (i % 3) FROM generate_series(1, 30) AS i"
+            )
+        )
+        stmt = admin.connected_workers_statement()
+        compiled = stmt.compile(dialect=postgresql.dialect())  # type: ignore[no-untyped-call]
+        result = conn.exec_driver_sql(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + str(compiled),
+            {**compiled.params, "prefix": ""},  # every session counts as a worker here
+        ).scalar_one()
+        conn.rollback()
+    plan = result[0]["Plan"]
+    on_jobs = [n for n in _nodes(plan) if n.get("Relation Name") == "jobs"]
+    assert on_jobs, [n["Node Type"] for n in _nodes(plan)]
+    assert all(n["Node Type"] != "Seq Scan" for n in on_jobs), on_jobs
+    assert any(n.get("Index Name") == "jobs_lease_idx" for n in on_jobs), on_jobs
+    assert sum(_buffers(n) for n in on_jobs) < 100

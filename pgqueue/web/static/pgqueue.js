@@ -3,6 +3,20 @@
 // page still works: it is complete as the server renders it, and a reload refreshes it.
 (function () {
   "use strict";
+  // The job list's "select all" box: shown only where this script runs (hidden otherwise).
+  var boxes = document.querySelectorAll("input[data-select-all]");
+  Array.prototype.forEach.call(boxes, function (all) {
+    var name = all.getAttribute("data-select-all");
+    var form = all.form || all.closest("form");
+    all.hidden = false;
+    all.addEventListener("change", function () {
+      var items = (form || document).querySelectorAll('input[type="checkbox"][name="' + name + '"]');
+      Array.prototype.forEach.call(items, function (box) {
+        box.checked = all.checked;
+      });
+    });
+  });
+
   var live = document.getElementById("live");
   if (!live || !window.fetch) return;
   var url = live.getAttribute("data-refresh-url");

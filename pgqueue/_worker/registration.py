@@ -1,0 +1,103 @@
+"""A worker's row in ``jobs_workers`` (pgqueue_0010): written once at start, deleted at stop.
+
+The row says what a worker serves (host, pid, queues) and since when; whether the worker is alive
+is read from ``pg_stat_activity`` (:func:`pgqueue.admin.connected_workers`), so nothing is written
+while it runs and an idle worker lets a scale-to-zero database sleep. Writing the row is a
+courtesy to operators, never a condition of work: on a database not migrated to pgqueue_0010, or
+for a role without the grant, the worker logs one warning and runs without it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import ARRAY, DateTime, Delete, Engine, Insert, Integer, Text, bindparam, func
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import SQLAlchemyError
+
+from pgqueue._base.urls import error_line
+from pgqueue.models import workers_table
+
+log = logging.getLogger("pgqueue.worker")
+
+workers = workers_table
+
+_ROW: dict[str, Any] = {
+    "name": bindparam("worker_name", type_=Text),
+    "host": bindparam("host", type_=Text),
+    "pid": bindparam("pid", type_=Integer),
+    "queues": bindparam("queues", type_=ARRAY(Text)),
+    "started_at": func.now(),
+}
+
+#: The worker's row, replacing one a process of the same host and pid left behind (a killed
+#: worker's). Returns ``started_at``, which the delete names.
+REGISTER: Insert = (
+    pg_insert(workers)
+    .values(_ROW)
+    .on_conflict_do_update(
+        index_elements=[workers.c.name],
+        set_={name: value for name, value in _ROW.items() if name != "name"},
+    )
+    .returning(workers.c.started_at)
+)
+
+#: Only the row this run wrote: a second ``Worker`` of the same process (same name) that started
+#: later has replaced it, and keeps its own.
+UNREGISTER: Delete = workers.delete().where(
+    workers.c.name == bindparam("worker_name", type_=Text),
+    workers.c.started_at == bindparam("started_at", type_=DateTime(timezone=True)),
+)
+
+
+class Registration:
+    """The row of one run of one worker; :meth:`add` at start, :meth:`remove` at stop.
+
+    Both run on the caller's thread (the worker's ``run``) and never raise a database error: the
+    first failure is logged as a warning, and a row that could not be written is not deleted.
+    """
+
+    def __init__(self, engine: Engine, name: str, queues: Sequence[str]) -> None:
+        self._engine = engine
+        self._params = {
+            "worker_name": name,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "queues": list(queues),
+        }
+        self._started_at: datetime | None = None
+        self._warned = False
+
+    def add(self) -> None:
+        try:
+            with self._engine.begin() as conn:
+                self._started_at = conn.execute(REGISTER, self._params).scalar_one()
+        except SQLAlchemyError as exc:
+            self._warn("not written", exc)
+
+    def remove(self) -> None:
+        if self._started_at is None:
+            return
+        params = {"worker_name": self._params["worker_name"], "started_at": self._started_at}
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(UNREGISTER, params)
+        except SQLAlchemyError as exc:
+            self._warn("not deleted", exc)
+        self._started_at = None
+
+    def _warn(self, what: str, exc: SQLAlchemyError) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "worker %s: its jobs_workers row was %s (%s); the worker runs on, and shows as "
+                "connected without its queues (pgqueue migrate, and see pgqueue grants)",
+                self._params["worker_name"],
+                what,
+                error_line(getattr(exc, "orig", None) or exc),
+            )
