@@ -8,12 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from pgqueue._tracebacks import MAX_TRACEBACK_LENGTH
 from pgqueue._validation import check_duration
 from pgqueue.errors import InvalidArgumentTypeError
 from pgqueue.repository import DEFAULT_RETRY_BASE, DEFAULT_RETRY_CAP
 
 #: ``last_error`` is cut to this many characters: a huge message bloats every row version.
 MAX_ERROR_LENGTH = 2000
+
+__all__ = ["MAX_ERROR_LENGTH", "MAX_TRACEBACK_LENGTH", "RetryPolicy", "describe_error"]
 
 
 @dataclass(frozen=True)
