@@ -130,6 +130,7 @@ def _build_worker(args: argparse.Namespace) -> Any:
         "--lease": args.lease,
         "--poll-interval": args.poll_interval,
         "--listen-url": args.listen_url,
+        "--[no-]log-tracebacks": args.log_tracebacks,
         "--url": getattr(args, "url", None),
     }
     if isinstance(target, worker_module.Worker):
@@ -158,6 +159,7 @@ def _build_worker(args: argparse.Namespace) -> Any:
             ("lease", args.lease),
             ("poll_interval", args.poll_interval),
             ("listen_url", args.listen_url),
+            ("log_tracebacks", args.log_tracebacks),
         ):
             if value is not None:
                 kwargs[key] = value

@@ -2,8 +2,8 @@
 
 The worker's lanes (threads, the event loop, transaction mode) and :func:`pgqueue.testing.drain`
 all call handlers and decide outcomes through these functions, so tests and production agree:
-the same error text (:func:`describe_error`), the same "done by its handler" and "cancelled"
-recognition when a guard matches nothing.
+the same error text (:func:`describe_error`) and traceback in the job's ``errors``, the same
+"done by its handler" and "cancelled" recognition when a guard matches nothing.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import time
 
 from pgqueue import repository
 from pgqueue._completer import settled_outcome
+from pgqueue._tracebacks import format_traceback
 from pgqueue._window import Held
 from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import Handler, Outcome
@@ -76,6 +77,7 @@ def settle(
         detail = "guard matched no row at completion"
     else:
         detail = describe_error(error)
+        held.traceback = format_traceback(error)
         result = repository.fail(
             conn,
             job.id,
@@ -84,6 +86,7 @@ def settle(
             retry=policy.should_retry(error),
             base=policy.base,
             cap=policy.cap,
+            traceback=held.traceback,
         )
         if result is not None and result.retry_in is None:
             return Outcome.FAILED, detail
