@@ -8,7 +8,8 @@ datetimes).
 
 from __future__ import annotations
 
-from datetime import timedelta
+import re
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -84,9 +85,44 @@ def list_jobs_statement(
 
 
 def get_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
-    """One job with its payload, or ``None`` when there is no such id."""
+    """One job with its payload, or ``None`` when there is no such id.
+
+    ``errors`` is its history of failed attempts (:func:`error_history`), ``[]`` for none.
+    """
     row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
-    return None if row is None else dict(row._mapping)
+    if row is None:
+        return None
+    job = dict(row._mapping)
+    job["errors"] = error_history(job.get("errors"))
+    return job
+
+
+def error_history(errors: Any) -> list[dict[str, Any]]:
+    """``jobs.errors`` (oldest first) with each ``at`` an aware datetime like the other times.
+
+    The database wrote ``at`` as ISO text (``now()`` through ``jsonb_build_object``); text that
+    does not parse is left as it is, and anything but an entry object is skipped.
+    """
+    if not isinstance(errors, list):
+        return []
+    return [
+        {**entry, "at": _timestamp(entry.get("at"))} for entry in errors if isinstance(entry, dict)
+    ]
+
+
+#: PostgreSQL drops trailing zeros of the microseconds; Python 3.10 parses 3 or 6 digits only.
+_FRACTION = re.compile(r"\.(\d{1,6})(?=\D|$)")
+
+
+def _timestamp(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return datetime.fromisoformat(
+            _FRACTION.sub(lambda m: "." + m.group(1).ljust(6, "0"), value, count=1)
+        )
+    except ValueError:
+        return value
 
 
 def job_statuses(conn: Connection, job_ids: list[int]) -> dict[int, str]:

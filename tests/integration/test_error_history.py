@@ -18,6 +18,7 @@ from sqlalchemy import Engine, text
 
 import pgqueue
 import pgqueue.testing
+from pgqueue.admin import get_job
 from pgqueue.retry_policy import MAX_TRACEBACK_LENGTH
 from pgqueue.statements import MAX_ERRORS_KEPT
 
@@ -190,6 +191,21 @@ def test_retry_keeps_the_history(engine: Engine) -> None:
     assert [e["attempt"] for e in _errors(engine, job_id)] == [1]
     _drain(engine, {"emails": send_welcome_email})
     assert [e["attempt"] for e in _errors(engine, job_id)] == [1, 2]
+
+
+def test_get_job_reads_the_history_with_times(engine: Engine) -> None:
+    """What ``pgqueue show`` and the dashboard read: ``at`` as an aware datetime, ``[]`` for
+    none."""
+    failing, fine = _enqueue(engine, "emails", max_attempts=1), _enqueue(engine, "other")
+    _drain(engine, {"emails": send_welcome_email})
+    with engine.connect() as conn:
+        job = get_job(conn, failing)
+        assert job is not None
+        assert get_job(conn, fine)["errors"] == []  # type: ignore[index]
+    (entry,) = job["errors"]
+    assert isinstance(entry["at"], datetime)
+    assert entry["at"].tzinfo is not None
+    assert entry["error"] == "KeyError: 'email'"
 
 
 @pytest.mark.parametrize("log_tracebacks", [True, False])
