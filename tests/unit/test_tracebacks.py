@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import builtins
+import re
+import sys
 import traceback
 
 import pytest
@@ -27,6 +30,84 @@ def test_the_traceback_names_the_raising_function_and_ends_with_the_exception() 
     assert text.startswith("Traceback (most recent call last):")
     assert "in send_welcome_email" in text
     assert text.endswith("KeyError: 'email'")
+
+
+def _stdlib(exc: BaseException) -> str:
+    """``traceback.format_exception``'s text without Python 3.11's caret lines."""
+    text = "".join(traceback.format_exception(exc))
+    return "".join(line for line in text.splitlines(True) if not CARETS.match(line)).rstrip("\n")
+
+
+CARETS = re.compile(r"^\s*[~^]+\s*$")
+
+
+def _context() -> None:
+    try:
+        send_welcome_email({})
+    except KeyError:
+        raise RuntimeError("while handling it")  # noqa: B904 - the implicit context is the point
+
+
+def _suppressed() -> None:
+    try:
+        send_welcome_email({})
+    except KeyError:
+        raise RuntimeError("no context shown") from None
+
+
+def _cycle() -> None:
+    a, b = ValueError("a"), ValueError("b")
+    a.__context__, b.__context__ = b, a
+    raise a
+
+
+def _recurse(n: int) -> None:
+    if n:
+        _recurse(n - 1)
+    raise LookupError("bottom")
+
+
+def _with_note() -> None:
+    exc = ValueError("bad address")
+    if hasattr(exc, "add_note"):
+        exc.add_note("while sending the welcome email")
+    raise exc
+
+
+def _multiline_message() -> None:
+    raise ValueError("first line\nsecond line")
+
+
+@pytest.mark.parametrize(
+    "fail",
+    [
+        lambda: send_welcome_email({}),
+        _context,
+        _suppressed,
+        _cycle,
+        lambda: _recurse(12),
+        _with_note,
+        _multiline_message,
+    ],
+    ids=["plain", "context", "suppressed", "cycle", "repeated-frames", "note", "multiline"],
+)
+def test_the_text_is_the_standard_librarys_without_the_caret_lines(fail: object) -> None:
+    exc = raised(fail)
+    assert format_traceback(exc) == _stdlib(exc)
+
+
+def test_an_exception_never_raised_has_only_its_line() -> None:
+    assert format_traceback(KeyError("email")) == "KeyError: 'email'"
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception groups are Python 3.11+")
+def test_exception_groups_are_formatted_by_the_standard_library() -> None:
+    def group() -> None:
+        raise builtins.ExceptionGroup("two", [KeyError("email"), ValueError("x")])
+
+    exc = raised(group)
+    assert format_traceback(exc) == "".join(traceback.format_exception(exc)).rstrip("\n")
+    assert "KeyError: 'email'" in format_traceback(exc)
 
 
 def test_chained_causes_are_kept() -> None:
