@@ -8,13 +8,16 @@ trimmed to its end, a retry keeps the history, and the worker logs the traceback
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
+from worker_helpers import running
 
 import pgqueue
 import pgqueue.testing
@@ -129,6 +132,30 @@ def test_an_async_handlers_failure_keeps_its_traceback(engine: Engine) -> None:
     (entry,) = _errors(engine, job_id)
     assert (entry["attempt"], entry["error"]) == (1, "KeyError: 'email'")
     assert "in send_welcome_email_async" in entry["traceback"]
+
+
+async def wait_for_ever(started: threading.Event) -> None:
+    started.set()
+    await asyncio.sleep(600)
+
+
+def test_an_async_task_cancelled_at_the_shutdown_deadline_says_where_it_waited(
+    engine: Engine,
+) -> None:
+    job_id = _enqueue(engine, "slow")
+    started = threading.Event()
+
+    async def handler(job: pgqueue.JobContext) -> None:
+        await wait_for_ever(started)
+
+    worker = pgqueue.Worker(engine, {"slow": handler}, listen=False, shutdown_timeout=0.2)
+    with running(worker):
+        assert started.wait(20)
+    (entry,) = _errors(engine, job_id)
+    assert entry["error"] == "HandlerCancelled: the handler's task was cancelled"
+    assert "in wait_for_ever" in entry["traceback"]
+    assert "await asyncio.sleep(600)" in entry["traceback"]
+    assert entry["traceback"].endswith("CancelledError")
 
 
 def test_transaction_mode_appends_in_the_jobs_transaction(engine: Engine) -> None:
