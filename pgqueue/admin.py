@@ -8,7 +8,8 @@ datetimes).
 
 from __future__ import annotations
 
-from datetime import timedelta
+import re
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
@@ -162,14 +163,47 @@ def get_job(
     With ``payload_chars``, the payload is not decoded: ``payload_text`` holds at most the first
     ``payload_chars`` characters of its JSON text and ``payload_length`` the full text's length,
     both computed by the server, so a payload of 100 MB sends (and costs this process) only
-    that prefix.
+    that prefix. ``errors`` is its history of failed attempts (:func:`error_history`), ``[]``
+    for none.
     """
     if payload_chars is None:
         row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
-        return None if row is None else dict(row._mapping)
-    limit = check_positive_int("payload_chars", payload_chars)
-    row = conn.execute(get_job_statement(limit), {"job_id": job_id}).first()
-    return None if row is None else dict(row._mapping)
+    else:
+        limit = check_positive_int("payload_chars", payload_chars)
+        row = conn.execute(get_job_statement(limit), {"job_id": job_id}).first()
+    if row is None:
+        return None
+    job = dict(row._mapping)
+    job["errors"] = error_history(job.get("errors"))
+    return job
+
+
+def error_history(errors: Any) -> list[dict[str, Any]]:
+    """``jobs.errors`` (oldest first) with each ``at`` an aware datetime like the other times.
+
+    The database wrote ``at`` as ISO text (``now()`` through ``jsonb_build_object``); text that
+    does not parse is left as it is, and anything but an entry object is skipped.
+    """
+    if not isinstance(errors, list):
+        return []
+    return [
+        {**entry, "at": _timestamp(entry.get("at"))} for entry in errors if isinstance(entry, dict)
+    ]
+
+
+#: PostgreSQL drops trailing zeros of the microseconds; Python 3.10 parses 3 or 6 digits only.
+_FRACTION = re.compile(r"\.(\d{1,6})(?=\D|$)")
+
+
+def _timestamp(value: Any) -> Any:
+    if not isinstance(value, str):
+        return value
+    try:
+        return datetime.fromisoformat(
+            _FRACTION.sub(lambda m: "." + m.group(1).ljust(6, "0"), value, count=1)
+        )
+    except ValueError:
+        return value
 
 
 def get_job_statement(payload_chars: int) -> Select[Any]:

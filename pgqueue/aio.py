@@ -175,9 +175,10 @@ async def fail(
     retry: bool = True,
     base: timedelta = DEFAULT_RETRY_BASE,
     cap: timedelta = DEFAULT_RETRY_CAP,
+    traceback: str | None = None,
 ) -> FailResult | None:
     """Record a failed attempt; see :func:`pgqueue.repository.fail`."""
-    return await _run(conn, _calls.fail(job_id, attempts, error, retry, base, cap))
+    return await _run(conn, _calls.fail(job_id, attempts, error, retry, base, cap, traceback))
 
 
 async def snooze(

@@ -81,7 +81,8 @@ class Job(Base):
     #: ``None`` while queued or running, and for jobs finished before pgqueue_0009.
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     #: The last failed attempts, oldest first: ``[{"attempt", "at", "error", "traceback"}, ...]``
-    #: (pgqueue_0010); ``last_error`` holds the newest one-line error.
+    #: (pgqueue_0010), at most :data:`pgqueue.statements.MAX_ERRORS_KEPT`; ``last_error`` holds
+    #: the newest one-line error.
     errors: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
     #: How often a handler gave the job back with :class:`pgqueue.Snooze` (pgqueue_0010).
     snoozes: Mapped[int] = mapped_column(Integer, server_default=text("0"))

@@ -189,15 +189,19 @@ def fail(
     retry: bool = True,
     base: timedelta = DEFAULT_RETRY_BASE,
     cap: timedelta = DEFAULT_RETRY_CAP,
+    traceback: str | None = None,
 ) -> FailResult | None:
     """Record a failed attempt (R11) and schedule the retry, or fail the job for good.
 
     The retry waits ``least(cap, base * 2^attempts)``: 20 s after the first failure, then 40 s,
     80 s, 160 s with the defaults. Once ``attempts >= max_attempts``, or with ``retry=False``
-    (a non-retryable error), the job becomes ``failed``. Returns ``None`` when the guard
-    matched no row (the job is no longer ours).
+    (a non-retryable error), the job becomes ``failed``. ``error`` becomes ``last_error``; the
+    same statement appends ``{"attempt", "at", "error", "traceback"}`` to the job's ``errors``
+    (the last :data:`~pgqueue.statements.MAX_ERRORS_KEPT` are kept). ``traceback``: text, kept
+    to its last :data:`~pgqueue.retry_policy.MAX_TRACEBACK_LENGTH` characters; default none.
+    Returns ``None`` when the guard matched no row (the job is no longer ours).
     """
-    return _run(conn, _calls.fail(job_id, attempts, error, retry, base, cap))
+    return _run(conn, _calls.fail(job_id, attempts, error, retry, base, cap, traceback))
 
 
 def snooze(conn: Executor, job_id: int, attempts: int, delay: timedelta | float = 0) -> bool:
@@ -377,14 +381,14 @@ def complete_many(
 
 def fail_many(
     conn: Executor,
-    failures: Sequence[tuple[int, int, str, bool]],
+    failures: Sequence[_calls.BatchFailure],
     *,
     base: timedelta = DEFAULT_RETRY_BASE,
     cap: timedelta = DEFAULT_RETRY_CAP,
     lock_timeout_ms: int | None = None,
 ) -> dict[int, FailResult]:
-    """R11 for a batch of ``(job_id, attempts, error, retry)`` sharing one backoff, by id
-    (``lock_timeout_ms`` as for :func:`complete_many`)."""
+    """R11 for a batch of ``(job_id, attempts, error, retry[, traceback])`` sharing one backoff,
+    by id, in one statement (``lock_timeout_ms`` as for :func:`complete_many`)."""
     return _run(conn, _calls.fail_many(failures, base, cap, lock_timeout_ms))
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from pgqueue._base.tracebacks import MAX_TRACEBACK_LENGTH
 from pgqueue._base.validation import check_duration
 from pgqueue.errors import InvalidArgumentTypeError
 
@@ -17,6 +18,8 @@ DEFAULT_RETRY_CAP = timedelta(hours=1)
 
 #: ``last_error`` is cut to this many characters: a huge message bloats every row version.
 MAX_ERROR_LENGTH = 2000
+
+__all__ = ["MAX_ERROR_LENGTH", "MAX_TRACEBACK_LENGTH", "RetryPolicy", "describe_error"]
 
 
 @dataclass(frozen=True)

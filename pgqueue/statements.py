@@ -319,7 +319,37 @@ _backoff_seconds = func.least(
 )
 
 
-def _failure_values(retry: ColumnElement[Any], error: ColumnElement[Any]) -> dict[str, Any]:
+#: ``jobs.errors`` keeps the last this many failed attempts, oldest first (older ones drop out).
+MAX_ERRORS_KEPT = 10
+
+
+def _with_error(error: ColumnElement[Any], traceback: ColumnElement[Any]) -> ColumnElement[Any]:
+    """``jobs.errors`` with this attempt's entry appended, cut to the last :data:`MAX_ERRORS_KEPT`.
+
+    ``{"attempt", "at" (now(), ISO text), "error", "traceback"}``, built in the statement that
+    records the failure: no round trip of its own, and the database's clock. The jsonpath slice
+    keeps the array's end (lax mode clips ``last - 9`` to the first element of a shorter one).
+    """
+    entry = func.jsonb_build_object(
+        literal_column("'attempt'"),
+        jobs.c.attempts,
+        literal_column("'at'"),
+        func.now(),
+        literal_column("'error'"),
+        error,
+        literal_column("'traceback'"),
+        traceback,
+    )
+    history = func.coalesce(jobs.c.errors, literal_column("'[]'::jsonb", JSONB)).op("||")(
+        func.jsonb_build_array(entry)
+    )
+    kept = literal_column(f"'$[last - {MAX_ERRORS_KEPT - 1} to last]'", Text)
+    return func.jsonb_path_query_array(history, kept, type_=JSONB)
+
+
+def _failure_values(
+    retry: ColumnElement[Any], error: ColumnElement[Any], traceback: ColumnElement[Any]
+) -> dict[str, Any]:
     """SET clause of a failed attempt (R11), shared by the single and the batched fail."""
     requeue = retry & (jobs.c.attempts < jobs.c.max_attempts)
     return {
@@ -337,6 +367,7 @@ def _failure_values(retry: ColumnElement[Any], error: ColumnElement[Any]) -> dic
         ),
         "locked_until": null(),
         "last_error": error,
+        "errors": _with_error(error, traceback),
         "finished_at": case((requeue, null()), else_=func.now()),
     }
 
@@ -351,7 +382,13 @@ _FAIL_RETURNING = (
 FAIL: Update = (
     jobs.update()
     .where(_guard())
-    .values(_failure_values(bindparam("retry", type_=Boolean), bindparam("error", type_=Text)))
+    .values(
+        _failure_values(
+            bindparam("retry", type_=Boolean),
+            bindparam("error", type_=Text),
+            bindparam("traceback", type_=Text),
+        )
+    )
     .returning(*_FAIL_RETURNING)
 )
 
@@ -382,7 +419,11 @@ EXTEND_LEASE: Update = (
     jobs.update().where(_guard()).values(locked_until=_lease_end()).returning(jobs.c.id)
 )
 
-#: R12: expired leases go back to the queue, or fail once their attempts are spent.
+#: The ``error`` of the history entry a reaped attempt gets (it has no traceback).
+LEASE_EXPIRED_ERROR = "lease expired"
+
+#: R12: expired leases go back to the queue, or fail once their attempts are spent; each reaped
+#: attempt adds a ``lease expired`` entry to ``errors``.
 REAP_EXPIRED: Update = (
     jobs.update()
     .where(
@@ -396,6 +437,7 @@ REAP_EXPIRED: Update = (
         ),
         locked_until=null(),
         last_error=func.coalesce(jobs.c.last_error, literal("lease expired", Text)),
+        errors=_with_error(literal_column(f"'{LEASE_EXPIRED_ERROR}'", Text), null()),
         finished_at=case((jobs.c.attempts >= jobs.c.max_attempts, func.now())),
     )
     .returning(jobs.c.id, jobs.c.status, jobs.c.attempts)
@@ -492,12 +534,15 @@ COMPLETE_MANY: Update = _batched_update(_locked_batch(), _done_values()).returni
 _failed_batch = _locked_batch(
     ("error", bindparam("batch_errors", type_=ARRAY(Text))),
     ("retry", bindparam("batch_retry", type_=ARRAY(Boolean))),
+    ("traceback", bindparam("batch_tracebacks", type_=ARRAY(Text))),
 )
 
 #: R11 for a batch sharing one retry policy (``base_seconds``, ``cap_seconds``); each job brings
-#: its own error text and retry flag (``batch_errors``, ``batch_retry``). Returns like ``FAIL``.
+#: its own error text, retry flag and traceback (``batch_errors``, ``batch_retry``,
+#: ``batch_tracebacks``: NULL elements for none). Returns like ``FAIL``.
 FAIL_MANY: Update = _batched_update(
-    _failed_batch, _failure_values(_failed_batch.c.retry, _failed_batch.c.error)
+    _failed_batch,
+    _failure_values(_failed_batch.c.retry, _failed_batch.c.error, _failed_batch.c.traceback),
 ).returning(*_FAIL_RETURNING)
 
 _snoozed_batch = _locked_batch(("delay", bindparam("batch_delays", type_=ARRAY(Float))))
@@ -609,7 +654,9 @@ __all__ = [
     "FAIL",
     "FAIL_MANY",
     "KEY_HOLDERS",
+    "LEASE_EXPIRED_ERROR",
     "LIVE_AMONG",
+    "MAX_ERRORS_KEPT",
     "NAIVE_DOUBLE_CLAIMING_CLAIM",
     "REAP_EXPIRED",
     "RELEASE_MANY",

@@ -211,7 +211,8 @@ def drain(
             receive a :class:`pgqueue.JobContext`; ``connection`` is set in transaction mode).
             They run through the worker's own executor: ``async def`` handlers too (each in
             ``asyncio.run``, so call ``drain`` outside a running event loop), the same
-            ``last_error`` text, and a handler that completed its own job counts as done.
+            ``last_error`` text and ``errors`` entry (with the traceback), and a handler that
+            completed its own job counts as done.
         queues: The queues to drain. Default: every queue of ``handlers``.
         max_jobs: Stop after this many jobs. Default 1000.
 

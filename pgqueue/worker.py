@@ -161,6 +161,10 @@ class Worker:
         health_host: The address the health server binds. Default ``127.0.0.1``.
         stuck_after: Seconds one loop (claimer, completer, heartbeat) may spend in a single step
             before :meth:`liveness` reports it stuck. Default 60.
+        log_tracebacks: Write a failed attempt's traceback (masked, trimmed like the one stored
+            in the job's ``errors``) on the lines after its log line: the retry's at WARNING,
+            the final failure's at ERROR. Default True; False logs the one-line error only (the
+            traceback is stored either way).
 
     Raises:
         InvalidArgumentError: for a bad option, or an ``async def`` handler with
@@ -196,6 +200,7 @@ class Worker:
         health_port: int | None = None,
         health_host: str = DEFAULT_HOST,
         stuck_after: timedelta | float = DEFAULT_STUCK_AFTER,
+        log_tracebacks: bool = True,
     ) -> None:
         self.handlers = check_handlers(handlers)
         self.periodic = check_definitions(
@@ -264,6 +269,9 @@ class Worker:
         self.health_port = health_port
         self.health_host = health_host
         self.stuck_after = _seconds("stuck_after", stuck_after)
+        if not isinstance(log_tracebacks, bool):
+            raise InvalidArgumentTypeError("log_tracebacks", "a bool", log_tracebacks)
+        self.log_tracebacks = log_tracebacks
         #: The health server of the current run, when ``health_port`` is set.
         self.health_server: HealthServer | None = None
         self.stats = WorkerStats()
@@ -485,7 +493,11 @@ class Worker:
             adaptive={Lane.THREADS: self.batch_size} if self._adaptive_prefetch else None,
         )
         runtime = Runtime(
-            window, self.stats, self._hooks, lambda q: self.queue_retry.get(q, self.retry)
+            window,
+            self.stats,
+            self._hooks,
+            lambda q: self.queue_retry.get(q, self.retry),
+            log_tracebacks=self.log_tracebacks,
         )
         self._current = runtime
         return runtime

@@ -19,6 +19,7 @@ from sqlalchemy import Executable, Result
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from pgqueue import statements
+from pgqueue._base.tracebacks import check_traceback, trim_traceback
 from pgqueue._base.validation import (
     check_bool,
     check_duration,
@@ -292,10 +293,17 @@ def extend_lease(job_id: int, attempts: int, lease: timedelta) -> Call[bool]:
 
 
 def fail(
-    job_id: int, attempts: int, error: str, retry: bool, base: timedelta, cap: timedelta
+    job_id: int,
+    attempts: int,
+    error: str,
+    retry: bool,
+    base: timedelta,
+    cap: timedelta,
+    traceback: str | None = None,
 ) -> Call[FailResult | None]:
     params = {
         "error": error if isinstance(error, str) else str(error),
+        "traceback": check_traceback(traceback),
         "retry": bool(retry),
         "base_seconds": check_duration("base", base, allow_zero=True).total_seconds(),
         "cap_seconds": check_duration("cap", cap, allow_zero=True).total_seconds(),
@@ -427,19 +435,24 @@ def settled_among(held: Sequence[tuple[int, int]]) -> Call[dict[int, Settled]]:
     return Call(statements.SETTLED_AMONG if held else None, params, _settled)
 
 
+#: One failure of a batch: ``(job_id, claimed_attempts, error, retry[, traceback])``.
+BatchFailure = tuple[int, int, str, bool] | tuple[int, int, str, bool, str | None]
+
+
 def fail_many(
-    failures: Sequence[tuple[int, int, str, bool]],
+    failures: Sequence[BatchFailure],
     base: timedelta,
     cap: timedelta,
     lock_timeout_ms: int | None = None,
 ) -> Call[dict[int, FailResult]]:
-    """``failures``: ``(job_id, claimed_attempts, error, retry)``, sharing one backoff."""
+    """``failures`` share one backoff; a traceback (trimmed to the bound) is optional."""
     params = {
         "lock_timeout": _ms(lock_timeout_ms),
         "batch_ids": [f[0] for f in failures],
         "batch_attempts": [f[1] for f in failures],
         "batch_errors": [f[2] for f in failures],
         "batch_retry": [f[3] for f in failures],
+        "batch_tracebacks": [_batch_traceback(f) for f in failures],
         "base_seconds": base.total_seconds(),
         "cap_seconds": cap.total_seconds(),
     }
@@ -458,6 +471,12 @@ def snooze_many(
         "batch_delays": [s[2].total_seconds() for s in snoozes],
     }
     return Call(statements.SNOOZE_MANY if snoozes else None, params, _id_set)
+
+
+def _batch_traceback(failure: BatchFailure) -> str | None:
+    if len(failure) == 5 and failure[4] is not None:
+        return trim_traceback(failure[4])
+    return None
 
 
 def _batch(

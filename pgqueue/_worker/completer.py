@@ -46,6 +46,7 @@ class Failure:
     error: str
     retry: bool
     policy: RetryPolicy
+    traceback: str | None = None
 
 
 class Completer:
@@ -86,9 +87,17 @@ class Completer:
             self._done.append(held)
             self._wake()
 
-    def fail(self, held: Held, error: str, *, retry: bool, policy: RetryPolicy) -> None:
+    def fail(
+        self,
+        held: Held,
+        error: str,
+        *,
+        retry: bool,
+        policy: RetryPolicy,
+        traceback: str | None = None,
+    ) -> None:
         with self._cond:
-            self._failed.append(Failure(held, error, retry, policy))
+            self._failed.append(Failure(held, error, retry, policy, traceback))
             self._wake()
 
     def snooze(self, held: Held) -> None:
@@ -185,7 +194,10 @@ class Flush:
             if index not in self._failures:
                 self._failures[index] = repository.fail_many(
                     conn,
-                    [(f.held.job.id, f.held.job.attempts, f.error, f.retry) for f in group],
+                    [
+                        (f.held.job.id, f.held.job.attempts, f.error, f.retry, f.traceback)
+                        for f in group
+                    ],
                     base=policy.base,
                     cap=policy.cap,
                     lock_timeout_ms=self._lock_timeout_ms,

@@ -2,8 +2,8 @@
 
 The worker's lanes (threads, the event loop, transaction mode) and :func:`pgqueue.testing.drain`
 all call handlers and decide outcomes through these functions, so tests and production agree:
-the same error text (:func:`describe_error`), the same "done by its handler" and "cancelled"
-recognition when a guard matches nothing.
+the same error text (:func:`describe_error`) and traceback in the job's ``errors``, the same
+"done by its handler" and "cancelled" recognition when a guard matches nothing.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import logging
 import time
 
 from pgqueue import repository
+from pgqueue._base.tracebacks import format_traceback
 from pgqueue._worker.outcomes import settled_outcome
 from pgqueue._worker.window import Held
 from pgqueue.hooks import HookDispatcher
@@ -80,6 +81,7 @@ def settle(
         detail = "guard matched no row at snooze"
     else:
         detail = describe_error(error)
+        held.traceback = format_traceback(error)
         result = repository.fail(
             conn,
             job.id,
@@ -88,6 +90,7 @@ def settle(
             retry=policy.should_retry(error),
             base=policy.base,
             cap=policy.cap,
+            traceback=held.traceback,
         )
         if result is not None and result.retry_in is None:
             return Outcome.FAILED, detail

@@ -45,12 +45,24 @@ OUTCOMES: dict[Outcome, OutcomeRow] = {
 }
 
 
-def count_and_log(stats: WorkerStats, job: JobContext, outcome: Outcome, detail: str) -> None:
-    """Bump the outcome's counter and write its log line (the caller tells the hooks)."""
+def count_and_log(
+    stats: WorkerStats,
+    job: JobContext,
+    outcome: Outcome,
+    detail: str,
+    traceback: str | None = None,
+) -> None:
+    """Bump the outcome's counter and write its log line (the caller tells the hooks).
+
+    ``traceback``: the failed attempt's (already masked, see :mod:`pgqueue._base.tracebacks`),
+    written on the lines after the message as ``logging`` writes ``exc_info``.
+    """
     row = OUTCOMES[outcome]
     setattr(stats, row.counter, getattr(stats, row.counter) + 1)
     if log.isEnabledFor(row.level):
         message = row.message.format(detail=mask_text(detail) if detail else "?")
+        if traceback:
+            message = f"{message}\n{traceback}"
         log.log(
             row.level, "job %d queue=%s attempt=%d: %s", job.id, job.queue, job.attempts, message
         )

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from pgqueue._base.tracebacks import format_traceback
 from pgqueue._worker.executors import HandlerCancelled
 from pgqueue._worker.outcomes import OUTCOMES, count_and_log
 from pgqueue._worker.window import ClaimWindow, Held, Lane, State, busy
@@ -43,6 +44,8 @@ class Runtime:
         stats: WorkerStats,
         hooks: HookDispatcher | None,
         policies: Callable[[str], RetryPolicy],
+        *,
+        log_tracebacks: bool = True,
     ) -> None:
         # An RLock although nothing re-enters it: a Condition over one tests ownership in C,
         # which measured faster on the per-job wake-ups than over a plain Lock.
@@ -54,6 +57,8 @@ class Runtime:
         self.stats = stats
         self.hooks = hooks
         self.policy = policies
+        #: Whether a failed attempt's log line carries its traceback (``Worker(log_tracebacks)``).
+        self.log_tracebacks = log_tracebacks
         self.completer: Completer | None = None
         #: Called (under the lock) when async jobs are waiting: the event loop's wake-up.
         self.wake_async: Callable[[], None] = lambda: None
@@ -112,13 +117,19 @@ class Runtime:
         if held.snooze is not None:
             self.completer.snooze(held)
             return
+        held.traceback = format_traceback(error)
         if not isinstance(error, Exception):
             # A task cancelled at the shutdown deadline, or by the coroutine itself: a failed,
             # retryable attempt, so a job that always outlasts the deadline spends its attempts.
+            # Its traceback says where it was waiting.
             error = HandlerCancelled("the handler's task was cancelled")
         policy = self.policy(job.queue)
         self.completer.fail(
-            held, describe_error(error), retry=policy.should_retry(error), policy=policy
+            held,
+            describe_error(error),
+            retry=policy.should_retry(error),
+            policy=policy,
+            traceback=held.traceback,
         )
 
     def report(self, outcomes: list[tuple[Held, Outcome, str]]) -> None:
@@ -131,7 +142,8 @@ class Runtime:
 
     def record(self, held: Held, outcome: Outcome, detail: str) -> None:
         """Count, log and tell hooks of one job's end. Lock held."""
-        count_and_log(self.stats, held.job, outcome, detail)
+        traceback = held.traceback if self.log_tracebacks else None
+        count_and_log(self.stats, held.job, outcome, detail, traceback)
         if self.hooks is not None:
             self.hooks.outcome(
                 held.job, OUTCOMES[outcome].event, detail, held.handler_seconds, held.snooze

@@ -63,6 +63,8 @@ class Held:
     snooze: timedelta | None = None
     #: Cancels an async handler's task (thread-safe); ``None`` for threads and unstarted jobs.
     cancel_task: Callable[[], None] | None = field(default=None, repr=False)
+    #: The traceback of the handler's exception (formatted, trimmed), for the outcome's log line.
+    traceback: str | None = field(default=None, repr=False)
 
     @property
     def key(self) -> tuple[int, int]:

@@ -146,6 +146,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--listen-url", help="direct URL for LISTEN when --url is a pooler")
     p.add_argument(
+        "--log-tracebacks",
+        action=argparse.BooleanOptionalAction,
+        help="log each failed attempt's traceback with its line (default: yes)",
+    )
+    p.add_argument(
         "--processes",
         type=positive_int,
         default=1,

@@ -15,6 +15,7 @@ from sqlalchemy import Connection
 
 from pgqueue import admin, periodic, repository
 from pgqueue._base.durations import format_duration
+from pgqueue._base.text import psql_table
 from pgqueue._base.validation import MAX_PRIORITY, MIN_PRIORITY, check_priority, check_unique_key
 from pgqueue.cli.common import (
     UserError,
@@ -112,7 +113,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """Show one job with its payload."""
+    """Show one job with its payload, its error history and its last traceback."""
     with transaction(args) as conn:
         job = admin.get_job(conn, args.id)
     if job is None:
@@ -120,12 +121,29 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(job)
         return 0
+    errors = job.pop("errors")
     for key, value in job.items():
         if key == "payload":
             value = json.dumps(value, indent=2, default=json_default)
             value = value.replace("\n", "\n" + " " * 15)
         emit(f"{key + ':':<14} {cell(value) if key != 'payload' else value}")
+    _show_errors(errors)
     return 0
+
+
+def _show_errors(errors: list[dict[str, Any]]) -> None:
+    """The failed attempts (oldest first, as many as ``jobs.errors`` keeps), then the newest
+    traceback."""
+    if not errors:
+        emit(f"{'errors:':<14} -")
+        return
+    emit(f"{'errors:':<14} {len(errors)} (oldest first)")
+    rows = [[cell(e.get(k)) for k in ("attempt", "at", "error")] for e in errors]
+    emit(psql_table(["attempt", "at", "error"], rows))
+    last = next((e for e in reversed(errors) if e.get("traceback")), None)
+    if last is not None:
+        emit(f"traceback of attempt {last.get('attempt')}:")
+        emit(str(last["traceback"]))
 
 
 def cmd_stats(args: argparse.Namespace) -> int:

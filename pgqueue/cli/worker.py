@@ -187,6 +187,7 @@ def _build_worker(args: argparse.Namespace) -> Any:
         "--lease": args.lease,
         "--poll-interval": args.poll_interval,
         "--listen-url": args.listen_url,
+        "--[no-]log-tracebacks": args.log_tracebacks,
         "--url": getattr(args, "url", None),
     }
     if isinstance(target, worker_module.Worker):
@@ -217,6 +218,7 @@ def _build_worker(args: argparse.Namespace) -> Any:
             ("lease", args.lease),
             ("poll_interval", args.poll_interval),
             ("listen_url", args.listen_url),
+            ("log_tracebacks", args.log_tracebacks),
         ):
             if value is not None:
                 kwargs[key] = value

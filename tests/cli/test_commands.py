@@ -110,6 +110,48 @@ def test_enqueue_with_priority_and_unique_key_list_and_show_them(cli: Cli, db: E
     assert (shown_json["priority"], shown_json["unique_key"]) == (7, "user:7")
 
 
+def send_welcome_email(job: pgqueue.JobContext) -> None:
+    job.payload["email"]
+
+
+def test_show_prints_the_error_history_and_the_last_traceback(cli: Cli, db: Engine) -> None:
+    with db.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {"user_id": 7}, queue="emails", max_attempts=2)
+        never = pgqueue.enqueue(conn, {}, queue="other")
+    at_once = pgqueue.RetryPolicy(base=timedelta(0), cap=timedelta(0))
+    worker = pgqueue.Worker(db, {"emails": send_welcome_email}, retry=at_once, listen=False)
+    assert worker.run(until_empty=True).failed == 1
+
+    shown = cli("show", str(job_id))
+    assert shown.code == 0, shown.err
+    out = shown.out
+    assert "errors:        2 (oldest first)\n" in out
+    history = [
+        [c.strip() for c in line.split("|")]
+        for line in out.split("errors:", 1)[1].splitlines()
+        if "|" in line
+    ]
+    assert history[0] == ["attempt", "at", "error"]
+    assert [(row[0], row[2]) for row in history[1:]] == [
+        ("1", "KeyError: 'email'"),
+        ("2", "KeyError: 'email'"),
+    ]
+    traceback = out.split("traceback of attempt 2:\n", 1)[1]
+    assert traceback.startswith("Traceback (most recent call last):\n")
+    assert "in send_welcome_email" in traceback
+    assert traceback.rstrip().endswith("KeyError: 'email'")
+
+    as_json = cli("show", str(job_id), "--json").json()
+    assert [(e["attempt"], e["error"]) for e in as_json["errors"]] == [
+        (1, "KeyError: 'email'"),
+        (2, "KeyError: 'email'"),
+    ]
+    assert "in send_welcome_email" in as_json["errors"][-1]["traceback"]
+    assert as_json["errors"][0]["at"].endswith("+00:00")  # an ISO time, as the other columns
+    assert "errors:        -\n" in cli("show", str(never)).out
+    assert cli("show", str(never), "--json").json()["errors"] == []
+
+
 @pytest.mark.parametrize("priority", ["10", "-1", "high", "1.5", ""])
 def test_enqueue_refuses_a_bad_priority_in_one_line(cli: Cli, db: Engine, priority: str) -> None:
     result = cli("enqueue", "sync", "{}", "--priority", priority)

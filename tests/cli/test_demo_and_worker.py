@@ -7,6 +7,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import pytest
 from sqlalchemy import Engine, text
 
 import pgqueue
@@ -87,6 +88,30 @@ def test_worker_burst(cli: Cli, db: Engine, tmp_path: Path) -> None:
     assert only.code == 0, only.err
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM jobs WHERE status = 'queued'")).scalar() == 0
+
+
+@pytest.mark.parametrize("flag", [None, "--log-tracebacks", "--no-log-tracebacks"])
+def test_worker_logs_a_failed_attempts_traceback_unless_told_not_to(
+    cli: Cli, db: Engine, tmp_path: Path, flag: str | None
+) -> None:
+    """The worker process's stderr: the failure's line at WARNING, with its traceback by
+    default; ``--no-log-tracebacks`` keeps the line and drops the traceback (still stored)."""
+    with db.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {"fail": True}, queue="emails", max_attempts=2)
+    options = [] if flag is None else [flag]
+    result = cli(
+        "worker", "cli_app:registry", "--queues", "emails", "--burst", *options, cwd=_app(tmp_path)
+    )
+    assert result.code == 0, result.err
+    (line,) = [ln for ln in result.err.splitlines() if f"job {job_id} " in ln]
+    assert " WARNING " in line
+    assert line.endswith("ValueError: bad address")
+    logged = "Traceback (most recent call last):" in result.err
+    assert logged is (flag != "--no-log-tracebacks")
+    assert ("in send\n" in result.err) is logged
+    with db.connect() as conn:
+        stored = conn.execute(text("SELECT errors->0->>'traceback' FROM jobs")).scalar_one()
+    assert "in send\n" in stored
 
 
 def test_worker_finds_a_registrys_periodic_definitions(

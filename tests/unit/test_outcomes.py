@@ -150,6 +150,20 @@ def test_braces_and_percent_signs_in_the_detail_are_logged_verbatim(
     assert caplog.records[0].getMessage().endswith(f"failed: {detail}")
 
 
+@pytest.mark.parametrize("outcome", [Outcome.RETRY, Outcome.FAILED])
+def test_a_traceback_follows_the_line_of_its_failed_attempt(
+    outcome: Outcome, caplog: pytest.LogCaptureFixture
+) -> None:
+    """On the lines after the message, where ``exc_info`` would go; the line is unchanged."""
+    caplog.set_level(logging.DEBUG, logger="pgqueue.worker")
+    traceback = "Traceback (most recent call last):\n  File \"app.py\", line 3\nKeyError: 'email'"
+    count_and_log(WorkerStats(), make_job(), outcome, "KeyError: 'email'", traceback)
+    count_and_log(WorkerStats(), make_job(), outcome, "KeyError: 'email'")
+    with_tb, without = (r.getMessage() for r in caplog.records)
+    assert with_tb == f"{without}\n{traceback}"
+    assert caplog.records[0].levelno == OUTCOMES[outcome].level
+
+
 def test_counting_does_not_depend_on_logging(caplog: pytest.LogCaptureFixture) -> None:
     """Stats stay right when the worker's logger is silenced."""
     caplog.set_level(logging.CRITICAL + 1, logger="pgqueue.worker")

@@ -17,6 +17,7 @@ import pgqueue
 from pgqueue import statements
 from pgqueue._sql import calls as _calls
 from pgqueue.results import CancelledJob, CancelReport
+from pgqueue.retry_policy import MAX_TRACEBACK_LENGTH
 from pgqueue.schema import CANCEL_HINT
 
 DIALECT = postgresql.psycopg.dialect()  # type: ignore[no-untyped-call]
@@ -99,6 +100,37 @@ def test_fail_backs_off_and_fails_for_good_after_max_attempts() -> None:
         "finished_at=CASE WHEN (%(retry)s AND jobs.attempts < jobs.max_attempts) THEN NULL "
         "ELSE now() END"
     ) in text
+
+
+#: The history a failed attempt appends to (item 12): ``{attempt, at, error, traceback}``.
+HISTORY = (
+    "errors=jsonb_path_query_array(coalesce(jobs.errors, '[]'::jsonb) || "
+    "jsonb_build_array(jsonb_build_object('attempt', jobs.attempts, 'at', now(), "
+    "'error', {error}, 'traceback', {traceback})), '$[last - 9 to last]')"
+)
+
+
+def test_fail_appends_the_attempt_to_the_error_history_in_the_same_update() -> None:
+    """One statement records the failure and its history entry, with the database's clock; the
+    slice keeps the last MAX_ERRORS_KEPT entries."""
+    text = sql(statements.FAIL)
+    assert "last_error=%(error)s::VARCHAR" in text
+    assert HISTORY.format(error="%(error)s::VARCHAR", traceback="%(traceback)s::VARCHAR") in text
+    assert statements.MAX_ERRORS_KEPT == 10
+    assert bind_names(statements.FAIL) == {
+        "job_id",
+        "claimed_attempts",
+        "error",
+        "traceback",
+        "retry",
+        "base_seconds",
+        "cap_seconds",
+    }
+
+
+def test_reaper_appends_a_lease_expired_entry_without_a_traceback() -> None:
+    text = sql(statements.REAP_EXPIRED)
+    assert HISTORY.format(error="'lease expired'", traceback="NULL") in text
 
 
 def test_reaper_only_touches_expired_running_jobs_and_keeps_the_first_error() -> None:
@@ -222,9 +254,10 @@ def test_fail_many_brings_each_job_its_error_and_retry_flag() -> None:
     text = sql(statements.FAIL_MANY)
     assert (
         "unnest(%(batch_ids)s::BIGINT[], %(batch_attempts)s::INTEGER[], "
-        "%(batch_errors)s::TEXT[], %(batch_retry)s::BOOLEAN[]) "
-        "AS batch(id, attempts, error, retry)"
+        "%(batch_errors)s::TEXT[], %(batch_retry)s::BOOLEAN[], %(batch_tracebacks)s::TEXT[]) "
+        "AS batch(id, attempts, error, retry, traceback)"
     ) in text
+    assert HISTORY.format(error="mine.error", traceback="mine.traceback") in text
     assert (
         "status=CASE WHEN (mine.retry AND jobs.attempts < jobs.max_attempts) "
         "THEN 'queued' ELSE 'failed' END"
@@ -240,6 +273,7 @@ def test_fail_many_brings_each_job_its_error_and_retry_flag() -> None:
         "batch_attempts",
         "batch_errors",
         "batch_retry",
+        "batch_tracebacks",
         "base_seconds",
         "cap_seconds",
     }
@@ -499,6 +533,7 @@ def test_fail_many_call_shares_the_backoff_and_carries_each_failure() -> None:
         "batch_attempts": [2, 1],
         "batch_errors": ["ValueError: a", "KeyError: b"],
         "batch_retry": [True, False],
+        "batch_tracebacks": [None, None],
         "base_seconds": 20.0,
         "cap_seconds": 600.0,
     }
@@ -509,6 +544,38 @@ def _finish(plan: Any, value: Any) -> Any:
     with pytest.raises(StopIteration) as stopped:
         plan.send(value)
     return stopped.value.value
+
+
+def test_fail_many_call_carries_each_traceback_trimmed_to_the_bound() -> None:
+    """The worker's 5-tuples bring a traceback (or None), at the same position as their id."""
+    huge = "x" * (MAX_TRACEBACK_LENGTH * 3)
+    call = _calls.fail_many(
+        [
+            (5, 2, "ValueError: a", True, "Traceback ...\nValueError: a"),
+            (3, 1, "b", True, None),
+            (4, 1, "c", True, huge),
+            (6, 1, "d", True),
+        ],
+        base=timedelta(seconds=20),
+        cap=timedelta(minutes=10),
+    )
+    tracebacks = call.params["batch_tracebacks"]
+    assert tracebacks[:2] == ["Traceback ...\nValueError: a", None]
+    assert len(tracebacks[2]) <= MAX_TRACEBACK_LENGTH
+    assert tracebacks[2].endswith("x" * 1000)
+    assert tracebacks[3] is None
+
+
+def test_fail_call_binds_the_traceback_trimmed_and_refuses_a_non_text_one() -> None:
+    """``pgqueue.fail(..., traceback=...)``: text or None, kept to its end; nothing else."""
+    args = (7, 1, "KeyError: 'email'", True, timedelta(seconds=1), timedelta(seconds=2))
+    assert _calls.fail(*args).params["traceback"] is None
+    assert _calls.fail(*args, "Traceback\nKeyError").params["traceback"] == "Traceback\nKeyError"
+    trimmed = _calls.fail(*args, "line\n" * 10_000).params["traceback"]
+    assert len(trimmed) <= MAX_TRACEBACK_LENGTH
+    assert trimmed.startswith("[... ")
+    with pytest.raises(pgqueue.InvalidArgumentTypeError, match="traceback: expected a str"):
+        _calls.fail(*args, 42)  # type: ignore[arg-type]
 
 
 def test_cancel_call_takes_any_iterable_of_ids_and_the_notify_channel() -> None:

@@ -75,7 +75,7 @@ def test_retry_failed_requeues_that_queue_only(engine: Engine, client: TestClien
     assert row(engine, cancelled)["status"] == "failed"  # cancelled on purpose: stays
     page = client.get(location).text
     assert "3 failed job(s) requeued (cancelled jobs are left as they are)." in page
-    assert "cancelled jobs stay as they are\">Retry failed<" in page
+    assert 'cancelled jobs stay as they are">Retry failed<' in page
 
 
 def test_purge_deletes_that_queues_done_jobs_older_than_the_age(

@@ -222,6 +222,38 @@ def test_payload_and_last_error_with_script_render_as_text(
     assert "&#34;html&#34;: &#34;&lt;script&gt;" in client.get(f"/jobs/{job_id}").text
 
 
+def render_invoice(job: pgqueue.JobContext) -> None:
+    raise ValueError(SCRIPT)
+
+
+def test_job_page_shows_the_error_history_and_each_traceback(
+    engine: Engine, client: TestClient
+) -> None:
+    """Attempt, time and error per failed attempt, each traceback in a ``<details>`` (the
+    newest open), all escaped; a job that never failed says none."""
+    with engine.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {}, queue="invoices", max_attempts=2)
+        fine = pgqueue.enqueue(conn, {}, queue="other")
+    at_once = pgqueue.RetryPolicy(base=timedelta(0), cap=timedelta(0))
+    worker = pgqueue.Worker(engine, {"invoices": render_invoice}, retry=at_once, listen=False)
+    assert worker.run(until_empty=True).failed == 1
+    html = client.get(f"/jobs/{job_id}").text
+    section = html[html.index('<table class="errors" id="errors">') :]
+    section = section[: section.index("</table>")]
+    assert re.findall(r'<td class="n">(\d+)</td>', section) == ["1", "2"]
+    assert len(re.findall(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td>", section)) == 2
+    assert section.count("<details") == 2
+    assert section.count("<details open>") == 1
+    assert section.rindex("<details open>") > section.rindex("<details>")  # the newest is open
+    assert section.count("Traceback (most recent call last):") == 2
+    assert "in render_invoice" in section
+    assert "<script>alert" not in html
+    assert "ValueError: &lt;script&gt;alert(&#39;pwned&#39;)&lt;/script&gt;" in section
+    never = client.get(f"/jobs/{fine}").text
+    assert 'id="errors"' not in never
+    assert '<h2>errors</h2>\n<p class="empty">none</p>' in never
+
+
 @pytest.mark.parametrize("path", ["/jobs/999999", f"/jobs/{2**63}", f"/jobs/{10**30}"])
 def test_unknown_job_is_a_404(client: TestClient, path: str) -> None:
     response = client.get(path)
