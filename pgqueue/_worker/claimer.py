@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -25,6 +25,9 @@ from pgqueue._worker.window import Lane
 from pgqueue.results import ClaimedJob
 
 log = logging.getLogger("pgqueue.worker")
+
+#: ``claim(queue, limit)``: the jobs claimed, or ``None`` once a transient error gave up.
+Claim = Callable[[str, int], list[ClaimedJob] | None]
 
 
 @dataclass(frozen=True)
@@ -41,18 +44,27 @@ class ClaimerOptions:
 
 
 class Claimer:
+    """The main loop of one ``run()``: claims for the lanes of ``lanes`` (queue -> lane).
+
+    ``claim`` makes one claim; the default is the replayed claim on ``engine`` (the unit tests
+    pass their own, so the queue choice and the claim sizes are tested without a database).
+    """
+
     def __init__(
         self,
         runtime: Runtime,
         engine: Engine,
         lanes: Mapping[str, Lane],
         options: ClaimerOptions,
+        *,
+        claim: Claim | None = None,
     ) -> None:
         self._rt = runtime
         self._engine = engine
         self._lanes = dict(lanes)
         self._opts = options
         self._replay = Replay(engine)  # the claim's connection, held between claims
+        self._claim = claim or self._claim_replayed
         # All under the runtime's lock.
         self._ready: dict[str, None] = {}  # queues worth a claim, in round-robin order
         self._notified: dict[str, None] = {}
@@ -202,7 +214,7 @@ class Claimer:
                 rt.stop.wait(1.0)
                 return
 
-    def _claim(self, queue: str, limit: int) -> list[ClaimedJob] | None:
+    def _claim_replayed(self, queue: str, limit: int) -> list[ClaimedJob] | None:
         # One statement in autocommit: committed before it returns, without the BEGIN and COMMIT
         # round trips, and no session state for a transaction-mode pooler.
         return retrying(

@@ -49,11 +49,21 @@ class Failure:
     traceback: str | None = None
 
 
+#: ``write(done, failed, snoozed, keep_trying)``: one batch written, its outcomes; ``None`` once
+#: it gave up (a transient error while ``keep_trying()`` said stop).
+Write = Callable[
+    [list[Held], list[Failure], list[Held], Callable[[], bool]],
+    list[tuple[Held, Outcome, str]] | None,
+]
+
+
 class Completer:
     """One thread that flushes finished jobs within ``flush_delay`` seconds, ``batch_size`` at most.
 
     ``report([(held, outcome, detail), ...])`` is called once per batch after its write committed
-    (or once it is known that the write could not be made: those jobs are lost).
+    (or once it is known that the write could not be made: those jobs are lost). ``write`` writes
+    one batch; the default is a :class:`Flush` on ``engine`` (the unit tests pass their own, so
+    the batching is tested without a database).
     """
 
     def __init__(
@@ -64,9 +74,11 @@ class Completer:
         lock_timeout_ms: int,
         batch_size: int = FLUSH_SIZE,
         flush_delay: float = 0.002,
+        write: Write | None = None,
     ) -> None:
         self._engine = engine
         self._report = report
+        self._write = write or self._flush
         self._batch_size = batch_size
         self._lock_timeout_ms = lock_timeout_ms
         self._flush_delay = flush_delay
@@ -144,13 +156,7 @@ class Completer:
                 snoozed = self._snoozed[: self._batch_size]
                 self._snoozed = self._snoozed[self._batch_size :]
             try:
-                outcomes = short_transaction(
-                    self._engine,
-                    Flush(done, failed, snoozed, self._lock_timeout_ms),
-                    what="flush",
-                    keep_trying=self._keep_trying,
-                    autocommit=True,
-                )
+                outcomes = self._write(done, failed, snoozed, self._keep_trying)
             except Exception:
                 log.exception(
                     "flushing %d job outcomes failed", len(done) + len(failed) + len(snoozed)
@@ -161,6 +167,21 @@ class Completer:
                 outcomes += [(f.held, Outcome.LOST, "failure not written") for f in failed]
                 outcomes += [(h, Outcome.LOST, "snooze not written") for h in snoozed]
             self._report(outcomes)
+
+    def _flush(
+        self,
+        done: list[Held],
+        failed: list[Failure],
+        snoozed: list[Held],
+        keep_trying: Callable[[], bool],
+    ) -> list[tuple[Held, Outcome, str]] | None:
+        return short_transaction(
+            self._engine,
+            Flush(done, failed, snoozed, self._lock_timeout_ms),
+            what="flush",
+            keep_trying=keep_trying,
+            autocommit=True,
+        )
 
 
 class Flush:

@@ -1,0 +1,281 @@
+"""The claimer's decisions: which queue it claims from next, how many jobs, and when it waits.
+
+No database: the claimer is given a claim function (its ``claim`` seam) that records each
+``(queue, limit)`` and answers from the test's script; the engine it holds refuses connections,
+so a claim or a reap that reached PostgreSQL would fail the test. The claimer runs its real loop
+on a thread of its own, over a real window and runtime; the test plays the handlers, finishing
+jobs through the window the way the lanes and the completer do.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import timedelta
+from itertools import pairwise
+
+from pgqueue._worker.claimer import Claimer, ClaimerOptions
+from pgqueue._worker.runtime import Runtime
+from pgqueue._worker.window import ClaimWindow, Lane
+from pgqueue.results import ClaimedJob
+from tests.worker_parts import (
+    FakeCompleter,
+    claimed_jobs,
+    finish_pending,
+    in_thread,
+    make_runtime,
+    offline_engine,
+    stop,
+    until,
+)
+
+T = Lane.THREADS
+A = Lane.ASYNC
+
+#: Nothing happens by the clock unless a test asks: no fallback poll, no reaping, no idling.
+OPTIONS = ClaimerOptions(
+    lease=timedelta(seconds=30),
+    batch_size=10,
+    poll_interval=3600.0,
+    reap_interval=3600.0,
+    idle_poll_interval=None,
+    idle_after=60.0,
+    lock_timeout_ms=1000,
+)
+
+Answer = Callable[[str, int], list[ClaimedJob] | None]
+
+
+class Claims:
+    """The claimer's claim function: records ``(queue, limit)`` and when, answers by ``answer``;
+    once ``stop_after`` claims were made it stops the run (so no further claim is made)."""
+
+    def __init__(self, answer: Answer, *, stop_after: int | None = None) -> None:
+        self._answer = answer
+        self._stop_after = stop_after
+        self.runtime: Runtime | None = None
+        self.calls: list[tuple[str, int]] = []
+        self.times: list[float] = []
+        self._next_id = 1
+        self._cond = threading.Condition()
+
+    def jobs(self, queue: str, count: int) -> list[ClaimedJob]:
+        """``count`` fresh jobs of ``queue`` (ids never repeat)."""
+        first, self._next_id = self._next_id, self._next_id + count
+        return claimed_jobs(range(first, first + count), queue)
+
+    def __call__(self, queue: str, limit: int) -> list[ClaimedJob] | None:
+        answer = self._answer(queue, limit)
+        with self._cond:
+            self.calls.append((queue, limit))
+            self.times.append(time.monotonic())
+            self._cond.notify_all()
+            made = len(self.calls)
+        if self._stop_after is not None and made >= self._stop_after:
+            assert self.runtime is not None
+            stop(self.runtime)
+        return answer
+
+    def wait_for(self, count: int) -> list[tuple[str, int]]:
+        """Block until ``count`` claims were made; the claims so far."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self.calls) >= count, timeout=10.0):
+                raise AssertionError(f"{count} claims expected, got {self.calls}")
+            return list(self.calls)
+
+
+def window_of(
+    slots: dict[Lane, int],
+    prefetch: dict[Lane, int] | None = None,
+    *,
+    batch_size: int = 10,
+    adaptive: dict[Lane, int] | None = None,
+) -> ClaimWindow:
+    return ClaimWindow(
+        slots,
+        prefetch or dict.fromkeys(slots, 0),
+        batch_size=batch_size,
+        backlog=500,
+        adaptive=adaptive,
+    )
+
+
+@contextmanager
+def claiming(
+    lanes: dict[str, Lane],
+    window: ClaimWindow,
+    claims: Claims,
+    options: ClaimerOptions = OPTIONS,
+) -> Iterator[tuple[Claimer, Runtime]]:
+    """A claimer running its loop (not ``until_empty``) on a thread; stopped on the way out."""
+    runtime = make_runtime(window, completer=FakeCompleter())
+    claims.runtime = runtime
+    claimer = Claimer(runtime, offline_engine(), lanes, options, claim=claims)
+    with in_thread(lambda: claimer.run(until_empty=False), lambda: stop(runtime)):
+        yield claimer, runtime
+
+
+def held_count(runtime: Runtime) -> int:
+    with runtime.lock:
+        return len(runtime.window)
+
+
+# -- which queue next ------------------------------------------------------------------------------
+
+
+def test_queues_are_visited_round_robin_and_a_full_claim_goes_to_the_back_of_the_line() -> None:
+    """One claim per visit, in turn; a queue whose claim came back short leaves the line (it is
+    empty for now) while the others keep taking turns."""
+    served = {"b": 0}
+
+    def answer(queue: str, limit: int) -> list[ClaimedJob]:
+        if queue == "b":
+            served["b"] += 1
+            if served["b"] == 2:
+                return claims.jobs(queue, limit - 1)  # short: b is empty now
+        return claims.jobs(queue, limit)  # full: more may wait
+
+    claims = Claims(answer, stop_after=8)
+    lanes = {"a": T, "b": T, "c": T}
+    with claiming(lanes, window_of({T: 100}), claims, replace(OPTIONS, batch_size=2)):
+        calls = claims.wait_for(8)
+    assert [q for q, _ in calls] == ["a", "b", "c", "a", "b", "c", "a", "c"]
+    assert {limit for _, limit in calls} == {2}  # the batch size caps a claim
+
+
+def test_a_queue_whose_lane_is_full_waits_in_line_while_another_lane_claims() -> None:
+    """A threads queue with no free slot is skipped, not dropped: the async queue is claimed
+    meanwhile, and the threads queue is claimed again once a job of its lane ended."""
+    claims = Claims(lambda q, n: claims.jobs(q, n) if q == "t" else [], stop_after=3)
+    lanes = {"t": T, "x": A}
+    with claiming(lanes, window_of({T: 1, A: 5}), claims) as (_, runtime):
+        assert claims.wait_for(2) == [("t", 1), ("x", 5)]
+        until(lambda: held_count(runtime) == 1, "the claimed job held")
+        time.sleep(0.1)  # a claimer that claimed for a full lane would do it now
+        assert len(claims.calls) == 2
+        finish_pending(runtime, T, 0.01)
+        calls = claims.wait_for(3)
+    assert calls == [("t", 1), ("x", 5), ("t", 1)]
+
+
+def test_an_empty_queue_waits_for_its_notification_and_a_reconnect_polls_them_all() -> None:
+    """After a claim found nothing, only a notification for that queue (or the poll a listener
+    reconnect asks for) brings it back; a notification for a queue this worker does not serve is
+    ignored."""
+    claims = Claims(no_jobs)
+    lanes = {"a": T, "b": T, "c": T}
+    with claiming(lanes, window_of({T: 4}), claims) as (claimer, _):
+        assert [q for q, _ in claims.wait_for(3)] == ["a", "b", "c"]
+        time.sleep(0.1)  # nothing is claimed again on its own
+        assert len(claims.calls) == 3
+        claimer.on_notify("b")
+        assert claims.wait_for(4)[3][0] == "b"
+        claimer.on_notify("not-served-here")
+        claimer.on_listen_connected()
+        calls = claims.wait_for(7)
+        time.sleep(0.1)
+    assert [q for q, _ in claims.calls] == ["a", "b", "c", "b", "a", "b", "c"]
+    assert calls == claims.calls
+
+
+# -- how many --------------------------------------------------------------------------------------
+
+
+def test_a_claim_takes_the_free_capacity_once_half_the_window_is_free() -> None:
+    """The first claim fills the window (slots + prefetch); the next waits until half of it is
+    free and takes exactly what is free."""
+    claims = Claims(lambda q, n: claims.jobs(q, n), stop_after=2)
+    window = window_of({T: 2}, {T: 2})  # a window of 4: claim again at 2 free
+    with claiming({"a": T}, window, claims) as (_, runtime):
+        assert claims.wait_for(1) == [("a", 4)]
+        until(lambda: held_count(runtime) == 4, "the claim held")
+        finish_pending(runtime, T, 0.01, count=1)
+        time.sleep(0.1)  # one free slot and jobs still waiting: not worth a round trip
+        assert len(claims.calls) == 1
+        finish_pending(runtime, T, 0.01, count=1)
+        calls = claims.wait_for(2)
+    assert calls == [("a", 4), ("a", 2)]
+
+
+def test_claim_sizes_follow_the_adaptive_prefetch() -> None:
+    """Short handlers grow the prefetch and so the next claim (up to the adaptive limit); long
+    ones shrink it back to its base."""
+    claims = Claims(lambda q, n: claims.jobs(q, n), stop_after=3)
+    window = window_of({T: 2}, {T: 1}, batch_size=50, adaptive={T: 20})
+    options = replace(OPTIONS, batch_size=50)
+    with claiming({"a": T}, window, claims, options) as (_, runtime):
+        assert claims.wait_for(1) == [("a", 3)]  # 2 slots + a prefetch of 1
+        until(lambda: held_count(runtime) == 3, "the first claim held")
+        finish_pending(runtime, T, 0.001)  # 1 ms each: 20 more fit in the target wait
+        assert claims.wait_for(2)[1] == ("a", 22)
+        until(lambda: held_count(runtime) == 22, "the second claim held")
+        finish_pending(runtime, T, 5.0)  # 5 s each: back to one job ahead
+        calls = claims.wait_for(3)
+    assert calls == [("a", 3), ("a", 22), ("a", 3)]
+
+
+# -- when nothing comes back -----------------------------------------------------------------------
+
+
+def test_a_claim_that_gave_up_keeps_its_queue_in_line_and_pauses_the_loop() -> None:
+    """A claim whose transient error outlasted its retries (``None``) is not an empty queue: the
+    queue goes to the back of the line, not out of it, and the loop pauses a second first."""
+    answers: list[list[ClaimedJob] | None] = [None]
+    claims = Claims(lambda q, n: answers.pop(0) if answers else [], stop_after=3)
+    with claiming({"a": T, "b": T}, window_of({T: 4}), claims):
+        calls = claims.wait_for(3)
+    assert calls == [("a", 4), ("b", 4), ("a", 4)]  # no poll came between: a stayed in line
+    assert claims.times[1] - claims.times[0] >= 0.9
+
+
+def test_an_idle_worker_stretches_its_poll_up_to_the_idle_interval() -> None:
+    """Scale-to-zero: while nothing is held and no work came for ``idle_after``, each fallback
+    poll waits twice as long as the last, never longer than ``idle_poll_interval``."""
+    claims = Claims(no_jobs, stop_after=9)
+    options = replace(OPTIONS, poll_interval=0.01, idle_poll_interval=0.1, idle_after=0.0)
+    with claiming({"a": T}, window_of({T: 4}), claims, options):
+        claims.wait_for(9)
+    gaps = [later - earlier for earlier, later in pairwise(claims.times)]
+    for gap, least in zip(gaps, [0.02, 0.04, 0.08, 0.1, 0.1, 0.1, 0.1, 0.1], strict=True):
+        assert gap >= least * 0.95, gaps  # (a timer may wake a hair early)
+    # Doubling without the cap would wait 2.56 s before the ninth poll.
+    assert gaps[-1] < 1.0, gaps
+
+
+def test_idle_means_nothing_held_and_no_work_for_idle_after() -> None:
+    """What ``Worker.idle``, the listener's reconnect and the reaper ask: idle (and how long they
+    wait then) only with ``idle_poll_interval`` set, nothing held and no work for ``idle_after``."""
+
+    def idleness(options: ClaimerOptions) -> Callable[[], tuple[float, bool]]:
+        runtime = make_runtime(window_of({T: 4}), completer=FakeCompleter())
+        claimer = Claimer(runtime, offline_engine(), {"a": T}, options, claim=Claims(no_jobs))
+        runtimes.append(runtime)
+
+        def now() -> tuple[float, bool]:
+            with runtime.lock:
+                idle = claimer.idle()
+            return claimer.idle_interval(), idle
+
+        return now
+
+    runtimes: list[Runtime] = []
+    assert idleness(OPTIONS)() == (0.0, False)  # no idle_poll_interval: never idle
+    recent = idleness(replace(OPTIONS, idle_poll_interval=5.0, idle_after=60.0))
+    assert recent() == (0.0, False)  # the run just began: that counts as work
+
+    idle = idleness(replace(OPTIONS, idle_poll_interval=5.0, idle_after=0.0))
+    runtime = runtimes[-1]
+    assert idle() == (5.0, True)
+    with runtime.lock:
+        runtime.accept(T, claimed_jobs([1], "a"))
+    assert idle() == (0.0, False)  # a job is held
+    finish_pending(runtime, T, 0.01)
+    time.sleep(0.01)
+    assert idle() == (5.0, True)
+
+
+def no_jobs(queue: str, limit: int) -> list[ClaimedJob]:
+    return []

@@ -1,0 +1,219 @@
+"""The completer's batching: which outcomes go into one flush, when it is written, and close().
+
+No database: the completer is given a write function (its ``write`` seam) that records each batch
+and says what was written; its engine refuses connections. What one flush sends to PostgreSQL, and
+how a retried flush skips what committed, is ``tests/integration/test_flush.py``'s business.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from pgqueue._worker.completer import Completer, Failure
+from pgqueue._worker.window import Held
+from pgqueue.jobs import Outcome
+from pgqueue.retry_policy import RetryPolicy
+from tests.worker_parts import held_job, offline_engine, until
+
+POLICY = RetryPolicy()
+Batch = tuple[list[int], list[int], list[int]]
+
+
+class Writes:
+    """Records each batch as ``(done ids, failed ids, snoozed ids)`` and writes it: every job's
+    outcome is what it asked for. ``fail_with`` makes the first write raise it; ``blocked`` makes
+    every write retry until ``keep_trying()`` says stop, then give up; ``gate``: the first write
+    waits for it."""
+
+    def __init__(
+        self,
+        *,
+        fail_with: Exception | None = None,
+        blocked: bool = False,
+        gate: threading.Event | None = None,
+    ) -> None:
+        self.batches: list[Batch] = []
+        self.gave_up_at: float | None = None
+        self._fail_with = fail_with
+        self._blocked = blocked
+        self._gate = gate
+        self._lock = threading.Lock()
+
+    def __call__(
+        self,
+        done: list[Held],
+        failed: list[Failure],
+        snoozed: list[Held],
+        keep_trying: Callable[[], bool],
+    ) -> list[tuple[Held, Outcome, str]] | None:
+        with self._lock:
+            self.batches.append(
+                ([h.job.id for h in done], [f.held.job.id for f in failed], ids(snoozed))
+            )
+        if self._gate is not None:
+            gate, self._gate = self._gate, None
+            assert gate.wait(10.0)
+        if self._fail_with is not None:
+            error, self._fail_with = self._fail_with, None
+            raise error
+        if self._blocked:
+            while keep_trying():
+                time.sleep(0.01)
+            self.gave_up_at = time.monotonic()
+            return None
+        outcomes = [(h, Outcome.DONE, "") for h in done]
+        for f in failed:
+            outcomes.append((f.held, Outcome.RETRY if f.retry else Outcome.FAILED, f.error))
+        outcomes += [(h, Outcome.SNOOZED, "") for h in snoozed]
+        return outcomes
+
+
+class Reports:
+    """The completer's ``report`` callback: each batch's ``{job id: (outcome, detail)}``."""
+
+    def __init__(self) -> None:
+        self.batches: list[dict[int, tuple[Outcome, str]]] = []
+
+    def __call__(self, outcomes: list[tuple[Held, Outcome, str]]) -> None:
+        self.batches.append({h.job.id: (o, d) for h, o, d in outcomes})
+
+
+def ids(held: list[Held]) -> list[int]:
+    return [h.job.id for h in held]
+
+
+@contextmanager
+def completing(
+    writes: Writes, *, batch_size: int = 500, flush_delay: float = 0.5
+) -> Iterator[tuple[Completer, Reports]]:
+    """A started completer; closed on the way out (if the test did not close it)."""
+    reports = Reports()
+    completer = Completer(
+        offline_engine(),
+        reports,
+        lock_timeout_ms=1000,
+        batch_size=batch_size,
+        flush_delay=flush_delay,
+        write=writes,
+    )
+    completer.start()
+    try:
+        yield completer, reports
+    finally:
+        completer.close(time.monotonic() + 5.0)
+
+
+def test_outcomes_that_arrive_together_are_one_flush_with_a_list_per_kind() -> None:
+    """Completions, failures and snoozes handed over within the linger are written as one batch
+    (one statement per kind), reported once, after the write, with each job's outcome."""
+    writes = Writes()
+    with completing(writes) as (completer, reports):
+        for i in (1, 2, 3):
+            completer.complete(held_job(i))
+        completer.fail(held_job(4), "ValueError: x", retry=True, policy=POLICY)
+        completer.fail(held_job(5), "TypeError: y", retry=False, policy=POLICY)
+        snoozed = held_job(6)
+        completer.snooze(snoozed)
+        until(lambda: len(reports.batches) == 1, "the batch reported")
+    assert writes.batches == [([1, 2, 3], [4, 5], [6])]
+    assert reports.batches == [
+        {
+            1: (Outcome.DONE, ""),
+            2: (Outcome.DONE, ""),
+            3: (Outcome.DONE, ""),
+            4: (Outcome.RETRY, "ValueError: x"),
+            5: (Outcome.FAILED, "TypeError: y"),
+            6: (Outcome.SNOOZED, ""),
+        }
+    ]
+
+
+def test_the_linger_gathers_outcomes_that_arrive_a_moment_apart() -> None:
+    """The first outcome does not go out alone: one that arrives within ``flush_delay`` joins
+    its flush."""
+    writes = Writes()
+    with completing(writes, flush_delay=1.0) as (completer, reports):
+        completer.complete(held_job(1))
+        time.sleep(0.1)
+        completer.complete(held_job(2))
+        until(lambda: len(reports.batches) == 1, "the batch reported")
+    assert writes.batches == [([1, 2], [], [])]
+
+
+def test_a_full_batch_ends_the_linger() -> None:
+    """``batch_size`` outcomes go out without waiting out the linger, at most ``batch_size`` per
+    flush; what is left of a burst waits for the linger."""
+    writes = Writes()
+    with completing(writes, batch_size=3, flush_delay=60.0) as (completer, reports):
+        completer.complete(held_job(1))
+        time.sleep(0.2)  # the completer lingers now, for a minute unless its batch fills
+        for i in range(2, 8):
+            completer.complete(held_job(i))
+        until(lambda: len(reports.batches) == 2, "two full batches reported")
+        time.sleep(0.1)
+        assert writes.batches == [([1, 2, 3], [], []), ([4, 5, 6], [], [])]  # the seventh waits
+
+
+def test_close_writes_everything_left_at_once() -> None:
+    """Once closing, nothing lingers: what was handed over while a write was under way goes out
+    right after it, batch after batch, and close() returns when all is reported."""
+    gate = threading.Event()
+    writes = Writes(gate=gate)
+    with completing(writes, batch_size=3, flush_delay=60.0) as (completer, reports):
+        for i in (1, 2, 3):
+            completer.complete(held_job(i))
+        until(lambda: len(writes.batches) == 1, "the first write begun")
+        for i in range(4, 8):
+            completer.complete(held_job(i))  # while the first write is under way
+        threading.Timer(0.2, gate.set).start()  # the first write returns once close() began
+        closing = time.monotonic()
+        completer.close(closing + 5.0)
+        assert time.monotonic() - closing < 5.0  # it did not wait out the linger
+        assert writes.batches == [([1, 2, 3], [], []), ([4, 5, 6], [], []), ([7], [], [])]
+        assert [sorted(batch) for batch in reports.batches] == [[1, 2, 3], [4, 5, 6], [7]]
+
+
+def test_a_write_that_cannot_be_made_keeps_trying_until_the_close_deadline() -> None:
+    """While the worker runs, a failing write is retried for as long as it takes; once
+    :meth:`Completer.close` set a deadline it gives up there, and the batch's jobs are reported
+    lost (nothing was written for them)."""
+    writes = Writes(blocked=True)
+    with completing(writes, flush_delay=0.0) as (completer, reports):
+        completer.complete(held_job(1))
+        completer.fail(held_job(2), "ValueError: x", retry=True, policy=POLICY)
+        completer.snooze(held_job(3))
+        until(lambda: len(writes.batches) == 1, "the write begun")
+        time.sleep(0.3)
+        assert reports.batches == []  # no deadline yet: still trying
+        deadline = time.monotonic() + 0.3
+        completer.close(deadline)
+    assert writes.gave_up_at is not None
+    assert writes.gave_up_at >= deadline
+    assert reports.batches == [
+        {
+            1: (Outcome.LOST, "completion not written"),
+            2: (Outcome.LOST, "failure not written"),
+            3: (Outcome.LOST, "snooze not written"),
+        }
+    ]
+
+
+def test_a_write_that_raises_reports_its_batch_lost_and_the_next_batch_is_written(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An error that is not transient ends that flush (logged), not the completer."""
+    writes = Writes(fail_with=RuntimeError("a bug"))
+    with caplog.at_level(logging.ERROR, "pgqueue.worker"), completing(writes) as (completer, rep):
+        completer.complete(held_job(1))
+        until(lambda: len(rep.batches) == 1, "the failed batch reported")
+        completer.complete(held_job(2))
+        until(lambda: len(rep.batches) == 2, "the next batch reported")
+    assert rep.batches == [{1: (Outcome.LOST, "completion not written")}, {2: (Outcome.DONE, "")}]
+    assert "flushing 1 job outcomes failed" in caplog.text
+    assert "RuntimeError: a bug" in caplog.text
