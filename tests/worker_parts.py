@@ -99,6 +99,7 @@ class FakeCompleter:
 
     def __init__(self) -> None:
         self.handed: list[tuple[str, Held, tuple[Any, ...]]] = []
+        self.tracebacks: list[str | None] = []
 
     def complete(self, held: Held) -> None:
         self.handed.append(("complete", held, ()))
@@ -106,8 +107,17 @@ class FakeCompleter:
     def snooze(self, held: Held) -> None:
         self.handed.append(("snooze", held, ()))
 
-    def fail(self, held: Held, error: str, *, retry: bool, policy: RetryPolicy) -> None:
+    def fail(
+        self,
+        held: Held,
+        error: str,
+        *,
+        retry: bool,
+        policy: RetryPolicy,
+        traceback: str | None = None,
+    ) -> None:
         self.handed.append(("fail", held, (error, retry, policy)))
+        self.tracebacks.append(traceback)
 
 
 def make_runtime(

@@ -99,6 +99,10 @@ def test_a_handler_error_is_handed_over_as_a_failure_under_its_queues_policy() -
         ("fail", 1, ("ValueError: bad payload", True, RetryPolicy())),
         ("fail", 2, ("ValueError: bad payload", False, STRICT)),
     ]
+    # Each failed attempt hands its traceback over with it, for the job's error history.
+    assert [
+        t is not None and t.endswith("ValueError: bad payload") for t in completer.tracebacks
+    ] == [True, True]
 
 
 def test_a_cancelled_task_is_a_failed_attempt_and_a_snooze_is_handed_over_as_one() -> None:
