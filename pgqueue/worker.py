@@ -288,7 +288,6 @@ class Worker:
             if self._running:
                 raise RuntimeError("this worker is already running")
             self._running = True
-        self._stop.clear()
         try:
             self.health_server = (
                 None
@@ -297,6 +296,7 @@ class Worker:
             )
         except BaseException:
             with self._state_lock:
+                self._stop.clear()
                 self._running = False
             raise
         self._until_empty = until_empty
@@ -315,7 +315,6 @@ class Worker:
                 coroutines.wake()
 
         runtime = self._runtime(completer, wake_async)
-        self._stop = runtime.stop
         if Lane.ASYNC in lanes:
             coroutines = AsyncLane(runtime, self.handlers, self.async_concurrency)
         restore = self._install_signals()
@@ -416,15 +415,25 @@ class Worker:
                 self.health_server.stop()
             self._listener = None
             with self._state_lock:
+                self._stop.clear()  # the stop this run obeyed is spent: the worker may run again
                 self._running = False
             log.info("worker stopped: %s", self.stats)
         return self.stats
 
     def stop(self) -> None:
-        """Ask :meth:`run` to stop claiming and shut down gracefully; callable from any thread."""
+        """Ask :meth:`run` to stop claiming and shut down gracefully; callable from any thread.
+
+        A stop is never lost: one asked while :meth:`run` starts up (before its health server,
+        listener or threads are up) makes it shut down as soon as it got that far, and return
+        within ``shutdown_timeout`` + 1 second. One asked while the worker is not running is
+        kept for the next :meth:`run`, which then returns at once: a thread that calls ``run()``
+        and a ``stop()`` right after it cannot race. ``run()`` resets the stop when it returns,
+        so the worker can run again.
+        """
         self._stop.set()
         runtime = self._current
         if runtime is not None:
+            runtime.stop.set()
             with runtime.lock:
                 runtime.claimer_wakeup.notify_all()
                 runtime.work_ready.notify_all()
@@ -502,6 +511,10 @@ class Worker:
             wake_async=wake_async,
         )
         self._current = runtime
+        # A stop asked before this run was published (while the health server started, or
+        # before run() was called) is the worker's: the run obeys it from its first step.
+        if self._stop.is_set():
+            runtime.stop.set()
         return runtime
 
     def _claimer_options(self) -> ClaimerOptions:
