@@ -26,7 +26,7 @@ from pgqueue import pooler, repository
 from pgqueue._base.connections import worker_name
 from pgqueue._base.urls import mask_url
 from pgqueue._base.validation import check_positive_int
-from pgqueue._worker.claimer import Claimer, ClaimerOptions
+from pgqueue._worker.claimer import Claimer, ClaimerOptions, Intake
 from pgqueue._worker.completer import FLUSH_SIZE, Completer
 from pgqueue._worker.event_loop import AsyncLane
 from pgqueue._worker.heartbeat import Heartbeat
@@ -35,7 +35,7 @@ from pgqueue._worker.registration import Registration
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.scheduler import Scheduler
 from pgqueue._worker.signals import handle_stop_signals
-from pgqueue._worker.threads import ThreadLane
+from pgqueue._worker.threads import ThreadLane, TransactionLane
 from pgqueue._worker.transient import short_transaction
 from pgqueue._worker.window import ClaimWindow, Held, Lane, State, keys
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
@@ -297,7 +297,6 @@ class Worker:
             if self._running:
                 raise RuntimeError("this worker is already running")
             self._running = True
-        self._stop.clear()
         try:
             self.health_server = (
                 None
@@ -306,32 +305,49 @@ class Worker:
             )
         except BaseException:
             with self._state_lock:
+                self._stop.clear()
                 self._running = False
             raise
         self._until_empty = until_empty
-        runtime = self._runtime()
-        self._stop = runtime.stop
-        restore = self._install_signals()
+        lanes = set(self._lanes.values())
         lock_timeout_ms = int(self.lock_timeout * 1000)
         # Computed per run: the pid of the process that runs it (a spawned child has its own).
         name = worker_name()
-        claimer = Claimer(runtime, self.engine, self._lanes, self._claimer_options(name))
+        # The runtime calls the completer and the async lane, which call it back: each is given
+        # its callbacks when built, and those reach what the next lines build (nothing calls
+        # them before the components start).
+        completer = Completer(
+            self.engine, lambda outcomes: runtime.report(outcomes), lock_timeout_ms=lock_timeout_ms
+        )
+        coroutines: AsyncLane | None = None
+
+        def wake_async() -> None:
+            if coroutines is not None:
+                coroutines.wake()
+
+        runtime = self._runtime(completer, wake_async)
+        if Lane.ASYNC in lanes:
+            coroutines = AsyncLane(runtime, self.handlers, self.async_concurrency)
+        restore = self._install_signals()
+        threads: ThreadLane | TransactionLane
+        intake: Intake
+        if self.mode == "transaction":  # the one place the mode is chosen: its lane
+            threads = intake = TransactionLane(
+                runtime,
+                self.handlers,
+                self.concurrency,
+                engine=self.engine,
+                lease=self.lease,
+                on_job=lambda queue: claimer.queue_had_job(queue),
+                locked_by=name,
+            )
+        else:
+            threads = ThreadLane(
+                runtime, self.handlers, self.concurrency if Lane.THREADS in lanes else 0
+            )
+            intake = runtime.window
+        claimer = Claimer(runtime, self.engine, self._lanes, self._claimer_options(name), intake)
         self._claimer = claimer
-        completer = Completer(self.engine, runtime.report, lock_timeout_ms=lock_timeout_ms)
-        runtime.completer = completer
-        threads = ThreadLane(
-            runtime,
-            self.handlers,
-            self.concurrency if Lane.THREADS in runtime.window.lanes else 0,
-            transaction=(self.engine, self.lease, claimer.queue_had_job, claimer.name)
-            if self.mode == "transaction"
-            else None,
-        )
-        coroutines = (
-            AsyncLane(runtime, self.handlers, self.async_concurrency)
-            if Lane.ASYNC in runtime.window.lanes
-            else None
-        )
         heartbeat = Heartbeat(runtime, self.engine, self.lease, lock_timeout_ms=lock_timeout_ms)
         self._pulses = [claimer.pulse, completer.pulse, heartbeat.pulse]
         scheduler = (
@@ -350,7 +366,7 @@ class Worker:
             "worker started: queues=%s mode=%s concurrency=%s async_concurrency=%s lease=%s url=%s",
             ",".join(self.handlers),
             self.mode,
-            self.concurrency if Lane.THREADS in runtime.window.lanes else "-",
+            self.concurrency if Lane.THREADS in lanes else "-",
             self.async_concurrency if coroutines is not None else "-",
             self.lease,
             mask_url(self.engine.url),
@@ -414,15 +430,25 @@ class Worker:
                 self.health_server.stop()
             self._listener = None
             with self._state_lock:
+                self._stop.clear()  # the stop this run obeyed is spent: the worker may run again
                 self._running = False
             log.info("worker stopped: %s", self.stats)
         return self.stats
 
     def stop(self) -> None:
-        """Ask :meth:`run` to stop claiming and shut down gracefully; callable from any thread."""
+        """Ask :meth:`run` to stop claiming and shut down gracefully; callable from any thread.
+
+        A stop is never lost: one asked while :meth:`run` starts up (before its health server,
+        listener or threads are up) makes it shut down as soon as it got that far, and return
+        within ``shutdown_timeout`` + 1 second. One asked while the worker is not running is
+        kept for the next :meth:`run`, which then returns at once: a thread that calls ``run()``
+        and a ``stop()`` right after it cannot race. ``run()`` resets the stop when it returns,
+        so the worker can run again.
+        """
         self._stop.set()
         runtime = self._current
         if runtime is not None:
+            runtime.stop.set()
             with runtime.lock:
                 runtime.claimer_wakeup.notify_all()
                 runtime.work_ready.notify_all()
@@ -479,7 +505,7 @@ class Worker:
 
     _current: Runtime | None = None
 
-    def _runtime(self) -> Runtime:
+    def _runtime(self, completer: Completer, wake_async: Callable[[], None]) -> Runtime:
         lanes = set(self._lanes.values())
         slots = {Lane.THREADS: self.concurrency, Lane.ASYNC: self.async_concurrency}
         prefetch = {Lane.THREADS: self.prefetch, Lane.ASYNC: self._async_prefetch}
@@ -488,7 +514,6 @@ class Worker:
             prefetch,
             batch_size=self.batch_size,
             backlog=FLUSH_SIZE,
-            transaction=self.mode == "transaction",
             # prefetch=None: short sync jobs are claimed up to a batch ahead, long ones not.
             adaptive={Lane.THREADS: self.batch_size} if self._adaptive_prefetch else None,
         )
@@ -497,15 +522,20 @@ class Worker:
             self.stats,
             self._hooks,
             lambda q: self.queue_retry.get(q, self.retry),
+            completer=completer,
+            wake_async=wake_async,
             log_tracebacks=self.log_tracebacks,
         )
         self._current = runtime
+        # A stop asked before this run was published (while the health server started, or
+        # before run() was called) is the worker's: the run obeys it from its first step.
+        if self._stop.is_set():
+            runtime.stop.set()
         return runtime
 
     def _claimer_options(self, name: str) -> ClaimerOptions:
         return ClaimerOptions(
             lease=self.lease,
-            batch_size=self.batch_size,
             poll_interval=self.poll_interval,
             reap_interval=self.reap_interval,
             idle_poll_interval=self.idle_poll_interval,
@@ -536,7 +566,7 @@ class Worker:
     def _shutdown(
         self,
         runtime: Runtime,
-        threads: ThreadLane,
+        threads: ThreadLane | TransactionLane,
         coroutines: AsyncLane | None,
         completer: Completer,
         heartbeat: Heartbeat,
@@ -552,7 +582,6 @@ class Worker:
         runtime.stop.set()
         with runtime.lock:
             unstarted = runtime.window.take_all_pending()  # out of the heartbeat first
-            runtime.window.tickets.clear()
             running = runtime.window.in_state(State.RUNNING)
             runtime.claimer_wakeup.notify_all()
             runtime.work_ready.notify_all()

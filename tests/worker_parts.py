@@ -135,10 +135,9 @@ def make_runtime(
         WorkerStats(),
         HookDispatcher(hooks) if hooks else None,
         lambda queue: (policies or {}).get(queue, default),
+        completer=cast(Completer, completer if completer is not None else FakeCompleter()),
+        wake_async=wake_async if wake_async is not None else (lambda: None),
     )
-    runtime.completer = cast(Completer, completer)
-    if wake_async is not None:
-        runtime.wake_async = wake_async
     return runtime
 
 

@@ -4,6 +4,10 @@ Queues are visited round-robin, one claim per visit (one queue per claim keeps t
 on ``jobs_ready_idx``); a queue whose claim came back full goes to the back of the line, so no
 queue starves another. Notifications put their queue in line; the fallback poll puts every queue
 in line; reaping runs on its own schedule. An idle worker (scale-to-zero) stretches its poll.
+
+Where a claim goes is the :class:`Intake`'s business, not a mode flag: in lease mode the claim
+window (the claimer claims up to a batch, the window holds it), in transaction mode the transaction
+lane (it takes the queue as a ticket, and one of its threads claims a job in its own transaction).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Protocol
 
 from sqlalchemy import Engine
 
@@ -30,10 +35,26 @@ log = logging.getLogger("pgqueue.worker")
 Claim = Callable[[str, int], list[ClaimedJob] | None]
 
 
+class Intake(Protocol):
+    """Where the claims of a lane go, and whether one is worth its round trip (lock held)."""
+
+    def worth_claim(self, lane: Lane) -> bool: ...
+
+    def any_worth_claim(self) -> bool: ...
+
+    def in_flight(self) -> int:
+        """What is claimed and not finished: zero once all is."""
+        ...
+
+    def take(self, queue: str, lane: Lane) -> int:
+        """The claimer visits ``queue`` for ``lane``: how many jobs it claims now, or 0 when
+        the lane claims for itself (it took ``queue`` as a ticket)."""
+        ...
+
+
 @dataclass(frozen=True)
 class ClaimerOptions:
     lease: timedelta
-    batch_size: int
     poll_interval: float
     reap_interval: float
     idle_poll_interval: float | None
@@ -56,6 +77,7 @@ class Claimer:
         engine: Engine,
         lanes: Mapping[str, Lane],
         options: ClaimerOptions,
+        intake: Intake,
         *,
         claim: Claim | None = None,
     ) -> None:
@@ -63,6 +85,7 @@ class Claimer:
         self._engine = engine
         self._lanes = dict(lanes)
         self._opts = options
+        self._intake = intake
         self._replay = Replay(engine)  # the claim's connection, held between claims
         self._claim = claim or self._claim_replayed
         # All under the runtime's lock.
@@ -89,7 +112,7 @@ class Claimer:
             self._rt.claimer_wakeup.notify_all()
 
     def queue_had_job(self, queue: str) -> None:
-        """Transaction mode: a ticket found a job, so more may wait. Lock held."""
+        """A lane that claims for itself found a job of ``queue``, so more may wait. Lock held."""
         self._claimed_since_poll += 1
         self._ready.setdefault(queue, None)
         self._rt.claimer_wakeup.notify()
@@ -98,7 +121,7 @@ class Claimer:
         """Scale-to-zero: nothing held and no work for ``idle_after`` seconds. Lock held."""
         return (
             self._opts.idle_poll_interval is not None
-            and not self._rt.window.in_flight()
+            and not self._intake.in_flight()
             and time.monotonic() - self._rt.last_work > self._opts.idle_after
         )
 
@@ -143,14 +166,14 @@ class Claimer:
             with rt.lock:
                 if rt.stop.is_set():
                     return
-                if until_empty and not self._ready and rt.window.in_flight() == 0:
+                if until_empty and not self._ready and self._intake.in_flight() == 0:
                     # Everything claimed is finished: stop once a whole poll found nothing.
                     if self._claimed_since_poll == 0:
                         return
                     self._poll_requested = True
                     continue
                 if self._next_queue() is not None or (
-                    (self._notified or self._poll_requested) and self._rt.window.any_worth_claim()
+                    (self._notified or self._poll_requested) and self._intake.any_worth_claim()
                 ):
                     continue
                 pulse.waiting()
@@ -177,9 +200,9 @@ class Claimer:
 
     def _next_queue(self) -> str | None:
         """The first queue in line whose lane has room for a claim. Lock held."""
-        window = self._rt.window
+        intake = self._intake
         for queue in self._ready:
-            if window.worth_claim(self._lanes[queue]):
+            if intake.worth_claim(self._lanes[queue]):
                 return queue
         return None
 
@@ -196,11 +219,9 @@ class Claimer:
                     return
                 lane = self._lanes[queue]
                 del self._ready[queue]
-                if rt.window.transaction:
-                    rt.window.tickets.append(queue)
-                    rt.work_ready.notify()
-                    continue
-                limit = min(self._opts.batch_size, rt.window.capacity(lane))
+                limit = self._intake.take(queue, lane)
+                if not limit:
+                    continue  # the lane claims for itself
             claimed = self._claim(queue, limit)
             with rt.lock:
                 if claimed is None:

@@ -35,7 +35,6 @@ class AsyncLane:
         self._tasks: set[asyncio.Task[None]] = set()  # loop thread only
         self._running = 0  # loop thread only
         self._wake_scheduled = False  # under the runtime's lock
-        runtime.wake_async = self._wake
 
     def start(self) -> None:
         self._thread.start()
@@ -57,8 +56,9 @@ class AsyncLane:
         asyncio.set_event_loop(self._loop)
         self._loop.run_forever()
 
-    def _wake(self) -> None:
-        """Jobs are pending (called under the runtime's lock from any thread)."""
+    def wake(self) -> None:
+        """Jobs are pending: the runtime's ``wake_async`` (called under its lock, from any
+        thread)."""
         if not self._wake_scheduled and not self._loop.is_closed():
             self._wake_scheduled = True
             self._loop.call_soon_threadsafe(self._start_pending)

@@ -29,13 +29,28 @@ log = logging.getLogger("pgqueue.worker")
 
 
 class Runtime:
-    """The shared state of one ``Worker.run()``.
+    """The shared state of one ``Worker.run()``, complete when constructed.
+
+    The completer and the async lane both call the runtime and are called by it: the worker
+    builds the completer first (reporting through a callback) and hands the runtime a callback
+    that wakes the async lane built after it; nothing here is set from outside later.
+
+    Args:
+        window: The claim window (lease mode's held jobs).
+        stats: The worker's counters.
+        hooks: The worker's hooks, if any.
+        policies: The retry policy of a queue.
+        completer: Takes the outcomes of finished jobs.
+        wake_async: Called (under the lock) when async jobs are waiting: the event loop's
+            wake-up. Default: nothing (no async lane).
 
     Attributes:
-        lock: Guards the window, the stats and the claimer's queue bookkeeping.
+        lock: Guards the window, the stats, the lanes' bookkeeping and the claimer's queues.
         claimer_wakeup: Wakes the claiming loop (capacity freed, a notification, a stop).
         work_ready: Wakes handler threads, one per new job (or ticket).
-        stop: Set once shutdown began: nothing new is claimed or started.
+        stop: Set once this run shuts down (the worker sets it for a stop asked at any time,
+            even before the run got going) and never cleared: nothing new is claimed or started,
+            and a thread that outlives the run sees it too.
     """
 
     def __init__(
@@ -45,6 +60,8 @@ class Runtime:
         hooks: HookDispatcher | None,
         policies: Callable[[str], RetryPolicy],
         *,
+        completer: Completer,
+        wake_async: Callable[[], None] = lambda: None,
         log_tracebacks: bool = True,
     ) -> None:
         # An RLock although nothing re-enters it: a Condition over one tests ownership in C,
@@ -57,11 +74,10 @@ class Runtime:
         self.stats = stats
         self.hooks = hooks
         self.policy = policies
+        self.completer = completer
+        self.wake_async = wake_async
         #: Whether a failed attempt's log line carries its traceback (``Worker(log_tracebacks)``).
         self.log_tracebacks = log_tracebacks
-        self.completer: Completer | None = None
-        #: Called (under the lock) when async jobs are waiting: the event loop's wake-up.
-        self.wake_async: Callable[[], None] = lambda: None
         self.last_work = time.monotonic()
 
     # -- claims -----------------------------------------------------------------------------------
@@ -110,7 +126,6 @@ class Runtime:
                 return
             self.window.finishing(held)
             self.wake_claimer()
-        assert self.completer is not None, "the completer starts before any handler"
         if error is None:
             self.completer.complete(held)
             return

@@ -1,9 +1,10 @@
-"""Handler threads: the lane of sync handlers, in lease mode or in transaction mode.
+"""Handler threads: the lane of sync handlers, one class per mode.
 
-Lease mode (R9): a thread takes the next claimed job, runs its handler outside any transaction
-and hands the outcome to the completer. Transaction mode (R8): a thread takes a ticket (a queue
-name), then claims one job, runs its handler and writes its outcome in one transaction, so a
-crash rolls everything back and the job is ready again at once.
+Lease mode (R9, :class:`ThreadLane`): a thread takes the next claimed job, runs its handler outside
+any transaction and hands the outcome to the completer. Transaction mode (R8,
+:class:`TransactionLane`): a thread takes a ticket (a queue name), then claims one job, runs its
+handler and writes its outcome in one transaction, so a crash rolls everything back and the job is
+ready again at once.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 
@@ -27,18 +29,12 @@ from pgqueue.jobs import Handler, JobContext, Outcome
 log = logging.getLogger("pgqueue.worker")
 
 
-class ThreadLane:
-    def __init__(
-        self,
-        runtime: Runtime,
-        handlers: Mapping[str, Handler],
-        concurrency: int,
-        *,
-        transaction: tuple[Engine, timedelta, Callable[[str], None], str | None] | None = None,
-    ) -> None:
+class _HandlerThreads:
+    """``concurrency`` daemon threads running :meth:`_loop`."""
+
+    def __init__(self, runtime: Runtime, handlers: Mapping[str, Handler], concurrency: int) -> None:
         self._rt = runtime
         self._handlers = handlers
-        self._transaction = transaction
         self._threads = [
             threading.Thread(target=self._loop, name=f"pgqueue-handler-{i}", daemon=True)
             for i in range(concurrency)
@@ -53,44 +49,103 @@ class ThreadLane:
             t.join(max(0.0, deadline - time.monotonic()))
 
     def _loop(self) -> None:
+        raise NotImplementedError
+
+
+class ThreadLane(_HandlerThreads):
+    """Lease mode: each thread runs the next job the claimer put in the window."""
+
+    def _loop(self) -> None:
         rt = self._rt
         window = rt.window
         while True:
-            held: Held | None = None
             with rt.lock:
-                while not (rt.stop.is_set() or window.has_pending(Lane.THREADS) or window.tickets):
+                while not (rt.stop.is_set() or window.has_pending(Lane.THREADS)):
                     rt.work_ready.wait()
                 if rt.stop.is_set():
                     return
-                if window.transaction:
-                    queue = window.tickets.popleft()
-                    window.tx_running += 1
-                else:
-                    held = window.start_next(Lane.THREADS)
-                    assert held is not None
-                    if not window.has_pending(Lane.THREADS):
-                        rt.wake_claimer()
-            if held is not None:
-                error = call_sync(self._handlers[held.job.queue], held, rt.hooks)
-                rt.finish(held, error)
-                continue
-            assert self._transaction is not None
-            try:
-                self._run_in_transaction(queue, *self._transaction)
-            finally:
-                with rt.lock:
-                    window.tx_running -= 1
-                    rt.claimer_wakeup.notify()
+                held = window.start_next(Lane.THREADS)
+                assert held is not None
+                if not window.has_pending(Lane.THREADS):
+                    rt.wake_claimer()
+            error = call_sync(self._handlers[held.job.queue], held, rt.hooks)
+            rt.finish(held, error)
 
-    def _run_in_transaction(
+
+class TransactionLane(_HandlerThreads):
+    """Transaction mode: the claimer hands a thread a ticket, the thread claims its job.
+
+    The lane owns its tickets and counts its open transactions; nothing of it is in the claim
+    window (a job's row is locked by its transaction, so the heartbeat must not extend it). To the
+    claimer it is the intake: a free thread is worth a ticket, one job per ticket, and
+    ``on_job(queue)`` says when a ticket found a job (more may wait). Its state is guarded by the
+    runtime's lock, like the window.
+    """
+
+    def __init__(
         self,
-        queue: str,
+        runtime: Runtime,
+        handlers: Mapping[str, Handler],
+        concurrency: int,
+        *,
         engine: Engine,
         lease: timedelta,
-        queue_had_job: Callable[[str], None],
-        locked_by: str | None,
+        on_job: Callable[[str], None],
+        locked_by: str | None = None,
     ) -> None:
+        super().__init__(runtime, handlers, concurrency)
+        self._locked_by = locked_by  # recorded in jobs.locked_by by each claim
+        self._slots = concurrency
+        self._engine = engine
+        self._lease = lease
+        self._on_job = on_job
+        self._tickets: deque[str] = deque()  # queues to claim from, one job each
+        self._running = 0  # tickets taken by a thread whose transaction is open
+
+    # -- the claimer's intake (lock held) ---------------------------------------------------------
+
+    def worth_claim(self, lane: Lane) -> bool:
+        """A free thread, with no ticket waiting for it, is worth a claim."""
+        return self._room() > 0
+
+    def any_worth_claim(self) -> bool:
+        return self._room() > 0
+
+    def in_flight(self) -> int:
+        """Tickets waiting plus transactions open: zero once all is finished."""
+        return len(self._tickets) + self._running
+
+    def take(self, queue: str, lane: Lane) -> int:
+        """Take ``queue`` as a ticket for the next free thread: the claimer claims nothing."""
+        self._tickets.append(queue)
+        self._rt.work_ready.notify()
+        return 0
+
+    def _room(self) -> int:
+        return self._slots - len(self._tickets) - self._running
+
+    # -- the threads ------------------------------------------------------------------------------
+
+    def _loop(self) -> None:
         rt = self._rt
+        while True:
+            with rt.lock:
+                while not (rt.stop.is_set() or self._tickets):
+                    rt.work_ready.wait()
+                if rt.stop.is_set():
+                    self._tickets.clear()  # never taken: nothing was claimed for them
+                    return
+                queue = self._tickets.popleft()
+                self._running += 1
+            try:
+                self._run_in_transaction(queue)
+            finally:
+                with rt.lock:
+                    self._running -= 1
+                    rt.claimer_wakeup.notify()
+
+    def _run_in_transaction(self, queue: str) -> None:
+        rt, engine, lease, locked_by = self._rt, self._engine, self._lease, self._locked_by
         held: Held | None = None
         outcome, detail = Outcome.LOST, ""
         try:
@@ -104,7 +159,7 @@ class ThreadLane:
                 with rt.lock:
                     rt.last_work = time.monotonic()
                     rt.stats.claimed += 1
-                    queue_had_job(queue)
+                    self._on_job(queue)
                 # Not in the window: its row is locked by this transaction, so the heartbeat
                 # must not try to extend it (it is counted as a running ticket instead).
                 held = Held(job, Lane.THREADS, rt.last_work, State.RUNNING)

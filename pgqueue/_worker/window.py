@@ -6,7 +6,9 @@ the worker's one lock, and the unit tests call it directly.
 Each job runs in a lane: ``THREADS`` (sync handlers on the worker's threads) or ``ASYNC``
 (coroutine handlers on its event loop). A lane holds at most ``slots + prefetch`` jobs that are
 pending or running; jobs whose outcome waits for the completer count against a further backlog
-bound, so claims wait for a lagging completer instead of piling up rows and memory.
+bound, so claims wait for a lagging completer instead of piling up rows and memory. Transaction
+mode holds nothing here: its jobs are locked by their handlers' transactions, and its lane
+(:class:`pgqueue._worker.threads.TransactionLane`) keeps its own tickets.
 
 A lane's prefetch may be adaptive: from its base (one waiting job per slot) up to a limit, as far
 as the lane's recent handler runs say a claimed job would still start within
@@ -84,8 +86,6 @@ class ClaimWindow:
         prefetch: Jobs claimed beyond the free slots, per lane.
         batch_size: Most jobs per claim.
         backlog: Finished jobs that may wait for the completer beyond the window.
-        transaction: Transaction mode: handler threads claim for themselves, one job each, on
-            a "ticket" (a queue name); nothing is prefetched.
         adaptive: Per lane, the most it may prefetch when its handlers are short: its prefetch
             then grows from ``prefetch`` towards this while ``prefetch`` jobs take less than
             :data:`TARGET_WAIT` per slot (see :meth:`ran`).
@@ -98,15 +98,13 @@ class ClaimWindow:
         *,
         batch_size: int,
         backlog: int,
-        transaction: bool = False,
         adaptive: Mapping[Lane, int] | None = None,
     ) -> None:
-        self.transaction = transaction
-        self.lanes = tuple(slots)
+        self._lanes = tuple(slots)
         self._slots = dict(slots)
         self._backlog = backlog
         self._batch_size = batch_size
-        self._base = {lane: 0 if transaction else prefetch[lane] for lane in slots}
+        self._base = {lane: prefetch[lane] for lane in slots}
         self._limit = {lane: max(self._base[lane], (adaptive or {}).get(lane, 0)) for lane in slots}
         self._average_run: dict[Lane, float | None] = dict.fromkeys(slots)
         self._window: dict[Lane, int] = {}
@@ -117,10 +115,12 @@ class ClaimWindow:
         self._pending: dict[Lane, deque[Held]] = {lane: deque() for lane in slots}
         self._busy = dict.fromkeys(slots, 0)
         self._count = dict.fromkeys(slots, 0)
-        self.tickets: deque[str] = deque()
-        self.tx_running = 0
 
     # -- capacity ---------------------------------------------------------------------------------
+
+    def lanes(self) -> tuple[Lane, ...]:
+        """The lanes this window has slots for, in the order given."""
+        return self._lanes
 
     def _resize(self, lane: Lane, prefetch: int) -> None:
         self._window[lane] = window = self._slots[lane] + prefetch
@@ -146,14 +146,12 @@ class ClaimWindow:
 
     def capacity(self, lane: Lane) -> int:
         """How many more jobs this lane may claim now."""
-        if self.transaction:
-            return self._slots[lane] - len(self.tickets) - self.tx_running
         window = self._window[lane]
         return min(window - self._busy[lane], window + self._backlog - self._count[lane])
 
     def any_worth_claim(self) -> bool:
         """Some lane has room for a claim worth its round trip."""
-        for lane in self.lanes:  # noqa: SIM110 (no generator: this runs once per job)
+        for lane in self._lanes:  # noqa: SIM110 (no generator: this runs once per job)
             if self.worth_claim(lane):
                 return True
         return False
@@ -161,13 +159,15 @@ class ClaimWindow:
     def worth_claim(self, lane: Lane) -> bool:
         """Room for a claim worth its round trip: half the window is free, or the lane ran dry."""
         capacity = self.capacity(lane)
-        if self.transaction:
-            return capacity > 0
         return capacity > 0 and (capacity >= self._claim_at[lane] or not self._pending[lane])
 
+    def take(self, queue: str, lane: Lane) -> int:
+        """The claimer visits ``queue`` for ``lane``: it claims a batch of the room left."""
+        return min(self._batch_size, self.capacity(lane))
+
     def in_flight(self) -> int:
-        """Jobs held plus transaction-mode tickets and handlers: zero once all is finished."""
-        return len(self._held) + len(self.tickets) + self.tx_running
+        """Jobs held: zero once all is finished."""
+        return len(self._held)
 
     def __len__(self) -> int:
         return len(self._held)

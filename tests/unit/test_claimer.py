@@ -38,7 +38,6 @@ A = Lane.ASYNC
 #: Nothing happens by the clock unless a test asks: no fallback poll, no reaping, no idling.
 OPTIONS = ClaimerOptions(
     lease=timedelta(seconds=30),
-    batch_size=10,
     poll_interval=3600.0,
     reap_interval=3600.0,
     idle_poll_interval=None,
@@ -113,7 +112,7 @@ def claiming(
     """A claimer running its loop (not ``until_empty``) on a thread; stopped on the way out."""
     runtime = make_runtime(window, completer=FakeCompleter())
     claims.runtime = runtime
-    claimer = Claimer(runtime, offline_engine(), lanes, options, claim=claims)
+    claimer = Claimer(runtime, offline_engine(), lanes, options, window, claim=claims)
     with in_thread(lambda: claimer.run(until_empty=False), lambda: stop(runtime)):
         yield claimer, runtime
 
@@ -140,7 +139,7 @@ def test_queues_are_visited_round_robin_and_a_full_claim_goes_to_the_back_of_the
 
     claims = Claims(answer, stop_after=8)
     lanes = {"a": T, "b": T, "c": T}
-    with claiming(lanes, window_of({T: 100}), claims, replace(OPTIONS, batch_size=2)):
+    with claiming(lanes, window_of({T: 100}, batch_size=2), claims):
         calls = claims.wait_for(8)
     assert [q for q, _ in calls] == ["a", "b", "c", "a", "b", "c", "a", "c"]
     assert {limit for _, limit in calls} == {2}  # the batch size caps a claim
@@ -205,8 +204,7 @@ def test_claim_sizes_follow_the_adaptive_prefetch() -> None:
     ones shrink it back to its base."""
     claims = Claims(lambda q, n: claims.jobs(q, n), stop_after=3)
     window = window_of({T: 2}, {T: 1}, batch_size=50, adaptive={T: 20})
-    options = replace(OPTIONS, batch_size=50)
-    with claiming({"a": T}, window, claims, options) as (_, runtime):
+    with claiming({"a": T}, window, claims) as (_, runtime):
         assert claims.wait_for(1) == [("a", 3)]  # 2 slots + a prefetch of 1
         until(lambda: held_count(runtime) == 3, "the first claim held")
         finish_pending(runtime, T, 0.001)  # 1 ms each: 20 more fit in the target wait
@@ -250,8 +248,11 @@ def test_idle_means_nothing_held_and_no_work_for_idle_after() -> None:
     wait then) only with ``idle_poll_interval`` set, nothing held and no work for ``idle_after``."""
 
     def idleness(options: ClaimerOptions) -> Callable[[], tuple[float, bool]]:
-        runtime = make_runtime(window_of({T: 4}), completer=FakeCompleter())
-        claimer = Claimer(runtime, offline_engine(), {"a": T}, options, claim=Claims(no_jobs))
+        window = window_of({T: 4})
+        runtime = make_runtime(window, completer=FakeCompleter())
+        claimer = Claimer(
+            runtime, offline_engine(), {"a": T}, options, window, claim=Claims(no_jobs)
+        )
         runtimes.append(runtime)
 
         def now() -> tuple[float, bool]:

@@ -32,16 +32,9 @@ def make_window(
     *,
     batch_size: int = 10,
     backlog: int = 3,
-    transaction: bool = False,
 ) -> ClaimWindow:
     """A one-lane (threads) window."""
-    return ClaimWindow(
-        {T: slots},
-        {T: prefetch},
-        batch_size=batch_size,
-        backlog=backlog,
-        transaction=transaction,
-    )
+    return ClaimWindow({T: slots}, {T: prefetch}, batch_size=batch_size, backlog=backlog)
 
 
 def state_of(held: Held) -> State:
@@ -142,6 +135,15 @@ def test_worth_claim_threshold_is_at_least_one() -> None:
     assert not window.worth_claim(T)
     window.start_next(T)  # ran dry, but full
     assert not window.worth_claim(T)
+
+
+def test_the_claimer_takes_a_batch_of_the_room_left() -> None:
+    """A visit of the claimer claims up to ``batch_size`` jobs, never more than the lane's room."""
+    window = make_window(slots=4, prefetch=4, batch_size=3)
+    assert window.take("q", T) == 3  # room 8, a batch is 3
+    window.accept(T, jobs(*range(6)), now=0.0)
+    assert window.take("q", T) == 2  # room 2
+    assert len(window) == 6  # a visit holds nothing: the claimed jobs are accepted after
 
 
 def test_no_claim_is_worth_it_when_full_even_if_dry() -> None:
@@ -394,53 +396,13 @@ def test_counts_match_the_states_after_any_sequence_of_transitions() -> None:
             assert window.in_flight() == len(window)
 
 
-# -- transaction mode ------------------------------------------------------------------------------
-
-
-def test_transaction_mode_ignores_prefetch() -> None:
-    """Each handler thread claims one job for itself: nothing is claimed ahead."""
-    window = make_window(slots=3, prefetch=5, transaction=True)
-    assert window.transaction
-    assert window.capacity(T) == 3
-
-
-def test_transaction_mode_capacity_is_slots_minus_tickets_and_running() -> None:
-    """A ticket (a queue to claim from) and a running transaction each take a handler thread."""
-    window = make_window(slots=3, prefetch=5, transaction=True)
-    window.tickets.append("emails")
-    assert window.capacity(T) == 2
-    window.tickets.append("webhooks")
-    assert window.capacity(T) == 1
-    assert window.worth_claim(T)  # in transaction mode any free thread is worth a claim
-    window.tickets.popleft()
-    window.tx_running += 1
-    assert window.capacity(T) == 1
-    window.tx_running += 1
-    assert window.capacity(T) == 0
-    assert not window.worth_claim(T)
-
-
-def test_transaction_mode_in_flight_counts_tickets_and_running() -> None:
-    """Shutdown waits for tickets and open transactions, which the window does not hold as jobs."""
-    window = make_window(slots=3, transaction=True)
-    assert window.in_flight() == 0
-    window.tickets.append("emails")
-    assert window.in_flight() == 1
-    window.tx_running = 2
-    assert window.in_flight() == 3
-    assert len(window) == 0
-    window.tickets.clear()
-    window.tx_running = 0
-    assert window.in_flight() == 0
-
-
 # -- lanes -----------------------------------------------------------------------------------------
 
 
 def test_two_lanes_are_independent() -> None:
     """Thread and asyncio jobs have their own slots, prefetch, pending queue and backlog count."""
     window = ClaimWindow({T: 2, A: 10}, {T: 1, A: 0}, batch_size=4, backlog=1)
-    assert window.lanes == (T, A)
+    assert window.lanes() == (T, A)
     assert window.capacity(T) == 3
     assert window.capacity(A) == 10
 
@@ -472,7 +434,7 @@ def test_two_lanes_are_independent() -> None:
 def test_a_single_lane_window_serves_either_lane(lane: Lane) -> None:
     """A worker with only sync or only async handlers has one lane."""
     window = ClaimWindow({lane: 2}, {lane: 2}, batch_size=10, backlog=0)
-    assert window.lanes == (lane,)
+    assert window.lanes() == (lane,)
     (held,) = window.accept(lane, [job(1)], now=0.0)
     assert window.start_next(lane) is held
     assert window.capacity(lane) == 3

@@ -1,0 +1,145 @@
+"""A ``stop()`` is never lost: made at any point of a real worker's start-up, it makes ``run()``
+return within ``shutdown_timeout`` + 1 s, and the worker runs again afterwards (#21).
+
+Each point is reached honestly: the worker runs on the real database, and the test blocks one real
+step of the start-up (or a hook the worker calls) until it has called ``stop()`` from its own
+thread, then lets the step go on. ``worker.run`` used to clear its stop event and then swap it for
+its run's: a stop made in between (while the health server started, or before ``run()`` got that
+far) was lost and ``run()`` never returned.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+from worker_helpers import scalar, until
+
+import pgqueue
+import pgqueue.health
+import pgqueue.listener
+import pgqueue.worker
+
+SHUTDOWN_TIMEOUT = 1.0
+
+
+class Gate:
+    """Holds the first call of a start-up step until the test let it go."""
+
+    def __init__(self) -> None:
+        self.reached = threading.Event()
+        self.go = threading.Event()
+
+    def hold(self) -> None:
+        if not self.reached.is_set():
+            self.reached.set()
+            self.go.wait(30)
+
+    def around(self, step: Callable[..., Any]) -> Callable[..., Any]:
+        def held(*args: Any, **kwargs: Any) -> Any:
+            self.hold()
+            return step(*args, **kwargs)
+
+        return held
+
+
+class HoldAtStart(pgqueue.WorkerHooks):
+    """``on_worker_started``: the components are built, none of their threads started."""
+
+    def __init__(self, gate: Gate) -> None:
+        self.gate = gate
+
+    def on_worker_started(self, worker: pgqueue.Worker) -> None:
+        self.gate.hold()
+
+
+#: Where ``stop()`` is made: (point, needs the health server).
+POINTS = {
+    "before run() is called": False,
+    "while run() builds its runtime": False,
+    "while the health server starts": True,
+    "before any thread is up (the worker_started hook)": False,
+    "while the listener starts": False,
+    "once everything is up": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("point", "health_port"),
+    [
+        (point, port)
+        for point, needs_server in POINTS.items()
+        for port in ((0,) if needs_server else (None, 0))
+    ],
+)
+def test_a_stop_at_any_point_of_start_up_ends_the_run_and_is_reset(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch, point: str, health_port: int | None
+) -> None:
+    gate = Gate()
+    hooks: list[pgqueue.WorkerHooks] = []
+    if point == "while run() builds its runtime":
+        monkeypatch.setattr(
+            pgqueue.worker.Worker, "_runtime", gate.around(pgqueue.worker.Worker._runtime)
+        )
+    elif point == "while the health server starts":
+        monkeypatch.setattr(
+            pgqueue.health.HealthServer, "start", gate.around(pgqueue.health.HealthServer.start)
+        )
+    elif point == "before any thread is up (the worker_started hook)":
+        hooks.append(HoldAtStart(gate))
+    elif point == "while the listener starts":
+        monkeypatch.setattr(
+            pgqueue.listener.Listener, "start", gate.around(pgqueue.listener.Listener.start)
+        )
+    done = threading.Event()
+    worker = pgqueue.Worker(
+        engine,
+        {"q": lambda job: done.set()},
+        shutdown_timeout=SHUTDOWN_TIMEOUT,
+        poll_interval=60,  # nothing but the stop ends this run
+        health_port=health_port,
+        install_signal_handlers=False,
+        hooks=hooks,
+    )
+    returned: list[float] = []
+
+    def run() -> None:
+        worker.run()
+        returned.append(time.monotonic())
+
+    thread = threading.Thread(target=run, daemon=True)
+    try:
+        if point == "before run() is called":
+            stopped = time.monotonic()
+            worker.stop()
+            thread.start()
+        else:
+            thread.start()
+            if point == "once everything is up":
+                until(lambda: worker.readiness().ok, 20, "the worker up")
+            else:
+                assert gate.reached.wait(20), f"the worker never got {point}"
+            stopped = time.monotonic()
+            worker.stop()
+            gate.go.set()
+        thread.join(SHUTDOWN_TIMEOUT + 1.0 + 10.0)
+        assert not thread.is_alive(), f"a stop {point} was lost: run() did not return"
+    finally:
+        gate.go.set()
+        if thread.is_alive():  # end the run that lost its stop, for the next test's sake
+            worker.stop()
+            thread.join(30)
+    assert returned[0] - stopped <= SHUTDOWN_TIMEOUT + 1.0, returned[0] - stopped
+
+    # The stop was spent by that run: the worker runs again (a pending stop would end this
+    # drain before it claimed anything).
+    monkeypatch.undo()
+    with engine.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {}, queue="q")
+    worker.run(until_empty=True)
+    assert done.is_set()
+    assert scalar(engine, "SELECT status FROM jobs WHERE id = :id", id=job_id) == "done"
