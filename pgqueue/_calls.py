@@ -22,6 +22,7 @@ from pgqueue import statements
 from pgqueue._validation import (
     check_duration,
     check_int,
+    check_job_id,
     check_positive_int,
     check_priority,
     check_queue,
@@ -369,12 +370,12 @@ def _batch_params(held: Sequence[tuple[int, int]]) -> dict[str, Any]:
 def _ids(job_ids: Iterable[int]) -> list[int]:
     if isinstance(job_ids, (str, bytes)) or not isinstance(job_ids, Iterable):
         raise InvalidArgumentTypeError("job_ids", "an iterable of job ids", job_ids)
-    return [check_int("job_id", i) for i in job_ids]
+    return [check_job_id(i) for i in job_ids]
 
 
 def _guard_params(job_id: int, attempts: int) -> dict[str, Any]:
     return {
-        "job_id": check_int("job_id", job_id),
+        "job_id": check_job_id(job_id),
         "claimed_attempts": check_int("attempts", attempts),
     }
 

@@ -22,6 +22,7 @@ from sqlalchemy import exc as sa_exc
 from pgqueue import _durations
 from pgqueue._text import psql_table
 from pgqueue._urls import error_line, mask_text, mask_url, to_sqlalchemy_url
+from pgqueue._validation import MAX_BIGINT, MAX_INT32, MIN_BIGINT
 from pgqueue.errors import PgQueueError
 from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
 
@@ -46,12 +47,28 @@ def parse_duration(value: str) -> timedelta:
 
 
 def positive_int(value: str) -> int:
+    """A count: 1 to the largest PostgreSQL ``integer`` (2147483647)."""
     try:
         number = int(value)
     except ValueError:
         number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    if not 1 <= number <= MAX_INT32:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer of at most {MAX_INT32}, got {value!r}"
+        )
+    return number
+
+
+def job_id(value: str) -> int:
+    """A job id: an integer a ``bigint`` holds; anything else is refused before any SQL."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if number is None or not MIN_BIGINT <= number <= MAX_BIGINT:
+        raise argparse.ArgumentTypeError(
+            f"expected a job id (an integer of at most {MAX_BIGINT}), got {value!r}"
+        )
     return number
 
 

@@ -28,7 +28,13 @@ from pgqueue._cli_common import (
     transaction,
 )
 from pgqueue._durations import format_duration
-from pgqueue._validation import MAX_PRIORITY, MIN_PRIORITY, check_priority, check_unique_key
+from pgqueue._validation import (
+    MAX_JSON_DEPTH,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    check_priority,
+    check_unique_key,
+)
 from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobStatus
 
@@ -56,6 +62,11 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     """Insert one job and print its id (with --unique-key: that of a live job holding the key)."""
     try:
         payload = json.loads(args.payload)
+    except RecursionError:
+        raise UserError(
+            f"the payload is nested more than {MAX_JSON_DEPTH} levels deep (the most pgqueue "
+            "stores)"
+        ) from None
     except ValueError as exc:
         raise UserError(f"the payload is not valid JSON ({exc}): e.g. '{{\"to\": 42}}'") from exc
     priority = _priority_arg(args.priority)
