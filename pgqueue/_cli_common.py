@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime, timedelta
 from decimal import Decimal
@@ -20,6 +21,7 @@ from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy import exc as sa_exc
 
 from pgqueue import _durations
+from pgqueue._readable import Unreadable
 from pgqueue._text import psql_table
 from pgqueue._urls import error_line, mask_text, mask_url, to_sqlalchemy_url
 from pgqueue._validation import MAX_BIGINT, MAX_INT32, MIN_BIGINT
@@ -27,6 +29,8 @@ from pgqueue.errors import PgQueueError
 from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
 
 ENV_URL = "PGQUEUE_DATABASE_URL"
+# C0 and C1 control characters: shown as a blank, on one line.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 APPLICATION_NAME = "pgqueue-cli"
 
 
@@ -76,6 +80,8 @@ def job_id(value: str) -> int:
 
 
 def json_default(value: object) -> object:
+    if isinstance(value, Unreadable):
+        return {"unreadable": value.text, "problem": value.problem}
     if isinstance(value, (datetime, date)):
         return value.isoformat()
     if isinstance(value, timedelta):
@@ -102,14 +108,26 @@ def note(text: str) -> None:
 
 
 def cell(value: object, width: int = 0) -> str:
+    """A value as one line of text (cut to ``width`` characters when given)."""
     if value is None:
         return "-"
     if isinstance(value, datetime):
         return value.astimezone().strftime("%Y-%m-%d %H:%M:%S")
     if isinstance(value, float):
         return f"{value:.1f}"
-    text = str(value).replace("\n", " ")
+    if isinstance(value, Unreadable) and width:
+        value = f"unreadable: {value.text}"  # a table's cell; the note on stderr says why
+    text = _CONTROL.sub(" ", str(value))  # a newline or a tab would break the line or table
     return text if not width or len(text) <= width else text[: width - 1] + "…"
+
+
+def note_unreadable(jobs: Sequence[Mapping[str, Any]]) -> None:
+    """Say on stderr which values of which jobs could not be loaded (:class:`Unreadable`)."""
+    for job in jobs:
+        for key, value in job.items():
+            if isinstance(value, Unreadable):
+                problem = f"{key} cannot be loaded ({value.problem})"
+                note(f"job {job.get('id')}: {problem}: shown as the server's text")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

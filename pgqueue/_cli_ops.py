@@ -23,6 +23,7 @@ from pgqueue._cli_common import (
     json_default,
     make_engine,
     note,
+    note_unreadable,
     schema_arg,
     table,
     transaction,
@@ -99,7 +100,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     """List jobs, newest first."""
     status = JobStatus(args.status) if args.status else None
     with transaction(args) as conn:
-        rows = admin.list_jobs(conn, queue=args.queue, status=status, limit=args.limit)
+        rows = admin.list_jobs(
+            conn, queue=args.queue, status=status, limit=args.limit, with_payload=args.json
+        )
+    note_unreadable(rows)
     if args.json:
         emit_json(rows)
         return 0
@@ -128,11 +132,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         job = admin.get_job(conn, args.id)
     if job is None:
         raise UserError(f"no job with id {args.id}", code=1)
+    note_unreadable([job])
     if args.json:
         emit_json(job)
         return 0
     for key, value in job.items():
-        if key == "payload":
+        if key == "payload" and not isinstance(value, admin.Unreadable):
             value = json.dumps(value, indent=2, default=json_default)
             value = value.replace("\n", "\n" + " " * 15)
         emit(f"{key + ':':<14} {cell(value) if key != 'payload' else value}")

@@ -3,7 +3,9 @@
 What ``pgqueue list``, ``show`` and ``stats`` print, what ``enqueue`` and ``retry`` say about
 unique keys, and what the dashboard (:mod:`pgqueue.web`) shows; usable from Python too. Every
 function runs in the caller's connection and returns plain values ready for JSON (times as aware
-datetimes).
+datetimes). A job's value no Python client can load (a row written by SQL with ``run_at`` in year
+29405, or a payload nested 5,000 levels deep) comes as an :class:`Unreadable` holding the server's
+text, so one such row never breaks a listing.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ from sqlalchemy import (
     text,
 )
 
+from pgqueue._readable import READABLE_FROM, decoded, readable
+from pgqueue._readable import Unreadable as Unreadable  # returned by the readers below
+from pgqueue._validation import check_job_id
 from pgqueue.models import JobStatus, jobs_table
 from pgqueue.statements import status_literal
 
@@ -54,15 +59,19 @@ def list_jobs(
     status: JobStatus | None = None,
     limit: int = 50,
     before_id: int | None = None,
+    with_payload: bool = True,
 ) -> list[dict[str, Any]]:
     """The most recent jobs (highest id first), optionally of one queue and one status.
 
     ``before_id`` pages by keyset: only ids below it, so page N costs what page 1 costs (a
     backward scan of ``jobs_pkey`` from that id, or of the partial index of the status), where an
-    ``OFFSET`` would read and drop every row before the page.
+    ``OFFSET`` would read and drop every row before the page. ``with_payload=False`` leaves the
+    payloads on the server, for a listing that does not show them (default ``True``).
     """
-    stmt = list_jobs_statement(queue=queue, status=status, limit=limit, before_id=before_id)
-    return [dict(row._mapping) for row in conn.execute(stmt)]
+    stmt = list_jobs_statement(
+        queue=queue, status=status, limit=limit, before_id=before_id, with_payload=with_payload
+    )
+    return [decoded(row) for row in conn.execute(stmt)]
 
 
 def list_jobs_statement(
@@ -71,9 +80,11 @@ def list_jobs_statement(
     status: JobStatus | None = None,
     limit: int = 50,
     before_id: int | None = None,
+    with_payload: bool = True,
 ) -> Select[Any]:
     """The statement :func:`list_jobs` runs (its plan is checked on a million done jobs)."""
-    stmt: Select[Any] = select(*(jobs.c[name] for name in JOB_COLUMNS), jobs.c.payload)
+    names = (*JOB_COLUMNS, "payload") if with_payload else JOB_COLUMNS
+    stmt: Select[Any] = select(*readable(jobs.c[name] for name in names))
     if queue is not None:
         stmt = stmt.where(jobs.c.queue == bindparam("queue_name", queue))
     if status is not None:
@@ -84,9 +95,14 @@ def list_jobs_statement(
 
 
 def get_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
-    """One job with its payload, or ``None`` when there is no such id."""
-    row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
-    return None if row is None else dict(row._mapping)
+    """One job with its payload, or ``None`` when there is no such id.
+
+    Raises:
+        InvalidArgumentError: for an id no ``bigint`` holds, before any SQL.
+    """
+    stmt = select(*readable(jobs.c)).where(jobs.c.id == check_job_id(job_id))
+    row = conn.execute(stmt).first()
+    return None if row is None else decoded(row)
 
 
 def job_statuses(conn: Connection, job_ids: list[int]) -> dict[int, str]:
@@ -130,7 +146,8 @@ def queue_stats(conn: Connection) -> list[dict[str, Any]]:
     queued = jobs.c.status == status_literal(JobStatus.QUEUED)
     running = jobs.c.status == status_literal(JobStatus.RUNNING)
     ready = and_(queued, jobs.c.run_at <= func.now())
-    oldest_ready = func.min(jobs.c.run_at).filter(ready)
+    # greatest(): a run_at of '-infinity' (written by SQL) would fail the subtraction below.
+    oldest_ready = func.min(func.greatest(jobs.c.run_at, READABLE_FROM)).filter(ready)
     stmt = (
         select(
             jobs.c.queue,
@@ -180,6 +197,8 @@ def finished_per_minute_statement(window: timedelta = timedelta(hours=1)) -> Sel
         .where(
             jobs.c.finished_at.is_not(None),
             jobs.c.finished_at >= func.now() - bindparam("window", window, type_=Interval),
+            # Never in the future, but for a row written by SQL ('infinity'): not a minute.
+            jobs.c.finished_at <= func.now(),
         )
         .group_by(jobs.c.queue, minute)
         .order_by(minute, jobs.c.queue)

@@ -107,7 +107,7 @@ async def jobs(request: Request) -> Response:
     rows = await read(
         request,
         lambda conn: admin.list_jobs(
-            conn, queue=queue, status=status, limit=limit + 1, before_id=before
+            conn, queue=queue, status=status, limit=limit + 1, before_id=before, with_payload=False
         ),
     )
     older = rows[limit - 1]["id"] if len(rows) > limit else None

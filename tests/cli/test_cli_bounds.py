@@ -1,5 +1,6 @@
 """The command line refuses what the database would refuse, or could not give back, before any
-SQL: one line on stderr, exit code 2, never a traceback.
+SQL: one line on stderr, exit code 2, never a traceback; and it lists and shows rows written by
+SQL that no Python client can load.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Engine, text
 
+import pgqueue
 from tests.cli.conftest import Result
 
 Cli = Callable[..., Result]
@@ -63,3 +65,61 @@ def test_out_of_range_input_is_one_line_and_exit_2_and_writes_nothing(
 ) -> None:
     _one_clear_line(cli(*args), needle)
     assert _count(db) == 0
+
+
+def test_list_and_show_survive_rows_no_client_can_load(cli: Cli, db: Engine) -> None:
+    with db.begin() as conn:
+        before = pgqueue.enqueue(conn, {"n": 1}, queue="q1")
+        far = conn.execute(
+            text(
+                "INSERT INTO jobs (queue, payload, run_at) VALUES ('q1', '{}', '29405-01-01') "
+                "RETURNING id"
+            )
+        ).scalar_one()
+        deep = conn.execute(
+            text(
+                "INSERT INTO jobs (queue, payload, locked_until, status) VALUES ('q1', "
+                "(repeat('[', 5000) || repeat(']', 5000))::jsonb, 'infinity', 'running') "
+                "RETURNING id"
+            )
+        ).scalar_one()
+        after = pgqueue.enqueue(conn, {"n": 2}, queue="q1")
+
+    listed = cli("list")
+    assert listed.code == 0, listed.err
+    lines = {line.split("|")[0].strip(): line for line in listed.out.splitlines()[2:]}
+    assert set(lines) == {str(i) for i in (before, far, deep, after)}
+    assert "unreadable: 29405-01-01 00:00:00+00" in lines[str(far)]
+    assert "unreadable: infinity" in lines[str(deep)]
+    assert "unreadable" not in lines[str(before)] + lines[str(after)]
+    assert f"job {far}: run_at cannot be loaded (outside the years 1 to 9999" in listed.err
+    assert f"job {deep}: locked_until cannot be loaded" in listed.err
+
+    as_json = cli("list", "--json")
+    assert as_json.code == 0, as_json.err
+    rows = {row["id"]: row for row in as_json.json()}
+    assert rows[far]["run_at"] == {
+        "unreadable": "29405-01-01 00:00:00+00",
+        "problem": "outside the years 1 to 9999 of Python's datetime",
+    }
+    assert rows[deep]["payload"]["problem"] == "nested more than 100 levels deep"
+    assert (rows[before]["payload"], rows[after]["payload"]) == ({"n": 1}, {"n": 2})
+
+    shown = cli("show", str(deep))
+    assert shown.code == 0, shown.err
+    assert "payload:       unreadable (nested more than 100 levels deep): [[[[" in shown.out
+    assert "locked_until:  unreadable (outside the years 1 to 9999" in shown.out
+    assert "status:        running" in shown.out
+    assert f"job {deep}: payload cannot be loaded" in shown.err
+    assert cli("show", str(far), "--json").json()["run_at"]["unreadable"].startswith("29405")
+
+
+def test_a_queue_name_with_control_characters_written_by_sql_stays_on_one_line(
+    cli: Cli, db: Engine
+) -> None:
+    with db.begin() as conn:
+        conn.execute(text("INSERT INTO jobs (queue, payload) VALUES (E'tab\\tq\\nx', '{}')"))
+    listed = cli("list")
+    assert listed.code == 0
+    assert len(listed.out.splitlines()) == 3  # header, rule, one row
+    assert "tab q x" in listed.out
