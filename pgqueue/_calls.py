@@ -58,7 +58,9 @@ def translated_errors() -> Iterator[None]:
         ) from exc
 
 
-_KEY_DETAIL = re.compile(r"\(queue, unique_key\)=\((.*), (.*)\) already exists")
+# A queue name holds no comma, so the first ", " ends it: one pass, where ``(.*), (.*)`` would
+# backtrack over every ", " of the key (quadratic in its length).
+_KEY_DETAIL = re.compile(r"\(queue, unique_key\)=\(([^,]*), (.*)\) already exists")
 
 
 @dataclass(frozen=True)

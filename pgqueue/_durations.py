@@ -8,7 +8,9 @@ from datetime import timedelta
 
 from pgqueue._validation import MAX_DURATION
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+# Matched against the stripped text: a pattern that also allowed blanks around the unit and at
+# the end would try every split of a run of blanks between them, quadratic in its length.
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
@@ -19,7 +21,7 @@ def parse_duration(value: str) -> timedelta:
     Raises:
         ValueError: with a message saying what is accepted.
     """
-    match = _DURATION.match(value)
+    match = _DURATION.fullmatch(value.strip())
     if match is None:
         raise ValueError(
             f"invalid duration {value!r}: use seconds or a number with s, m, h, d or ms (e.g. 7d)"
