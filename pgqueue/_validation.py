@@ -205,7 +205,7 @@ def check_duration(name: str, value: object, *, allow_zero: bool) -> timedelta:
         bound = "negative" if allow_zero else "zero or negative"
         raise InvalidArgumentError(name, f"must not be {bound}, got {value}")
     if value > MAX_DURATION:
-        raise InvalidArgumentError(name, f"{_too_long(value)}")
+        raise InvalidArgumentError(name, _too_long(value))
     return value
 
 
