@@ -6,7 +6,7 @@ lease, and finish them with updates guarded by the claimed attempt number.
 
 from __future__ import annotations
 
-from pgqueue._base.validation import MAX_PRIORITY, MIN_PRIORITY
+from pgqueue._base.validation import MAX_DURATION, MAX_JSON_DEPTH, MAX_PRIORITY, MIN_PRIORITY
 from pgqueue.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -52,6 +52,8 @@ from pgqueue.worker import Worker
 __version__ = "0.1.0"
 
 __all__ = [
+    "MAX_DURATION",
+    "MAX_JSON_DEPTH",
     "MAX_PRIORITY",
     "MIN_PRIORITY",
     "CancelReport",

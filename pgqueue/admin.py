@@ -3,7 +3,9 @@
 What ``pgqueue list``, ``show`` and ``stats`` print, what ``enqueue`` and ``retry`` say about
 unique keys, and what the dashboard (:mod:`pgqueue.web`) shows; usable from Python too. Every
 function runs in the caller's connection and returns plain values ready for JSON (times as aware
-datetimes).
+datetimes). A job's value no Python client can load (a row written by SQL with ``run_at`` in year
+29405, or a payload nested 5,000 levels deep) comes as an :class:`Unreadable` holding the server's
+text, so one such row never breaks a listing.
 """
 
 from __future__ import annotations
@@ -35,7 +37,14 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.sql.expression import column
 
 from pgqueue._base.connections import WORKER_PREFIX
-from pgqueue._base.validation import check_positive_int, check_unique_key, encode_payload
+from pgqueue._base.readable import READABLE_FROM, decoded, readable
+from pgqueue._base.readable import Unreadable as Unreadable  # returned by the readers below
+from pgqueue._base.validation import (
+    check_job_id,
+    check_positive_int,
+    check_unique_key,
+    encode_payload,
+)
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.models import JobStatus, jobs_table, workers_table
 from pgqueue.statements import status_literal
@@ -103,7 +112,7 @@ def list_jobs(
         unique_key=unique_key,
         with_payload=with_payload,
     )
-    return [dict(row._mapping) for row in conn.execute(stmt)]
+    return [decoded(row) for row in conn.execute(stmt)]
 
 
 def list_jobs_statement(
@@ -118,8 +127,8 @@ def list_jobs_statement(
     with_payload: bool = True,
 ) -> Select[Any]:
     """The statement :func:`list_jobs` runs (its plan is checked on a million done jobs)."""
-    columns = [jobs.c[name] for name in JOB_COLUMNS]
-    stmt: Select[Any] = select(*columns, *([jobs.c.payload] if with_payload else []))
+    names = (*JOB_COLUMNS, "payload") if with_payload else JOB_COLUMNS
+    stmt: Select[Any] = select(*readable(jobs.c[name] for name in names))
     if queue is not None:
         stmt = stmt.where(jobs.c.queue == bindparam("queue_name", queue))
     if status is not None:
@@ -164,16 +173,22 @@ def get_job(
     ``payload_chars`` characters of its JSON text and ``payload_length`` the full text's length,
     both computed by the server, so a payload of 100 MB sends (and costs this process) only
     that prefix. ``errors`` is its history of failed attempts (:func:`error_history`), ``[]``
-    for none.
+    for none. A value no Python client can load (a timestamp past year 9999, JSON nested too
+    deep, written by SQL) comes back as an :class:`Unreadable`, the rest of the row intact.
+
+    Raises:
+        InvalidArgumentError: for an id no ``bigint`` holds, before any SQL.
     """
+    job_id = check_job_id(job_id)
     if payload_chars is None:
-        row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
+        stmt = select(*readable(jobs.c)).where(jobs.c.id == job_id)
+        row = conn.execute(stmt).first()
     else:
         limit = check_positive_int("payload_chars", payload_chars)
         row = conn.execute(get_job_statement(limit), {"job_id": job_id}).first()
     if row is None:
         return None
-    job = dict(row._mapping)
+    job = decoded(row)
     job["errors"] = error_history(job.get("errors"))
     return job
 
@@ -215,7 +230,7 @@ def get_job_statement(payload_chars: int) -> Select[Any]:
         .offset(literal_column("0"))
         .lateral("p")
     )
-    columns = [c for c in jobs.c if c.name != "payload"]
+    columns = readable(c for c in jobs.c if c.name != "payload")
     return (
         select(
             *columns,
@@ -274,7 +289,8 @@ def queue_stats(conn: Connection) -> list[dict[str, Any]]:
     running = jobs.c.status == status_literal(JobStatus.RUNNING)
     failed = jobs.c.status == status_literal(JobStatus.FAILED)
     ready = and_(queued, jobs.c.run_at <= func.now())
-    oldest_ready = func.min(jobs.c.run_at).filter(ready)
+    # greatest(): a run_at of '-infinity' (written by SQL) would fail the subtraction below.
+    oldest_ready = func.min(func.greatest(jobs.c.run_at, READABLE_FROM)).filter(ready)
     stmt = (
         select(
             jobs.c.queue,
@@ -325,6 +341,8 @@ def finished_per_minute_statement(window: timedelta = timedelta(hours=1)) -> Sel
         .where(
             jobs.c.finished_at.is_not(None),
             jobs.c.finished_at >= func.now() - bindparam("window", window, type_=Interval),
+            # Never in the future, but for a row written by SQL ('infinity'): not a minute.
+            jobs.c.finished_at <= func.now(),
         )
         .group_by(jobs.c.queue, minute)
         .order_by(minute, jobs.c.queue)

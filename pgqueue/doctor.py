@@ -462,7 +462,8 @@ def _jobs(conn: Connection) -> Iterator[Finding]:
 # Per queue, the oldest ready job's wait, in index probes rather than a pass over the backlog: a
 # recursive skip scan of jobs_ready_idx finds each queue with queued jobs (one probe per queue),
 # then one probe per priority level takes the level's first run_at, as the claim reads them. The
-# 'queued' literal matches the partial index's predicate (a bound status would not).
+# 'queued' literal matches the partial index's predicate (a bound status would not). greatest(): a
+# run_at of '-infinity' (written by SQL) would fail the subtraction (readable.READABLE_FROM).
 _BACKLOG = text(
     """
     WITH RECURSIVE queues(queue) AS (
@@ -472,7 +473,10 @@ _BACKLOG = text(
               WHERE j.status = 'queued' AND j.queue > q.queue ORDER BY j.queue LIMIT 1)
       FROM queues q WHERE q.queue IS NOT NULL
     )
-    SELECT q.queue, extract(epoch FROM now() - min(first.run_at))::float AS oldest_ready_s
+    SELECT q.queue,
+           extract(epoch FROM now() - min(
+             greatest(first.run_at, '0001-01-03 00:00:00+00'::timestamptz)
+           ))::float AS oldest_ready_s
     FROM queues q
     CROSS JOIN generate_series(CAST(:lowest AS int), CAST(:highest AS int)) AS level
     CROSS JOIN LATERAL (

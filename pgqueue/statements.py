@@ -43,7 +43,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.expression import column
 
-from pgqueue._base.validation import MIN_PRIORITY
+from pgqueue._base.validation import MAX_INT32, MIN_PRIORITY
 from pgqueue.models import JobStatus, jobs_table
 
 jobs = jobs_table
@@ -680,7 +680,12 @@ _RETRY_VALUES: dict[str, Any] = {
     "status": status_literal(JobStatus.QUEUED),
     "run_at": func.now(),
     "locked_until": null(),
-    "max_attempts": jobs.c.attempts + bindparam("extra_attempts", type_=Integer),
+    # Summed as bigint and held at the largest int: a budget that large never runs out, where
+    # an int sum past it would fail the whole statement ("integer out of range").
+    "max_attempts": func.least(
+        cast(jobs.c.attempts, BigInteger) + bindparam("extra_attempts", type_=BigInteger),
+        literal_column(str(MAX_INT32)),
+    ),
     "finished_at": null(),
     "cancelled_at": null(),
 }

@@ -26,6 +26,7 @@ from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.orm import Session
 
 from pgqueue import repository
+from pgqueue._base.readable import decoded, readable
 from pgqueue._base.validation import (
     check_positive_int,
     check_priority,
@@ -111,17 +112,21 @@ def assert_enqueued(
 
 def _describe_enqueued(conn: Executor, queue: str) -> str:
     jobs = Job.__table__
-    rows = conn.execute(
-        select(jobs.c.id, jobs.c.status, jobs.c.priority, jobs.c.unique_key, jobs.c.payload)
-        .where(jobs.c.queue == queue)
-        .order_by(jobs.c.id)
-        .limit(_LISTED + 1)
-    ).all()
+    columns = (jobs.c.id, jobs.c.status, jobs.c.priority, jobs.c.unique_key, jobs.c.payload)
+    rows = [
+        decoded(r)  # a payload written by SQL that Python cannot load is shown as its text
+        for r in conn.execute(
+            select(*readable(columns))
+            .where(jobs.c.queue == queue)
+            .order_by(jobs.c.id)
+            .limit(_LISTED + 1)
+        )
+    ]
     lines = [f"jobs on {queue!r} visible in this transaction:"]
     lines += [
-        f"  #{r.id} {r.status} priority {r.priority}"
-        + ("" if r.unique_key is None else f" key {r.unique_key!r}")
-        + f" {r.payload!r}"
+        f"  #{r['id']} {r['status']} priority {r['priority']}"
+        + ("" if r["unique_key"] is None else f" key {r['unique_key']!r}")
+        + f" {r['payload']!r}"
         for r in rows[:_LISTED]
     ] or ["  (none)"]
     if len(rows) > _LISTED:

@@ -24,6 +24,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from pgqueue._base.validation import check_duration
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 
 UTC = timezone.utc
@@ -112,6 +113,7 @@ def schedule_of(schedule: object, timezone: str = "UTC") -> Schedule:
             raise InvalidArgumentError(
                 "schedule", f"an interval must be at least {MIN_INTERVAL}, got {schedule}"
             )
+        check_duration("schedule", schedule, allow_zero=False)
         return IntervalSchedule(schedule, check_timezone(timezone))
     if not isinstance(schedule, str):
         raise InvalidArgumentTypeError("schedule", "a cron expression (str) or timedelta", schedule)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import datetime, timedelta, timezone
+from itertools import accumulate, chain, compress
 from typing import Any
 
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidPayloadError
@@ -16,19 +17,96 @@ MAX_QUEUE_NAME_BYTES = 7999
 #: Most bytes of a job's headers as JSON text: metadata (a trace context), not a second payload.
 MAX_HEADERS_BYTES = 8192
 
+#: The longest duration pgqueue takes (``delay``, ``lease``, ``older_than``, retry ``base`` and
+#: ``cap``, the worker's intervals, a periodic interval), and how far from now a ``run_at`` may
+#: lie: 100 years. Every time pgqueue then stores or compares, ``now() ± MAX_DURATION`` plus a
+#: lease, stays centuries inside the years 1 to 9999 that Python's ``datetime`` (and so every
+#: reader: the CLI, the dashboard, your code) can load back, in any time zone; PostgreSQL itself
+#: would store year 294276, which no Python client can read.
+MAX_DURATION = timedelta(days=36525)
+#: Integer columns are ``int`` (``attempts``, ``max_attempts``) and ``bigint`` (``id``): values
+#: outside them are refused here, not by the server.
+MAX_INT32 = 2**31 - 1
+MIN_BIGINT = -(2**63)
+MAX_BIGINT = 2**63 - 1
+#: The deepest nesting of arrays and objects a payload may have (``[[1]]`` is 2 levels). Python's
+#: ``json`` module recurses once per level, within the interpreter's recursion limit (1,000 by
+#: default) shared with the code around it: a payload ten times deeper than any real one still
+#: decodes in every worker and reader, whatever the depth of the stack it is read on.
+MAX_JSON_DEPTH = 100
+
 # A JSON text escape of U+0000 that is not itself an escaped backslash: jsonb rejects it.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+#: What ``json.dumps`` writes as an array or an object.
+_CONTAINERS = (dict, list, tuple)
+# A JSON text's brackets as signed bytes, +1 opening and -1 (0xff) closing; every other byte goes.
+_STEPS = bytes.maketrans(b"[]{}", b"\x01\xff\x01\xff")
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+# C0 and C1 control characters (and DEL): they break the lines and tables a name is shown in.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def encode_payload(payload: Any, *, index: int | None = None) -> str:
     """Serialise a payload to JSON text that PostgreSQL's jsonb accepts unchanged."""
     try:
         text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except RecursionError:
+        # Deeper than the interpreter's stack allows here: say so, unless the payload is shallow
+        # and the caller's own stack is what ran out.
+        if not nested_deeper_than(payload, MAX_JSON_DEPTH):
+            raise
+        raise InvalidPayloadError(_too_deep(), index=index) from None
     except (TypeError, ValueError) as exc:
         raise InvalidPayloadError(f"not storable as jsonb ({exc})", index=index) from exc
+    if json_nested_deeper_than(text, MAX_JSON_DEPTH):
+        raise InvalidPayloadError(_too_deep(), index=index)
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
         raise InvalidPayloadError("contains the character U+0000, which jsonb rejects", index=index)
     return text
+
+
+def _too_deep() -> str:
+    return f"nested more than {MAX_JSON_DEPTH} levels deep (MAX_JSON_DEPTH)"
+
+
+def json_nested_deeper_than(text: str, depth: int) -> bool:
+    """Whether a JSON text nests arrays and objects more than ``depth`` levels deep.
+
+    The enqueue path's test, at C speed and without recursion. Two counts (0.1 us for a small
+    payload) spare any text of at most ``depth`` brackets, the common case, which costs nothing
+    more. A bigger one is cut at its quotes to keep what lies outside strings, and the deepest
+    prefix sum of its brackets (+1, -1) is its depth: 13 us for 50 objects of a list each, which
+    ``json.dumps`` encodes in 30 us; 3 ms for 10,000, encoded in 7 ms. (A walk of the value
+    took 25 us and 4 ms; one pushing every value on a stack, 70 us and 18 ms.)
+    """
+    if text.count("[") + text.count("{") <= depth:
+        return False
+    if "\\" in text:  # drop escaped backslashes, then escaped quotes: every '"' left delimits
+        text = text.replace("\\\\", "").replace('\\"', "")
+    outside = "".join(text.split('"')[::2])
+    steps = outside.encode().translate(_STEPS, _NOT_BRACKETS)
+    return max(accumulate(memoryview(steps).cast("b")), default=0) > depth
+
+
+def nested_deeper_than(value: object, depth: int) -> bool:
+    """Whether arrays and objects (lists, tuples, dicts) nest more than ``depth`` levels deep in
+    a value ``json.dumps`` could not encode (:func:`json_nested_deeper_than` reads a text).
+
+    One level at a time, never recursing, so the stack cannot run out, and a self-referencing
+    list ends the walk at ``depth + 1``; the children of a level are gathered by ``itertools``.
+    """
+    level: list[object] = [value]
+    for _ in range(depth + 1):
+        kinds = {kind for kind in set(map(type, level)) if issubclass(kind, _CONTAINERS)}
+        if not kinds:
+            return False
+        containers: Iterator[Any] = compress(level, map(kinds.__contains__, map(type, level)))
+        level = list(
+            chain.from_iterable(
+                item.values() if isinstance(item, dict) else item for item in containers
+            )
+        )
+    return True
 
 
 def encode_payloads(payloads: Iterable[Any]) -> list[str]:
@@ -71,9 +149,21 @@ def check_queue(queue: object) -> str:
         raise InvalidArgumentError("queue", "must not be empty")
     if "," in queue:
         raise InvalidArgumentError("queue", f"must not contain a comma: {queue!r}")
-    if "\x00" in queue:
-        raise InvalidArgumentError("queue", "must not contain the character U+0000")
-    if len(queue.encode()) > MAX_QUEUE_NAME_BYTES:
+    if not queue.isprintable():  # the fast test; the search only for a name that fails it
+        if "\x00" in queue:
+            raise InvalidArgumentError("queue", "must not contain the character U+0000")
+        control = _CONTROL.search(queue)
+        if control is not None:
+            raise InvalidArgumentError(
+                "queue",
+                f"must not contain control characters, got {control.group()!r} at index "
+                f"{control.start()}",
+            )
+    try:
+        size = len(queue.encode())
+    except UnicodeEncodeError as exc:
+        raise InvalidArgumentError("queue", f"not valid Unicode ({exc.reason})") from exc
+    if size > MAX_QUEUE_NAME_BYTES:
         raise InvalidArgumentError(
             "queue", f"longer than {MAX_QUEUE_NAME_BYTES} bytes, too long for a NOTIFY payload"
         )
@@ -99,11 +189,14 @@ def check_name(name: str, value: object) -> str:
     return value
 
 
-def check_positive_int(name: str, value: object) -> int:
+def check_positive_int(name: str, value: object, *, most: int = MAX_INT32) -> int:
+    """An ``int`` from 1 to ``most`` (default: the largest PostgreSQL ``integer``)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentTypeError(name, "int", value)
     if value < 1:
         raise InvalidArgumentError(name, f"must be at least 1, got {value}")
+    if value > most:
+        raise InvalidArgumentError(name, f"must be at most {most}, got {value}")
     return value
 
 
@@ -113,18 +206,31 @@ def check_bool(name: str, value: object) -> bool:
     return value
 
 
-def check_int(name: str, value: object) -> int:
+def check_int(
+    name: str, value: object, *, least: int = -MAX_INT32 - 1, most: int = MAX_INT32
+) -> int:
+    """An ``int`` within ``least`` and ``most`` (default: PostgreSQL's ``integer``)."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidArgumentTypeError(name, "int", value)
+    if not least <= value <= most:
+        raise InvalidArgumentError(name, f"must be from {least} to {most}, got {value}")
     return value
 
 
+def check_job_id(value: object, *, name: str = "job_id") -> int:
+    """A job id: an ``int`` a ``bigint`` holds (an id no job has is not an error)."""
+    return check_int(name, value, least=MIN_BIGINT, most=MAX_BIGINT)
+
+
 def check_duration(name: str, value: object, *, allow_zero: bool) -> timedelta:
+    """A ``timedelta`` from zero (or just above) to :data:`MAX_DURATION`."""
     if not isinstance(value, timedelta):
         raise InvalidArgumentTypeError(name, "datetime.timedelta", value)
     if value < timedelta(0) or (not allow_zero and value == timedelta(0)):
         bound = "negative" if allow_zero else "zero or negative"
         raise InvalidArgumentError(name, f"must not be {bound}, got {value}")
+    if value > MAX_DURATION:
+        raise InvalidArgumentError(name, _too_long(value))
     return value
 
 
@@ -151,12 +257,42 @@ def check_snooze_delay(delay: object) -> timedelta:
     return delay if isinstance(delay, timedelta) else timedelta(seconds=seconds)
 
 
+def check_seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
+    """A duration given as a ``timedelta`` or a number of seconds, as seconds."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidArgumentTypeError(name, "datetime.timedelta or seconds", value)
+    if math.isnan(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
+        raise InvalidArgumentError(name, f"must be positive, got {value}")
+    if seconds > MAX_DURATION.total_seconds():
+        raise InvalidArgumentError(name, _too_long(value))
+    return seconds
+
+
+def _too_long(value: object) -> str:
+    return f"must be at most {MAX_DURATION.days} days (100 years, MAX_DURATION), got {value}"
+
+
 def check_run_at(run_at: object) -> datetime:
+    """An aware ``datetime`` within :data:`MAX_DURATION` of now (either side)."""
     if not isinstance(run_at, datetime):
         raise InvalidArgumentTypeError("run_at", "datetime.datetime", run_at)
     if run_at.tzinfo is None or run_at.tzinfo.utcoffset(run_at) is None:
         raise InvalidArgumentError(
             "run_at", "must be timezone-aware (naive datetimes are ambiguous)"
+        )
+    try:
+        away = abs(run_at - datetime.now(timezone.utc))
+    except OverflowError:  # year 1 or 9999 with an offset that leaves the range
+        away = timedelta.max
+    if away > MAX_DURATION:
+        raise InvalidArgumentError(
+            "run_at",
+            f"must lie within {MAX_DURATION.days} days (100 years, MAX_DURATION) of now, "
+            f"got {run_at.isoformat()}",
         )
     return run_at
 

@@ -24,6 +24,7 @@ from pgqueue._base.validation import (
     check_bool,
     check_duration,
     check_int,
+    check_job_id,
     check_name,
     check_positive_int,
     check_priority,
@@ -69,7 +70,9 @@ def translated_errors() -> Iterator[None]:
         ) from exc
 
 
-_KEY_DETAIL = re.compile(r"\(queue, unique_key\)=\((.*), (.*)\) already exists")
+# A queue name holds no comma, so the first ", " ends it: one pass, where ``(.*), (.*)`` would
+# backtrack over every ", " of the key (quadratic in its length).
+_KEY_DETAIL = re.compile(r"\(queue, unique_key\)=\(([^,]*), (.*)\) already exists")
 
 #: SQLSTATEs of a row lock not taken: ``lock_not_available`` (the lock timeout) and
 #: ``deadlock_detected``.
@@ -492,12 +495,12 @@ def _batch_params(held: Sequence[tuple[int, int]]) -> dict[str, Any]:
 def _ids(job_ids: Iterable[int]) -> list[int]:
     if isinstance(job_ids, (str, bytes)) or not isinstance(job_ids, Iterable):
         raise InvalidArgumentTypeError("job_ids", "an iterable of job ids", job_ids)
-    return [check_int("job_id", i) for i in job_ids]
+    return [check_job_id(i) for i in job_ids]
 
 
 def _guard_params(job_id: int, attempts: int) -> dict[str, Any]:
     return {
-        "job_id": check_int("job_id", job_id),
+        "job_id": check_job_id(job_id),
         "claimed_attempts": check_int("attempts", attempts),
     }
 

@@ -31,6 +31,7 @@ from pgqueue.cli.common import (
     UserError,
     database_url,
     emit,
+    job_id,
     make_engine,
     note,
     parse_duration,
@@ -194,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
 
     p = add("show", cmd_show, "show one job with its payload")
-    p.add_argument("id", type=int)
+    p.add_argument("id", type=job_id)
     p.add_argument("--json", action="store_true")
 
     p = add("stats", cmd_stats, "per-queue counts and the jobs table's vacuum statistics")
@@ -248,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = add("retry", cmd_retry, "requeue failed jobs with a fresh budget of attempts")
-    p.add_argument("ids", type=int, nargs="*", metavar="ID")
+    p.add_argument("ids", type=job_id, nargs="*", metavar="ID")
     p.add_argument("--failed", action="store_true", help="every failed job (not cancelled ones)")
     p.add_argument("--queue", help="with --failed: only this queue")
     p.add_argument(
@@ -264,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = add("cancel", cmd_cancel, "fail queued or running jobs for good, marked cancelled")
-    p.add_argument("ids", type=int, nargs="+", metavar="ID")
+    p.add_argument("ids", type=job_id, nargs="+", metavar="ID")
 
     p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue-sa[web])")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

@@ -9,9 +9,10 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -23,12 +24,16 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL
 
 from pgqueue._base import durations as _durations
+from pgqueue._base.readable import Unreadable
 from pgqueue._base.text import psql_table
 from pgqueue._base.urls import error_line, mask_text, mask_url, to_sqlalchemy_url
+from pgqueue._base.validation import MAX_BIGINT, MAX_INT32, MIN_BIGINT
 from pgqueue.errors import PgQueueError
 from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
 
 ENV_URL = "PGQUEUE_DATABASE_URL"
+# C0 and C1 control characters: shown as a blank, on one line.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 APPLICATION_NAME = "pgqueue-cli"
 
 log = logging.getLogger("pgqueue.cli")
@@ -51,12 +56,28 @@ def parse_duration(value: str) -> timedelta:
 
 
 def positive_int(value: str) -> int:
+    """A count: 1 to the largest PostgreSQL ``integer`` (2147483647)."""
     try:
         number = int(value)
     except ValueError:
         number = 0
-    if number < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value!r}")
+    if not 1 <= number <= MAX_INT32:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive integer of at most {MAX_INT32}, got {value!r}"
+        )
+    return number
+
+
+def job_id(value: str) -> int:
+    """A job id: an integer a ``bigint`` holds; anything else is refused before any SQL."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = None
+    if number is None or not MIN_BIGINT <= number <= MAX_BIGINT:
+        raise argparse.ArgumentTypeError(
+            f"expected a job id (an integer of at most {MAX_BIGINT}), got {value!r}"
+        )
     return number
 
 
@@ -64,6 +85,8 @@ def positive_int(value: str) -> int:
 
 
 def json_default(value: object) -> object:
+    if isinstance(value, Unreadable):
+        return {"unreadable": value.text, "problem": value.problem}
     if isinstance(value, (datetime, date)):
         return value.isoformat()
     if isinstance(value, timedelta):
@@ -90,15 +113,27 @@ def note(text: str) -> None:
 
 
 def cell(value: object, width: int = 0) -> str:
-    """A value as one table cell; times in UTC, saying so, as the dashboard shows them."""
+    """A value as one line of text (cut to ``width`` characters when given); times in UTC,
+    saying so, as the dashboard shows them."""
     if value is None:
         return "-"
     if isinstance(value, datetime):
         return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
     if isinstance(value, float):
         return f"{value:.1f}"
-    text = str(value).replace("\n", " ")
+    if isinstance(value, Unreadable) and width:
+        value = f"unreadable: {value.text}"  # a table's cell; the note on stderr says why
+    text = _CONTROL.sub(" ", str(value))  # a newline or a tab would break the line or table
     return text if not width or len(text) <= width else text[: width - 1] + "…"
+
+
+def note_unreadable(jobs: Sequence[Mapping[str, Any]]) -> None:
+    """Say on stderr which values of which jobs could not be loaded (:class:`Unreadable`)."""
+    for job in jobs:
+        for key, value in job.items():
+            if isinstance(value, Unreadable):
+                problem = f"{key} cannot be loaded ({value.problem})"
+                note(f"job {job.get('id')}: {problem}: shown as the server's text")
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

@@ -16,7 +16,13 @@ from sqlalchemy import Connection
 from pgqueue import admin, periodic, repository
 from pgqueue._base.durations import format_duration
 from pgqueue._base.text import psql_table
-from pgqueue._base.validation import MAX_PRIORITY, MIN_PRIORITY, check_priority, check_unique_key
+from pgqueue._base.validation import (
+    MAX_JSON_DEPTH,
+    MAX_PRIORITY,
+    MIN_PRIORITY,
+    check_priority,
+    check_unique_key,
+)
 from pgqueue.cli.common import (
     UserError,
     cell,
@@ -26,6 +32,7 @@ from pgqueue.cli.common import (
     json_default,
     make_engine,
     note,
+    note_unreadable,
     schema_arg,
     table,
     transaction,
@@ -57,6 +64,11 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     """Insert one job and print its id (with --unique-key: that of a live job holding the key)."""
     try:
         payload = json.loads(args.payload)
+    except RecursionError:
+        raise UserError(
+            f"the payload is nested more than {MAX_JSON_DEPTH} levels deep (the most pgqueue "
+            "stores)"
+        ) from None
     except ValueError as exc:
         raise UserError(f"the payload is not valid JSON ({exc}): e.g. '{{\"to\": 42}}'") from exc
     priority = _priority_arg(args.priority)
@@ -89,7 +101,10 @@ def cmd_list(args: argparse.Namespace) -> int:
     """List jobs, newest first."""
     status = JobStatus(args.status) if args.status else None
     with transaction(args) as conn:
-        rows = admin.list_jobs(conn, queue=args.queue, status=status, limit=args.limit)
+        rows = admin.list_jobs(
+            conn, queue=args.queue, status=status, limit=args.limit, with_payload=args.json
+        )
+    note_unreadable(rows)
     if args.json:
         emit_json(rows)
         return 0
@@ -118,12 +133,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         job = admin.get_job(conn, args.id)
     if job is None:
         raise UserError(f"no job with id {args.id}", code=1)
+    note_unreadable([job])
     if args.json:
         emit_json(job)
         return 0
     errors = job.pop("errors")
     for key, value in job.items():
-        if key == "payload":
+        if key == "payload" and not isinstance(value, admin.Unreadable):
             value = json.dumps(value, indent=2, default=json_default)
             value = value.replace("\n", "\n" + " " * 15)
         emit(f"{key + ':':<14} {cell(value) if key != 'payload' else value}")

@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from pgqueue import admin
+from pgqueue._base.readable import Unreadable, decode_json
 from pgqueue._base.validation import check_queue, check_unique_key, encode_payload
 from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobStatus
@@ -232,10 +233,9 @@ def _payload_shown(job: dict[str, Any]) -> str:
         return "null"
     if job["payload_length"] > PAYLOAD_PREVIEW_CHARS:
         return text
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return text
+    value = decode_json(text)
+    if isinstance(value, Unreadable):  # written by SQL: too deep to decode, shown as its text
+        return str(value)
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 
 

@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
+from pgqueue._base.readable import Unreadable
 from pgqueue.web import _csrf
 
 if TYPE_CHECKING:  # the app builds the overview source; pages only read it
@@ -71,6 +72,8 @@ def _when(value: object) -> str:
 
 
 def _json(value: object) -> str:
+    if isinstance(value, Unreadable):  # a row written by SQL: its text, and why
+        return str(value)
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 

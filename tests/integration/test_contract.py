@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -92,6 +92,17 @@ def _jobs(engine: Engine) -> list[dict[str, Any]]:
         return [dict(r._mapping) for r in rows]
 
 
+#: A time after year 9999 in UTC (23:00 at UTC-14 is 13:00 the next day in UTC).
+_YEAR_9999 = datetime(9999, 12, 31, 23, 0, tzinfo=timezone(timedelta(hours=-14)))
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def _sql(engine: Engine, sql: str, **params: Any) -> None:
     with engine.begin() as conn:
         conn.execute(text(sql), params)
@@ -158,6 +169,33 @@ def test_enqueue_many_returns_ids_in_input_order(q: Runner) -> None:
         (op("enqueue_many", [1], headers={1: "a"}), InvalidArgumentError),
         (op("enqueue", {}, headers={"a": "\x00"}), InvalidArgumentError),
         (op("enqueue", {}, headers={"a": "x" * 9000}), InvalidArgumentError),
+        # Values the schema's types or a client's datetime cannot hold: refused here, not by the
+        # server (whose error would be a DataError, not a PgQueueError).
+        (op("enqueue", {}, max_attempts=2**40), InvalidArgumentError),
+        (op("enqueue", {}, delay=timedelta(days=3_000_000)), InvalidArgumentError),
+        (op("enqueue", {}, run_at=_YEAR_9999), InvalidArgumentError),
+        (op("enqueue", _nested(5_000)), InvalidPayloadError),
+        (op("enqueue", {}, queue="a\nb"), InvalidArgumentError),
+        (op("enqueue", {}, queue="tab\tq"), InvalidArgumentError),
+        (op("enqueue_unique", {}, unique_key="k", max_attempts=2**31), InvalidArgumentError),
+        (op("enqueue_unique", {}, unique_key="k", delay=timedelta.max), InvalidArgumentError),
+        (op("enqueue_many", [{}, {}], max_attempts=2**31), InvalidArgumentError),
+        (op("enqueue_many", [{}, _nested(5_000), {}]), InvalidPayloadError),
+        (op("enqueue_many", [{}], delay=timedelta(days=40_000)), InvalidArgumentError),
+        (op("claim", limit=2**31), InvalidArgumentError),
+        (op("claim", lease=timedelta(days=3_000_000)), InvalidArgumentError),
+        (op("extend_lease", 1, 1, timedelta(days=3_000_000)), InvalidArgumentError),
+        (op("fail", 1, 1, "x", cap=timedelta(days=3_000_000)), InvalidArgumentError),
+        (op("complete", 2**63, 1), InvalidArgumentError),
+        (op("complete", 1, 2**31), InvalidArgumentError),
+        (op("purge", older_than=timedelta(days=99_999_999)), InvalidArgumentError),
+        (op("purge_done", older_than=timedelta(days=99_999_999)), InvalidArgumentError),
+        (op("purge", batch_size=2**31), InvalidArgumentError),
+        (op("retry", [10**20]), InvalidArgumentError),
+        (op("retry", [1], attempts=2**31), InvalidArgumentError),
+        (op("retry_failed", attempts=2**40), InvalidArgumentError),
+        (op("cancel", [1, 2**63]), InvalidArgumentError),
+        (op("cancel", [-(2**63) - 1]), InvalidArgumentError),
     ],
 )
 def test_bad_input_raises_before_sql_and_writes_nothing(

@@ -414,7 +414,10 @@ def test_retry_statements_requeue_with_a_raised_budget_and_keep_attempts() -> No
     every = sql(statements.retry_statement(all_failed=True))
     with_cancelled = sql(statements.retry_statement(all_failed=True, include_cancelled=True))
     for text in (listed, every, with_cancelled):
-        assert "SET status='queued', run_at=now(), max_attempts=(jobs.attempts + " in text
+        assert (
+            "SET status='queued', run_at=now(), max_attempts=least(CAST(jobs.attempts AS BIGINT) "
+            "+ %(extra_attempts)s::BIGINT, 2147483647)"
+        ) in text  # summed as bigint, held at the largest int: no "integer out of range"
         assert "attempts=0" not in text
         assert "locked_until=NULL, finished_at=NULL, cancelled_at=NULL FROM candidates" in text
         assert text.endswith("RETURNING jobs.id")
