@@ -8,7 +8,6 @@ validation, parameter building and row mapping exist once.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -33,6 +32,7 @@ from pgqueue._base.validation import (
     encode_payload,
     encode_payloads,
 )
+from pgqueue._sql.driver_errors import DriverError, classify, unique_key_error
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, UniqueKeyError
 from pgqueue.models import JobStatus
 from pgqueue.results import CancelledJob, ClaimedJob, EnqueuedJob, FailResult, ReapedJob, Settled
@@ -48,17 +48,9 @@ def translated_errors() -> Iterator[None]:
     try:
         yield
     except IntegrityError as exc:
-        diag = getattr(exc.orig, "diag", None)
-        if getattr(diag, "constraint_name", None) != "jobs_unique_key_idx":
+        if classify(exc) is not DriverError.UNIQUE_KEY:
             raise
-        found = _KEY_DETAIL.search(getattr(diag, "message_detail", None) or "")
-        queue, key = found.groups() if found else ("?", "?")
-        raise UniqueKeyError(
-            queue, key, "another queued or running job holds it (retry them one at a time)"
-        ) from exc
-
-
-_KEY_DETAIL = re.compile(r"\(queue, unique_key\)=\((.*), (.*)\) already exists")
+        raise unique_key_error(exc) from exc
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from sqlalchemy import Engine
 
 from pgqueue import repository
 from pgqueue._base.urls import error_line
+from pgqueue._sql.driver_errors import is_transient
 from pgqueue._worker.executors import call_sync, run_in_savepoint
 from pgqueue._worker.runtime import Runtime
-from pgqueue._worker.transient import is_transient
 from pgqueue._worker.window import Held, Lane, State
 from pgqueue.jobs import Handler, JobContext, Outcome
 

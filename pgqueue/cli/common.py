@@ -15,13 +15,13 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-import psycopg
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy import exc as sa_exc
 
 from pgqueue._base import durations as _durations
 from pgqueue._base.text import psql_table
 from pgqueue._base.urls import error_line, mask_text, mask_url, to_sqlalchemy_url
+from pgqueue._sql.driver_errors import DriverError, classify
 from pgqueue.errors import PgQueueError
 from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
 
@@ -172,20 +172,21 @@ def transaction(args: argparse.Namespace) -> Iterator[Connection]:
 
 def translate_error(exc: BaseException, url: str | None) -> str | None:
     """One line naming the problem and its fix for the database errors users cause."""
+    kind = classify(exc)
+    if kind is None:
+        return None
     where = f" ({mask_url(url)})" if url else ""
     orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None else exc
     first_line = error_line(orig)
-    if isinstance(orig, psycopg.errors.UndefinedTable):
+    if kind is DriverError.NO_SCHEMA:
         return (
             f"the database{where} has no pgqueue schema ({first_line}): run `pgqueue migrate` first"
         )
-    if isinstance(orig, psycopg.errors.InsufficientPrivilege):
+    if kind is DriverError.DENIED:
         return f"permission denied{where}: {first_line}; grant this role that privilege"
-    if isinstance(orig, psycopg.OperationalError):
+    if kind is DriverError.OPERATIONAL:
         return (
             f"cannot connect to the database{where}: {first_line}; check --url or {ENV_URL} "
             "and that the server is running"
         )
-    if isinstance(orig, psycopg.Error):
-        return f"database error{where}: {first_line}"
-    return None
+    return f"database error{where}: {first_line}"
