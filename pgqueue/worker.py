@@ -25,7 +25,7 @@ from sqlalchemy.engine import URL
 from pgqueue import pooler, repository
 from pgqueue._base.connections import worker_name
 from pgqueue._base.urls import mask_url
-from pgqueue._base.validation import check_positive_int
+from pgqueue._base.validation import check_port, check_positive_int, check_seconds
 from pgqueue._worker.claimer import Claimer, ClaimerOptions
 from pgqueue._worker.completer import FLUSH_SIZE, Completer
 from pgqueue._worker.event_loop import AsyncLane
@@ -37,7 +37,7 @@ from pgqueue._worker.signals import handle_stop_signals
 from pgqueue._worker.threads import ThreadLane
 from pgqueue._worker.transient import short_transaction
 from pgqueue._worker.window import ClaimWindow, Held, Lane, State, keys
-from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
+from pgqueue.errors import InvalidArgumentError
 from pgqueue.health import DEFAULT_HOST, OK, Health, HealthServer, check_database
 from pgqueue.hooks import HookDispatcher, WorkerHooks, check_hooks
 from pgqueue.jobs import (
@@ -68,19 +68,6 @@ DEFAULT_LEASE = timedelta(seconds=30)
 #: Default of ``Worker(stuck_after=...)``: far above any one step of a healthy loop (a claim, a
 #: flush, a heartbeat are milliseconds; their retries count as progress).
 DEFAULT_STUCK_AFTER = 60.0
-
-
-def _seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
-    """Durations are a ``timedelta`` or a number of seconds."""
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise InvalidArgumentTypeError(name, "datetime.timedelta or seconds", value)
-    if seconds < 0 or (seconds == 0 and not allow_zero):
-        raise InvalidArgumentError(name, f"must be positive, got {value}")
-    return seconds
 
 
 class Worker:
@@ -222,8 +209,8 @@ class Worker:
         self.engine = engine
         self.concurrency = check_positive_int("concurrency", concurrency)
         self.async_concurrency = check_positive_int("async_concurrency", async_concurrency)
-        self.lease = timedelta(seconds=_seconds("lease", lease))
-        self.poll_interval = _seconds("poll_interval", poll_interval)
+        self.lease = timedelta(seconds=check_seconds("lease", lease))
+        self.poll_interval = check_seconds("poll_interval", poll_interval)
         self.batch_size = check_positive_int("batch_size", batch_size)
         if mode == "transaction":
             self.prefetch = 0
@@ -236,33 +223,25 @@ class Worker:
         self.listen = bool(listen)
         self.listen_url: str | URL = listen_url if listen_url is not None else engine.url
         self.mode = mode
-        self.shutdown_timeout = _seconds("shutdown_timeout", shutdown_timeout, allow_zero=True)
+        self.shutdown_timeout = check_seconds("shutdown_timeout", shutdown_timeout, allow_zero=True)
         self.retry = retry if retry is not None else RetryPolicy()
         self.queue_retry = dict(queue_retry or {})
         self.reap_interval = (
             self.lease.total_seconds() / 2
             if reap_interval is None
-            else _seconds("reap_interval", reap_interval)
+            else check_seconds("reap_interval", reap_interval)
         )
-        self.lock_timeout = _seconds("lock_timeout", lock_timeout)
+        self.lock_timeout = check_seconds("lock_timeout", lock_timeout)
         self.idle_poll_interval = (
             None
             if idle_poll_interval is None
-            else max(_seconds("idle_poll_interval", idle_poll_interval), self.poll_interval)
+            else max(check_seconds("idle_poll_interval", idle_poll_interval), self.poll_interval)
         )
-        self.idle_after = _seconds("idle_after", idle_after, allow_zero=True)
+        self.idle_after = check_seconds("idle_after", idle_after, allow_zero=True)
         self.install_signal_handlers = install_signal_handlers
-        if health_port is not None and (
-            isinstance(health_port, bool)
-            or not isinstance(health_port, int)
-            or not 0 <= health_port <= 65535
-        ):
-            raise InvalidArgumentError(
-                "health_port", f"must be a TCP port 0-65535, got {health_port!r}"
-            )
-        self.health_port = health_port
+        self.health_port = None if health_port is None else check_port("health_port", health_port)
         self.health_host = health_host
-        self.stuck_after = _seconds("stuck_after", stuck_after)
+        self.stuck_after = check_seconds("stuck_after", stuck_after)
         #: The health server of the current run, when ``health_port`` is set.
         self.health_server: HealthServer | None = None
         self.stats = WorkerStats()

@@ -21,6 +21,7 @@ from sqlalchemy import exc as sa_exc
 from pgqueue._base import durations as _durations
 from pgqueue._base.text import psql_table
 from pgqueue._base.urls import error_line, mask_text, mask_url, to_sqlalchemy_url
+from pgqueue._base.validation import MAX_PORT, check_port
 from pgqueue._sql.driver_errors import DriverError, classify
 from pgqueue.errors import PgQueueError
 from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
@@ -43,6 +44,16 @@ def parse_duration(value: str) -> timedelta:
         return _durations.parse_duration(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def tcp_port(value: str, *, lowest: int) -> int:
+    """A port typed on the command line, from ``lowest`` to 65535 (checked as the API checks it)."""
+    try:
+        return check_port("port", int(value), lowest=lowest)
+    except ValueError:  # not a number, or out of range
+        raise argparse.ArgumentTypeError(
+            f"expected a TCP port from {lowest} to {MAX_PORT}, got {value!r}"
+        ) from None
 
 
 def positive_int(value: str) -> int:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from pgqueue.cli.common import UserError, database_url, make_engine, schema_arg
+from pgqueue.cli.common import UserError, database_url, make_engine, schema_arg, tcp_port
 from pgqueue.jobs import Registry
 
 #: Where ``pgqueue worker --health-port`` serves unless ``--health-host`` says otherwise.
@@ -23,13 +23,7 @@ DEFAULT_HEALTH_HOST = "127.0.0.1"
 
 def probe_port(value: str) -> int:
     """A probe's port: 0 lets the system choose one (the probe says which)."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = -1
-    if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port from 0 to 65535, got {value!r}")
-    return number
+    return tcp_port(value, lowest=0)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
