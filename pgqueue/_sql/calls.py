@@ -8,10 +8,10 @@ validation, parameter building and row mapping exist once.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Executable, Result
@@ -22,17 +22,15 @@ from pgqueue._base.validation import (
     check_duration,
     check_int,
     check_positive_int,
-    check_priority,
     check_queue,
-    check_schedule,
     check_snooze_delay,
     check_unique_key,
     check_unique_keys,
-    encode_headers,
     encode_payload,
     encode_payloads,
 )
 from pgqueue._sql.driver_errors import DriverError, classify, unique_key_error
+from pgqueue._sql.options import EnqueueOptions
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, UniqueKeyError
 from pgqueue.models import JobStatus
 from pgqueue.results import CancelledJob, ClaimedJob, EnqueuedJob, FailResult, ReapedJob, Settled
@@ -78,41 +76,30 @@ Plan = Generator[Call[Any], Any, T]
 _KEY_ROUNDS = 5
 
 
-def enqueue(
-    payload: Any,
-    queue: str,
-    run_at: datetime | None,
-    delay: timedelta | None,
-    max_attempts: int,
-    headers: Mapping[str, str] | None = None,
-    priority: int = 0,
-    unique_key: str | None = None,
-) -> Plan[int]:
-    if unique_key is not None:
-        found = yield from enqueue_unique(
-            payload, queue, run_at, delay, max_attempts, headers, priority, unique_key
-        )
+def enqueue(payload: Any, options: EnqueueOptions) -> Plan[int]:
+    if options.unique_key is not None:
+        found = yield from enqueue_unique(payload, options)
         return found.id
-    params = _insert_params(queue, run_at, delay, max_attempts, headers, priority)
-    params["payload_json"] = encode_payload(payload)
+    params = {**options.params, "payload_json": encode_payload(payload)}
     new_id: int = yield Call(statements.ENQUEUE, params, _scalar_int)
     return new_id
 
 
-def enqueue_unique(
-    payload: Any,
-    queue: str,
-    run_at: datetime | None,
-    delay: timedelta | None,
-    max_attempts: int,
-    headers: Mapping[str, str] | None,
-    priority: int,
-    unique_key: object,
-) -> Plan[EnqueuedJob]:
+def enqueue_job(payload: Any, options: EnqueueOptions) -> Plan[EnqueuedJob]:
+    """:func:`enqueue` that says whether it inserted: always, unless ``options.unique_key`` is
+    held by a live job (then that job)."""
+    if options.unique_key is not None:
+        return (yield from enqueue_unique(payload, options))
+    new_id = yield from enqueue(payload, options)
+    return EnqueuedJob(new_id, True)
+
+
+def enqueue_unique(payload: Any, options: EnqueueOptions) -> Plan[EnqueuedJob]:
     """Insert unless a live job holds the key; the inserted job, or the holder."""
-    params = _insert_params(queue, run_at, delay, max_attempts, headers, priority)
-    params["payload_json"] = encode_payload(payload)
-    key = params["key"] = check_unique_key(unique_key)
+    key = options.unique_key
+    if key is None:  # enqueue_unique(unique_key=None): refused like any key that is no str
+        key = check_unique_key(key)
+    params = {**options.params, "payload_json": encode_payload(payload), "key": key}
     for _ in range(_KEY_ROUNDS):
         inserted: list[int] = yield Call(statements.ENQUEUE_UNIQUE, params, _inserted_ids)
         if inserted:
@@ -125,17 +112,13 @@ def enqueue_unique(
 
 def enqueue_many(
     payloads: Iterable[Any],
-    queue: str,
-    run_at: datetime | None,
-    delay: timedelta | None,
-    max_attempts: int,
-    headers: Mapping[str, str] | None = None,
-    priority: int = 0,
+    options: EnqueueOptions,
     unique_keys: Iterable[str | None] | None = None,
 ) -> Plan[list[int]]:
-    params = _insert_params(queue, run_at, delay, max_attempts, headers, priority)
+    """``options`` without a ``unique_key``: a batch's keys are ``unique_keys``, one per payload."""
+    assert options.unique_key is None, "a batch takes one key per payload, in unique_keys"
     encoded = encode_payloads(payloads)
-    params["batch_json"] = _json_array(encoded)
+    params = {**options.params, "batch_json": _json_array(encoded)}
     if unique_keys is None:
         stmt = statements.ENQUEUE_MANY if encoded else None
         new_ids: list[int] = yield Call(stmt, params, _sorted_ids)
@@ -199,25 +182,6 @@ def _json_array(encoded: Iterable[str]) -> str:
 
 def _holders_call(queue: str, keys: list[str]) -> Call[dict[str, int]]:
     return Call(statements.KEY_HOLDERS, {"queue_name": queue, "keys": keys}, _holders)
-
-
-def _insert_params(
-    queue: str,
-    run_at: datetime | None,
-    delay: timedelta | None,
-    max_attempts: int,
-    headers: Mapping[str, str] | None,
-    priority: int,
-) -> dict[str, Any]:
-    at, after = check_schedule(run_at, delay)
-    return {
-        "queue_name": check_queue(queue),
-        "due_at": at,
-        "delay": after,
-        "attempt_budget": check_positive_int("max_attempts", max_attempts),
-        "headers_json": encode_headers(headers),
-        "priority_level": check_priority(priority),
-    }
 
 
 def claim(queue: str, limit: int, lease: timedelta) -> Call[list[ClaimedJob]]:
