@@ -21,7 +21,7 @@ from datetime import timedelta
 from sqlalchemy import Connection, Engine
 
 from pgqueue import repository
-from pgqueue._worker.outcomes import Decision, after_complete, after_fail, after_snooze, unmatched
+from pgqueue._worker.outcomes import after_complete, after_fail, after_snooze, unmatched
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.transient import short_transaction
 from pgqueue._worker.window import Held, keys
@@ -197,27 +197,27 @@ class Flush:
                 lock_timeout_ms=self._lock_timeout_ms,
             )
         decided = self._decided()
-        missed = [(held, detail) for held, (outcome, detail) in decided if outcome is Outcome.LOST]
+        missed = [(held, detail) for held, outcome, detail in decided if outcome is Outcome.LOST]
         if not missed:
-            return [(held, outcome, detail) for held, (outcome, detail) in decided]
+            return decided
         settled = repository.settled_among(conn, keys(held for held, _ in missed))
         return [
             (held, *unmatched(settled.get(held.job.id), detail))
             if outcome is Outcome.LOST
             else (held, outcome, detail)
-            for held, (outcome, detail) in decided
+            for held, outcome, detail in decided
         ]
 
-    def _decided(self) -> list[tuple[Held, Decision]]:
+    def _decided(self) -> list[tuple[Held, Outcome, str]]:
         """Every job of the batch with what its write's answer means (``LOST``: matched none)."""
         matched = self._matched or set()
-        decided = [(held, after_complete(held.job.id in matched)) for held in self._done]
+        decided = [(held, *after_complete(held.job.id in matched)) for held in self._done]
         for index, (_, group) in enumerate(self._groups):
             rows = self._failures[index]
-            decided += [(f.held, after_fail(rows.get(f.held.job.id), f.error)) for f in group]
+            decided += [(f.held, *after_fail(rows.get(f.held.job.id), f.error)) for f in group]
         requeued = self._requeued or set()
         decided += [
-            (held, after_snooze(held.job.id in requeued, held.snooze or timedelta(0)))
+            (held, *after_snooze(held.job.id in requeued, held.snooze or timedelta(0)))
             for held in self._snoozed
         ]
         return decided
