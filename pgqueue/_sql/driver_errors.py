@@ -49,7 +49,7 @@ TRANSIENT = frozenset({DriverError.OPERATIONAL, DriverError.INTERFACE})
 def classify(exc: BaseException) -> DriverError | None:
     """The kind of ``exc``, or ``None`` when it is not psycopg's (nor one SQLAlchemy found
     transient)."""
-    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None else exc
+    orig = driver_exception(exc)
     if isinstance(orig, psycopg.errors.UndefinedTable):
         return DriverError.NO_SCHEMA
     if isinstance(orig, psycopg.errors.InsufficientPrivilege):
@@ -67,6 +67,11 @@ def classify(exc: BaseException) -> DriverError | None:
     return None
 
 
+def driver_exception(exc: BaseException) -> BaseException:
+    """The driver's own exception inside SQLAlchemy's wrapper (``exc`` itself if unwrapped)."""
+    return exc.orig if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None else exc
+
+
 def is_transient(exc: BaseException) -> bool:
     """A lost connection, a deadlock, a lock or statement timeout: worth running again."""
     return classify(exc) in TRANSIENT
@@ -75,8 +80,8 @@ def is_transient(exc: BaseException) -> bool:
 def unique_key_error(exc: BaseException) -> UniqueKeyError:
     """The :class:`UniqueKeyError` of a :data:`DriverError.UNIQUE_KEY` error, naming the queue
     and the key from the server's detail line."""
-    orig = getattr(exc, "orig", None)
-    detail = getattr(getattr(orig, "diag", None), "message_detail", None) or ""
+    diag = getattr(driver_exception(exc), "diag", None)
+    detail = getattr(diag, "message_detail", None) or ""
     found = _KEY_DETAIL.search(detail)
     queue, key = found.groups() if found else ("?", "?")
     return UniqueKeyError(

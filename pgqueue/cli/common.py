@@ -22,7 +22,7 @@ from pgqueue._base import durations as _durations
 from pgqueue._base.text import psql_table
 from pgqueue._base.urls import error_line, mask_text, mask_url, to_sqlalchemy_url
 from pgqueue._base.validation import MAX_PORT, check_port
-from pgqueue._sql.driver_errors import DriverError, classify
+from pgqueue._sql.driver_errors import DriverError, classify, driver_exception
 from pgqueue.errors import PgQueueError
 from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
 
@@ -187,8 +187,7 @@ def translate_error(exc: BaseException, url: str | None) -> str | None:
     if kind is None:
         return None
     where = f" ({mask_url(url)})" if url else ""
-    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None else exc
-    first_line = error_line(orig)
+    first_line = error_line(driver_exception(exc))
     if kind is DriverError.NO_SCHEMA:
         return (
             f"the database{where} has no pgqueue schema ({first_line}): run `pgqueue migrate` first"
