@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import periodic_calls as _periodic_calls
+from pgqueue._sql.options import EnqueueOptions
 from pgqueue.models import JobStatus
 from pgqueue.repository import (
     DEFAULT_LEASE,
@@ -94,10 +95,16 @@ async def enqueue(
     unique_key: str | None = None,
 ) -> int:
     """Insert one job in the caller's transaction; see :func:`pgqueue.repository.enqueue`."""
-    return await _drive(
-        conn,
-        _calls.enqueue(payload, queue, run_at, delay, max_attempts, headers, priority, unique_key),
+    options = EnqueueOptions(
+        queue=queue,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        headers=headers,
+        priority=priority,
+        unique_key=unique_key,
     )
+    return await _drive(conn, _calls.enqueue(payload, options))
 
 
 async def enqueue_unique(
@@ -113,12 +120,16 @@ async def enqueue_unique(
     priority: int = DEFAULT_PRIORITY,
 ) -> EnqueuedJob:
     """Insert unless the key is held; see :func:`pgqueue.repository.enqueue_unique`."""
-    return await _drive(
-        conn,
-        _calls.enqueue_unique(
-            payload, queue, run_at, delay, max_attempts, headers, priority, unique_key
-        ),
+    options = EnqueueOptions(
+        queue=queue,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        headers=headers,
+        priority=priority,
+        unique_key=unique_key,
     )
+    return await _drive(conn, _calls.enqueue_unique(payload, options))
 
 
 async def enqueue_many(
@@ -134,12 +145,15 @@ async def enqueue_many(
     unique_keys: Iterable[str | None] | None = None,
 ) -> list[int]:
     """Insert a batch in one round trip; see :func:`pgqueue.repository.enqueue_many`."""
-    return await _drive(
-        conn,
-        _calls.enqueue_many(
-            payloads, queue, run_at, delay, max_attempts, headers, priority, unique_keys
-        ),
+    options = EnqueueOptions(
+        queue=queue,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        headers=headers,
+        priority=priority,
     )
+    return await _drive(conn, _calls.enqueue_many(payloads, options, unique_keys))
 
 
 async def claim(

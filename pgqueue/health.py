@@ -26,7 +26,7 @@ from typing import Protocol
 from sqlalchemy import Engine, text
 
 from pgqueue._base.urls import error_line
-from pgqueue.errors import InvalidArgumentError
+from pgqueue._base.validation import check_port
 
 log = logging.getLogger("pgqueue.health")
 
@@ -108,8 +108,7 @@ class HealthServer:
     """
 
     def __init__(self, probe: Probe, *, host: str = DEFAULT_HOST, port: int = 0) -> None:
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-            raise InvalidArgumentError("health_port", f"must be a TCP port 0-65535, got {port!r}")
+        check_port("health_port", port)
         self.probe = probe
         self._server = ThreadingHTTPServer((host, port), _handler_for(probe))
         self._server.daemon_threads = True

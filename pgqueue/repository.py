@@ -18,7 +18,9 @@ from sqlalchemy.orm import Session
 
 from pgqueue import retry_policy
 from pgqueue._sql import calls as _calls
+from pgqueue._sql import options as _options
 from pgqueue._sql import periodic_calls as _periodic_calls
+from pgqueue._sql.options import EnqueueOptions
 from pgqueue.models import JobStatus
 from pgqueue.periodic import Periodic
 from pgqueue.results import (
@@ -39,10 +41,10 @@ Executor: TypeAlias = Union[Connection, Session]  # noqa: UP007 (runtime alias o
 
 T = TypeVar("T")
 
-DEFAULT_QUEUE = "default"
+DEFAULT_QUEUE = _options.DEFAULT_QUEUE
 DEFAULT_LEASE = timedelta(minutes=5)
-DEFAULT_MAX_ATTEMPTS = 5
-DEFAULT_PRIORITY = 0
+DEFAULT_MAX_ATTEMPTS = _options.DEFAULT_MAX_ATTEMPTS
+DEFAULT_PRIORITY = _options.DEFAULT_PRIORITY
 DEFAULT_RETRY_BASE = retry_policy.DEFAULT_RETRY_BASE
 DEFAULT_RETRY_CAP = retry_policy.DEFAULT_RETRY_CAP
 DEFAULT_PURGE_AGE = timedelta(days=7)
@@ -88,10 +90,16 @@ def enqueue(
         InvalidArgumentError: before any SQL, for a bad payload, queue, schedule, priority or
             key.
     """
-    return _drive(
-        conn,
-        _calls.enqueue(payload, queue, run_at, delay, max_attempts, headers, priority, unique_key),
+    options = EnqueueOptions(
+        queue=queue,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        headers=headers,
+        priority=priority,
+        unique_key=unique_key,
     )
+    return _drive(conn, _calls.enqueue(payload, options))
 
 
 def enqueue_unique(
@@ -111,12 +119,16 @@ def enqueue_unique(
 
     .. versionadded:: 0.1.0
     """
-    return _drive(
-        conn,
-        _calls.enqueue_unique(
-            payload, queue, run_at, delay, max_attempts, headers, priority, unique_key
-        ),
+    options = EnqueueOptions(
+        queue=queue,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        headers=headers,
+        priority=priority,
+        unique_key=unique_key,
     )
+    return _drive(conn, _calls.enqueue_unique(payload, options))
 
 
 def enqueue_many(
@@ -139,12 +151,23 @@ def enqueue_many(
     live job holds gets that job's id, and equal keys within the batch collapse into one job
     (equal keys, equal ids). Still one round trip, plus one lookup when some key was held.
     """
-    return _drive(
-        conn,
-        _calls.enqueue_many(
-            payloads, queue, run_at, delay, max_attempts, headers, priority, unique_keys
-        ),
+    options = EnqueueOptions(
+        queue=queue,
+        run_at=run_at,
+        delay=delay,
+        max_attempts=max_attempts,
+        headers=headers,
+        priority=priority,
     )
+    return _drive(conn, _calls.enqueue_many(payloads, options, unique_keys))
+
+
+def enqueue_with(conn: Executor, payload: Any, options: EnqueueOptions) -> EnqueuedJob:
+    """:func:`enqueue` with its options already built and checked: the inserted job, or the live
+    one holding ``options.unique_key``. For pgqueue's own callers (``pgqueue enqueue``):
+    :class:`~pgqueue._sql.options.EnqueueOptions` is not public API.
+    """
+    return _drive(conn, _calls.enqueue_job(payload, options))
 
 
 def claim(

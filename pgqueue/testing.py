@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, select
@@ -34,7 +35,7 @@ from pgqueue._base.validation import (
     check_unique_key,
     encode_payload,
 )
-from pgqueue._worker.executors import run_inline, settle
+from pgqueue._worker.executors import run_in_savepoint, run_inline, settle
 from pgqueue._worker.window import Held, Lane
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.jobs import Handler, JobContext, Outcome, Snooze, is_async_handler
@@ -265,13 +266,8 @@ def _run_in_transaction(
     if not claimed:
         return None
     held = _held(claimed[0], conn.connection() if isinstance(conn, Session) else conn)
-    savepoint = conn.begin_nested()
-    error = run_inline(handler, held, is_async_handler(handler))
-    if error is None:
-        savepoint.commit()
-    else:
-        savepoint.rollback()
-    outcome, _ = settle(conn, held, error, RetryPolicy())
+    run = partial(run_inline, handler, held, is_async_handler(handler))
+    error, outcome, _ = run_in_savepoint(conn, held, run, RetryPolicy())
     return _drained(claimed[0], outcome, error)
 
 

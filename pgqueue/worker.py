@@ -25,7 +25,7 @@ from sqlalchemy.engine import URL
 from pgqueue import pooler, repository
 from pgqueue._base.connections import worker_name
 from pgqueue._base.urls import mask_url
-from pgqueue._base.validation import MAX_INT32, check_positive_int, check_seconds
+from pgqueue._base.validation import MAX_INT32, check_port, check_positive_int, check_seconds
 from pgqueue._worker.claimer import Claimer, ClaimerOptions, Intake
 from pgqueue._worker.completer import FLUSH_SIZE, Completer
 from pgqueue._worker.event_loop import AsyncLane
@@ -250,15 +250,7 @@ class Worker:
         )
         self.idle_after = check_seconds("idle_after", idle_after, allow_zero=True)
         self.install_signal_handlers = install_signal_handlers
-        if health_port is not None and (
-            isinstance(health_port, bool)
-            or not isinstance(health_port, int)
-            or not 0 <= health_port <= 65535
-        ):
-            raise InvalidArgumentError(
-                "health_port", f"must be a TCP port 0-65535, got {health_port!r}"
-            )
-        self.health_port = health_port
+        self.health_port = None if health_port is None else check_port("health_port", health_port)
         self.health_host = health_host
         self.stuck_after = check_seconds("stuck_after", stuck_after)
         if not isinstance(log_tracebacks, bool):

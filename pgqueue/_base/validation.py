@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from itertools import accumulate, chain, compress
-from typing import Any
+from typing import Any, cast
 
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidPayloadError
 
@@ -222,15 +222,42 @@ def check_job_id(value: object, *, name: str = "job_id") -> int:
     return check_int(name, value, least=MIN_BIGINT, most=MAX_BIGINT)
 
 
-def check_duration(name: str, value: object, *, allow_zero: bool) -> timedelta:
-    """A ``timedelta`` from zero (or just above) to :data:`MAX_DURATION`."""
-    if not isinstance(value, timedelta):
-        raise InvalidArgumentTypeError(name, "datetime.timedelta", value)
-    if value < timedelta(0) or (not allow_zero and value == timedelta(0)):
+def check_seconds(
+    name: str, value: object, *, allow_zero: bool = False, numbers: bool = True
+) -> float:
+    """A duration in seconds, given as a ``timedelta`` or (``numbers``) a number of seconds: never
+    negative, and zero only with ``allow_zero``. Every duration pgqueue takes is checked here."""
+    if isinstance(value, timedelta):
+        seconds = value.total_seconds()
+    elif numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        expected = "datetime.timedelta or seconds" if numbers else "datetime.timedelta"
+        raise InvalidArgumentTypeError(name, expected, value)
+    if math.isnan(seconds):
+        raise InvalidArgumentError(name, f"must be a number of seconds, got {value}")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
         bound = "negative" if allow_zero else "zero or negative"
         raise InvalidArgumentError(name, f"must not be {bound}, got {value}")
-    if value > MAX_DURATION:
+    if seconds > MAX_DURATION.total_seconds():
         raise InvalidArgumentError(name, _too_long(value))
+    return seconds
+
+
+def check_duration(name: str, value: object, *, allow_zero: bool) -> timedelta:
+    """:func:`check_seconds` for the SQL functions' durations, which are ``timedelta`` only."""
+    check_seconds(name, value, allow_zero=allow_zero, numbers=False)
+    return cast(timedelta, value)
+
+
+#: The highest TCP port.
+MAX_PORT = 65535
+
+
+def check_port(name: str, value: object, *, lowest: int = 0) -> int:
+    """A TCP port from ``lowest`` to :data:`MAX_PORT` (0, where allowed, lets the system choose)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not lowest <= value <= MAX_PORT:
+        raise InvalidArgumentError(name, f"must be a TCP port {lowest}-{MAX_PORT}, got {value!r}")
     return value
 
 
@@ -255,21 +282,6 @@ def check_snooze_delay(delay: object) -> timedelta:
     if seconds > MAX_SNOOZE.total_seconds():
         raise InvalidArgumentError("delay", f"must be at most {MAX_SNOOZE}, got {delay!r}")
     return delay if isinstance(delay, timedelta) else timedelta(seconds=seconds)
-
-
-def check_seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
-    """A duration given as a ``timedelta`` or a number of seconds, as seconds."""
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
-    else:
-        raise InvalidArgumentTypeError(name, "datetime.timedelta or seconds", value)
-    if math.isnan(seconds) or seconds < 0 or (seconds == 0 and not allow_zero):
-        raise InvalidArgumentError(name, f"must be positive, got {value}")
-    if seconds > MAX_DURATION.total_seconds():
-        raise InvalidArgumentError(name, _too_long(value))
-    return seconds
 
 
 def _too_long(value: object) -> str:

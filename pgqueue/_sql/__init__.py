@@ -4,6 +4,10 @@
 ``periodic_calls`` for ``jobs_periodic`` (whose statements live in ``periodic_statements``; those
 of ``jobs`` in :mod:`pgqueue.statements`). The thin runners execute them: :mod:`pgqueue.repository`
 (sync), :mod:`pgqueue.aio` (``await``) and the worker's claim replay. No I/O here.
+``options`` holds an enqueue's options as one checked value
+(:class:`~pgqueue._sql.options.EnqueueOptions`), which the enqueue calls take whole;
+``driver_errors`` says what a driver's exception means (retry it, a unique key's conflict, a
+missing schema ...), once for the worker, the repository and the command line.
 
 May import: :mod:`pgqueue.statements`, :mod:`pgqueue.models`, :mod:`pgqueue.schema`,
 :mod:`pgqueue.results`, :mod:`pgqueue.periodic` (the definition), :mod:`pgqueue.errors` and

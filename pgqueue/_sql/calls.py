@@ -8,11 +8,10 @@ validation, parameter building and row mapping exist once.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Executable, Result
@@ -27,16 +26,15 @@ from pgqueue._base.validation import (
     check_job_id,
     check_name,
     check_positive_int,
-    check_priority,
     check_queue,
-    check_schedule,
     check_snooze_delay,
     check_unique_key,
     check_unique_keys,
-    encode_headers,
     encode_payload,
     encode_payloads,
 )
+from pgqueue._sql.driver_errors import DriverError, classify, unique_key_error
+from pgqueue._sql.options import EnqueueOptions
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, UniqueKeyError
 from pgqueue.models import JobStatus
 from pgqueue.results import (
@@ -60,19 +58,10 @@ def translated_errors() -> Iterator[None]:
     try:
         yield
     except IntegrityError as exc:
-        diag = getattr(exc.orig, "diag", None)
-        if getattr(diag, "constraint_name", None) != "jobs_unique_key_idx":
+        if classify(exc) is not DriverError.UNIQUE_KEY:
             raise
-        found = _KEY_DETAIL.search(getattr(diag, "message_detail", None) or "")
-        queue, key = found.groups() if found else ("?", "?")
-        raise UniqueKeyError(
-            queue, key, "another queued or running job holds it (retry them one at a time)"
-        ) from exc
+        raise unique_key_error(exc) from exc
 
-
-# A queue name holds no comma, so the first ", " ends it: one pass, where ``(.*), (.*)`` would
-# backtrack over every ", " of the key (quadratic in its length).
-_KEY_DETAIL = re.compile(r"\(queue, unique_key\)=\(([^,]*), (.*)\) already exists")
 
 #: SQLSTATEs of a row lock not taken: ``lock_not_available`` (the lock timeout) and
 #: ``deadlock_detected``.
@@ -130,41 +119,30 @@ Plan = Generator[Call[Any], Any, T]
 _KEY_ROUNDS = 5
 
 
-def enqueue(
-    payload: Any,
-    queue: str,
-    run_at: datetime | None,
-    delay: timedelta | None,
-    max_attempts: int,
-    headers: Mapping[str, str] | None = None,
-    priority: int = 0,
-    unique_key: str | None = None,
-) -> Plan[int]:
-    if unique_key is not None:
-        found = yield from enqueue_unique(
-            payload, queue, run_at, delay, max_attempts, headers, priority, unique_key
-        )
+def enqueue(payload: Any, options: EnqueueOptions) -> Plan[int]:
+    if options.unique_key is not None:
+        found = yield from enqueue_unique(payload, options)
         return found.id
-    params = _insert_params(queue, run_at, delay, max_attempts, headers, priority)
-    params["payload_json"] = encode_payload(payload)
+    params = {**options.params, "payload_json": encode_payload(payload)}
     new_id: int = yield Call(statements.ENQUEUE, params, _scalar_int)
     return new_id
 
 
-def enqueue_unique(
-    payload: Any,
-    queue: str,
-    run_at: datetime | None,
-    delay: timedelta | None,
-    max_attempts: int,
-    headers: Mapping[str, str] | None,
-    priority: int,
-    unique_key: object,
-) -> Plan[EnqueuedJob]:
+def enqueue_job(payload: Any, options: EnqueueOptions) -> Plan[EnqueuedJob]:
+    """:func:`enqueue` that says whether it inserted: always, unless ``options.unique_key`` is
+    held by a live job (then that job)."""
+    if options.unique_key is not None:
+        return (yield from enqueue_unique(payload, options))
+    new_id = yield from enqueue(payload, options)
+    return EnqueuedJob(new_id, True)
+
+
+def enqueue_unique(payload: Any, options: EnqueueOptions) -> Plan[EnqueuedJob]:
     """Insert unless a live job holds the key; the inserted job, or the holder."""
-    params = _insert_params(queue, run_at, delay, max_attempts, headers, priority)
-    params["payload_json"] = encode_payload(payload)
-    key = params["key"] = check_unique_key(unique_key)
+    key = options.unique_key
+    if key is None:  # enqueue_unique(unique_key=None): refused like any key that is no str
+        key = check_unique_key(key)
+    params = {**options.params, "payload_json": encode_payload(payload), "key": key}
     for _ in range(_KEY_ROUNDS):
         inserted: list[int] = yield Call(statements.ENQUEUE_UNIQUE, params, _inserted_ids)
         if inserted:
@@ -177,17 +155,13 @@ def enqueue_unique(
 
 def enqueue_many(
     payloads: Iterable[Any],
-    queue: str,
-    run_at: datetime | None,
-    delay: timedelta | None,
-    max_attempts: int,
-    headers: Mapping[str, str] | None = None,
-    priority: int = 0,
+    options: EnqueueOptions,
     unique_keys: Iterable[str | None] | None = None,
 ) -> Plan[list[int]]:
-    params = _insert_params(queue, run_at, delay, max_attempts, headers, priority)
+    """``options`` without a ``unique_key``: a batch's keys are ``unique_keys``, one per payload."""
+    assert options.unique_key is None, "a batch takes one key per payload, in unique_keys"
     encoded = encode_payloads(payloads)
-    params["batch_json"] = _json_array(encoded)
+    params = {**options.params, "batch_json": _json_array(encoded)}
     if unique_keys is None:
         stmt = statements.ENQUEUE_MANY if encoded else None
         new_ids: list[int] = yield Call(stmt, params, _sorted_ids)
@@ -251,25 +225,6 @@ def _json_array(encoded: Iterable[str]) -> str:
 
 def _holders_call(queue: str, keys: list[str]) -> Call[dict[str, int]]:
     return Call(statements.KEY_HOLDERS, {"queue_name": queue, "keys": keys}, _holders)
-
-
-def _insert_params(
-    queue: str,
-    run_at: datetime | None,
-    delay: timedelta | None,
-    max_attempts: int,
-    headers: Mapping[str, str] | None,
-    priority: int,
-) -> dict[str, Any]:
-    at, after = check_schedule(run_at, delay)
-    return {
-        "queue_name": check_queue(queue),
-        "due_at": at,
-        "delay": after,
-        "attempt_budget": check_positive_int("max_attempts", max_attempts),
-        "headers_json": encode_headers(headers),
-        "priority_level": check_priority(priority),
-    }
 
 
 def claim(

@@ -21,7 +21,7 @@ from datetime import timedelta
 from sqlalchemy import Connection, Engine
 
 from pgqueue import repository
-from pgqueue._worker.outcomes import settled_outcome
+from pgqueue._worker.outcomes import after_complete, after_fail, after_snooze, unmatched
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.transient import short_transaction
 from pgqueue._worker.window import Held, keys
@@ -229,40 +229,31 @@ class Flush:
                 [(h.job.id, h.job.attempts, h.snooze or timedelta(0)) for h in self._snoozed],
                 lock_timeout_ms=self._lock_timeout_ms,
             )
-        outcomes, missed = self._outcomes()
-        if missed:
-            settled = repository.settled_among(conn, keys(h for h, _ in missed))
-            for held, detail in missed:
-                outcome = settled_outcome(settled.get(held.job.id))
-                outcomes.append((held, outcome, detail if outcome is Outcome.LOST else ""))
-        return outcomes
+        decided = self._decided()
+        missed = [(held, detail) for held, outcome, detail in decided if outcome is Outcome.LOST]
+        if not missed:
+            return decided
+        settled = repository.settled_among(conn, keys(held for held, _ in missed))
+        return [
+            (held, *unmatched(settled.get(held.job.id), detail))
+            if outcome is Outcome.LOST
+            else (held, outcome, detail)
+            for held, outcome, detail in decided
+        ]
 
-    def _outcomes(self) -> tuple[list[tuple[Held, Outcome, str]], list[tuple[Held, str]]]:
-        outcomes: list[tuple[Held, Outcome, str]] = []
-        missed: list[tuple[Held, str]] = []
+    def _decided(self) -> list[tuple[Held, Outcome, str]]:
+        """Every job of the batch with what its write's answer means (``LOST``: matched none)."""
         matched = self._matched or set()
-        for held in self._done:
-            if held.job.id in matched:
-                outcomes.append((held, Outcome.DONE, ""))
-            else:
-                missed.append((held, "guard matched no row at completion"))
+        decided = [(held, *after_complete(held.job.id in matched)) for held in self._done]
         for index, (_, group) in enumerate(self._groups):
             rows = self._failures[index]
-            for f in group:
-                row = rows.get(f.held.job.id)
-                if row is None:
-                    missed.append((f.held, "guard matched no row at failure"))
-                elif row.retry_in is None:
-                    outcomes.append((f.held, Outcome.FAILED, f.error))
-                else:
-                    outcomes.append((f.held, Outcome.RETRY, f"retry in {row.retry_in}: {f.error}"))
+            decided += [(f.held, *after_fail(rows.get(f.held.job.id), f.error)) for f in group]
         requeued = self._requeued or set()
-        for held in self._snoozed:
-            if held.job.id in requeued:
-                outcomes.append((held, Outcome.SNOOZED, str(held.snooze or timedelta(0))))
-            else:
-                missed.append((held, "guard matched no row at snooze"))
-        return outcomes, missed
+        decided += [
+            (held, *after_snooze(held.job.id in requeued, held.snooze or timedelta(0)))
+            for held in self._snoozed
+        ]
+        return decided
 
 
 def _by_policy(failed: Iterable[Failure]) -> list[tuple[RetryPolicy, list[Failure]]]:

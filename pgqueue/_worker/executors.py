@@ -1,9 +1,11 @@
 """Running one handler on one job, and writing one job's outcome in the caller's transaction.
 
 The worker's lanes (threads, the event loop, transaction mode) and :func:`pgqueue.testing.drain`
-all call handlers and decide outcomes through these functions, so tests and production agree:
+all call handlers and write outcomes through these functions, so tests and production agree:
 the same error text (:func:`describe_error`) and traceback in the job's ``errors``, the same
-"done by its handler" and "cancelled" recognition when a guard matches nothing.
+savepoint around a handler that runs in
+the job's transaction (:func:`run_in_savepoint`), and the same outcome decision as the
+completer's batches (:mod:`pgqueue._worker.outcomes`).
 """
 
 from __future__ import annotations
@@ -11,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from pgqueue import repository
 from pgqueue._base.tracebacks import format_traceback
-from pgqueue._worker.outcomes import settled_outcome
+from pgqueue._worker.outcomes import Decision, after_complete, after_fail, after_snooze, unmatched
 from pgqueue._worker.window import Held
 from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import Handler, Outcome, Snooze
@@ -68,21 +71,18 @@ def run_inline(handler: Handler, held: Held, is_async: bool) -> BaseException | 
 
 def settle(
     conn: Executor, held: Held, error: BaseException | None, policy: RetryPolicy
-) -> tuple[Outcome, str]:
+) -> Decision:
     """Complete, snooze or fail one job in the caller's transaction and say what became of it."""
     job = held.job
     if error is None:
-        if repository.complete(conn, job.id, job.attempts):
-            return Outcome.DONE, ""
-        detail = "guard matched no row at completion"
+        decision = after_complete(repository.complete(conn, job.id, job.attempts))
     elif held.snooze is not None:
-        if repository.snooze(conn, job.id, job.attempts, held.snooze):
-            return Outcome.SNOOZED, str(held.snooze)
-        detail = "guard matched no row at snooze"
+        matched = repository.snooze(conn, job.id, job.attempts, held.snooze)
+        decision = after_snooze(matched, held.snooze)
     else:
         detail = describe_error(error)
         held.traceback = format_traceback(error)
-        result = repository.fail(
+        row = repository.fail(
             conn,
             job.id,
             job.attempts,
@@ -92,12 +92,27 @@ def settle(
             cap=policy.cap,
             traceback=held.traceback,
         )
-        if result is not None and result.retry_in is None:
-            return Outcome.FAILED, detail
-        if result is not None:
-            return Outcome.RETRY, f"retry in {result.retry_in}: {detail}"
-    outcome = settled_outcome(repository.settled_among(conn, [held.key]).get(job.id))
-    return outcome, detail if outcome is Outcome.LOST else ""
+        decision = after_fail(row, detail)
+    if decision[0] is not Outcome.LOST:
+        return decision
+    return unmatched(repository.settled_among(conn, [held.key]).get(job.id), decision[1])
+
+
+def run_in_savepoint(
+    conn: Executor, held: Held, run: Callable[[], BaseException | None], policy: RetryPolicy
+) -> tuple[BaseException | None, Outcome, str]:
+    """Run a handler (``run()`` returns what it raised) in a savepoint of the caller's
+    transaction, then :func:`settle` its job there: what the handler wrote is kept when it
+    returned and rolled back when it raised, and either way the outcome is written in the same
+    transaction. Transaction mode and :func:`pgqueue.testing.drain` on a connection."""
+    savepoint = conn.begin_nested()
+    error = run()
+    if error is None:
+        savepoint.commit()
+    else:
+        savepoint.rollback()
+    outcome, detail = settle(conn, held, error, policy)
+    return error, outcome, detail
 
 
 def _started(held: Held, hooks: HookDispatcher | None) -> None:

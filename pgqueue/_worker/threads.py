@@ -15,14 +15,15 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import timedelta
+from functools import partial
 
 from sqlalchemy import Engine
 
 from pgqueue import repository
 from pgqueue._base.urls import error_line
-from pgqueue._worker.executors import call_sync, settle
+from pgqueue._sql.driver_errors import is_transient
+from pgqueue._worker.executors import call_sync, run_in_savepoint
 from pgqueue._worker.runtime import Runtime
-from pgqueue._worker.transient import is_transient
 from pgqueue._worker.window import Held, Lane, State
 from pgqueue.jobs import Handler, JobContext, Outcome
 
@@ -165,13 +166,8 @@ class TransactionLane(_HandlerThreads):
                 held = Held(job, Lane.THREADS, rt.last_work, State.RUNNING)
                 if rt.hooks is not None:
                     rt.hooks.claimed(job)
-                savepoint = conn.begin_nested()
-                error = call_sync(self._handlers[queue], held, rt.hooks)
-                if error is None:
-                    savepoint.commit()
-                else:
-                    savepoint.rollback()
-                outcome, detail = settle(conn, held, error, rt.policy(queue))
+                run = partial(call_sync, self._handlers[queue], held, rt.hooks)
+                _, outcome, detail = run_in_savepoint(conn, held, run, rt.policy(queue))
         except Exception as exc:
             if held is None and is_transient(exc):
                 log.warning("claim on queue %s failed: %s", queue, error_line(exc))

@@ -1,7 +1,8 @@
 """Short transactions that survive a lost connection, a deadlock or a lock timeout.
 
 Every database step of the worker (claim, flush, heartbeat, release, reap) is one short
-transaction; they share this one helper for "run it again after a transient error".
+transaction; they share this one helper for "run it again after a transient error" (which errors
+are transient: :mod:`pgqueue._sql.driver_errors`).
 """
 
 from __future__ import annotations
@@ -12,21 +13,14 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from pgqueue import repository
 from pgqueue._base.urls import error_line
+from pgqueue._sql.driver_errors import is_transient
 
 log = logging.getLogger("pgqueue.worker")
 
 T = TypeVar("T")
-
-
-def is_transient(exc: BaseException) -> bool:
-    """A lost connection, a deadlock, a lock or statement timeout: worth running again."""
-    if isinstance(exc, (OperationalError, InterfaceError)):
-        return True
-    return isinstance(exc, DBAPIError) and exc.connection_invalidated
 
 
 def never() -> bool:

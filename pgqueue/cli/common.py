@@ -18,7 +18,6 @@ from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
 from typing import Any
 
-import psycopg
 from sqlalchemy import Connection, Engine, create_engine
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL
@@ -27,7 +26,8 @@ from pgqueue._base import durations as _durations
 from pgqueue._base.readable import Unreadable
 from pgqueue._base.text import psql_table
 from pgqueue._base.urls import error_line, mask_text, mask_url, to_sqlalchemy_url
-from pgqueue._base.validation import MAX_BIGINT, MAX_INT32, MIN_BIGINT
+from pgqueue._base.validation import MAX_BIGINT, MAX_INT32, MAX_PORT, MIN_BIGINT, check_port
+from pgqueue._sql.driver_errors import DriverError, classify, driver_exception
 from pgqueue.errors import PgQueueError
 from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
 
@@ -53,6 +53,16 @@ def parse_duration(value: str) -> timedelta:
         return _durations.parse_duration(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def tcp_port(value: str, *, lowest: int) -> int:
+    """A port typed on the command line, from ``lowest`` to 65535 (checked as the API checks it)."""
+    try:
+        return check_port("port", int(value), lowest=lowest)
+    except ValueError:  # not a number, or out of range
+        raise argparse.ArgumentTypeError(
+            f"expected a TCP port from {lowest} to {MAX_PORT}, got {value!r}"
+        ) from None
 
 
 def positive_int(value: str) -> int:
@@ -235,20 +245,20 @@ def transaction(args: argparse.Namespace) -> Iterator[Connection]:
 
 def translate_error(exc: BaseException, url: str | None) -> str | None:
     """One line naming the problem and its fix for the database errors users cause."""
+    kind = classify(exc)
+    if kind is None:
+        return None
     where = f" ({mask_url(url)})" if url else ""
-    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None else exc
-    first_line = error_line(orig)
-    if isinstance(orig, psycopg.errors.UndefinedTable):
+    first_line = error_line(driver_exception(exc))
+    if kind is DriverError.NO_SCHEMA:
         return (
             f"the database{where} has no pgqueue schema ({first_line}): run `pgqueue migrate` first"
         )
-    if isinstance(orig, psycopg.errors.InsufficientPrivilege):
+    if kind is DriverError.DENIED:
         return f"permission denied{where}: {first_line}; grant this role that privilege"
-    if isinstance(orig, psycopg.OperationalError):
+    if kind is DriverError.OPERATIONAL:
         return (
             f"cannot connect to the database{where}: {first_line}; check --url or {ENV_URL} "
             "and that the server is running"
         )
-    if isinstance(orig, psycopg.Error):
-        return f"database error{where}: {first_line}"
-    return None
+    return f"database error{where}: {first_line}"

@@ -20,9 +20,8 @@ from pgqueue._base.validation import (
     MAX_JSON_DEPTH,
     MAX_PRIORITY,
     MIN_PRIORITY,
-    check_priority,
-    check_unique_key,
 )
+from pgqueue._sql.options import EnqueueOptions
 from pgqueue.cli.common import (
     UserError,
     cell,
@@ -41,23 +40,34 @@ from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobStatus
 
 
-def _priority_arg(value: str) -> int:
+def _enqueue_options(args: argparse.Namespace) -> EnqueueOptions:
+    """The command's flags as one checked value; a bad ``--priority`` or ``--unique-key`` is
+    one line naming the flag (the other flags' errors name the option, as the API's do)."""
     try:
-        return check_priority(int(value))
-    except (ValueError, PgQueueError) as exc:
-        raise UserError(
-            f"--priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY} "
-            f"(higher runs first), got {value!r}"
-        ) from exc
-
-
-def _unique_key_arg(value: str | None) -> str | None:
-    if value is None:
-        return None
+        priority = int(args.priority)
+    except ValueError as exc:
+        raise _bad_priority(args.priority) from exc
     try:
-        return check_unique_key(value)
+        return EnqueueOptions(
+            queue=args.queue,
+            delay=args.delay,
+            max_attempts=args.max_attempts,
+            priority=priority,
+            unique_key=args.unique_key,
+        )
     except InvalidArgumentError as exc:
-        raise UserError(f"--unique-key {exc.problem}") from exc
+        if exc.argument == "priority":
+            raise _bad_priority(args.priority) from exc
+        if exc.argument == "unique_key":
+            raise UserError(f"--unique-key {exc.problem}") from exc
+        raise
+
+
+def _bad_priority(value: str) -> UserError:
+    return UserError(
+        f"--priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY} "
+        f"(higher runs first), got {value!r}"
+    )
 
 
 def cmd_enqueue(args: argparse.Namespace) -> int:
@@ -71,29 +81,18 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
         ) from None
     except ValueError as exc:
         raise UserError(f"the payload is not valid JSON ({exc}): e.g. '{{\"to\": 42}}'") from exc
-    priority = _priority_arg(args.priority)
-    key = _unique_key_arg(args.unique_key)
-    options: dict[str, Any] = {
-        "queue": args.queue,
-        "delay": args.delay,
-        "max_attempts": args.max_attempts,
-        "priority": priority,
-    }
+    options = _enqueue_options(args)
     with transaction(args) as conn:
-        if key is None:
-            job_id, inserted = repository.enqueue(conn, payload, **options), True
-        else:
-            found = repository.enqueue_unique(conn, payload, unique_key=key, **options)
-            job_id, inserted = found.id, found.inserted
-    if not inserted:
+        found = repository.enqueue_with(conn, payload, options)
+    if not found.inserted:
         note(
-            f"unique key {key!r} is held by live job {job_id} of queue {args.queue!r}: "
-            "no job inserted, that job's id printed"
+            f"unique key {options.unique_key!r} is held by live job {found.id} of queue "
+            f"{args.queue!r}: no job inserted, that job's id printed"
         )
     if args.json:
-        emit_json({"id": job_id, "inserted": inserted})
+        emit_json({"id": found.id, "inserted": found.inserted})
     else:
-        emit(str(job_id))
+        emit(str(found.id))
     return 0
 
 

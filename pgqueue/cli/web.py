@@ -14,7 +14,7 @@ import socket
 from pgqueue import admin
 from pgqueue._base.distribution import pip_install
 from pgqueue._base.urls import mask_url
-from pgqueue.cli.common import UserError, database_url, make_engine, note, schema_arg
+from pgqueue.cli.common import UserError, database_url, make_engine, note, schema_arg, tcp_port
 from pgqueue.errors import PgQueueError
 
 #: ``pgqueue web --auth`` from the environment, so the password stays off the command line.
@@ -22,13 +22,8 @@ ENV_WEB_AUTH = "PGQUEUE_WEB_AUTH"
 
 
 def web_port(value: str) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
-    if not 1 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port from 1 to 65535, got {value!r}")
-    return number
+    """The dashboard's port: one it can print in its address, so not 0."""
+    return tcp_port(value, lowest=1)
 
 
 def _check_bind(host: str, port: int) -> None:

@@ -25,6 +25,7 @@ from pgqueue.cli.common import (
     postgres_url,
     report_cause,
     schema_arg,
+    tcp_port,
 )
 from pgqueue.errors import PgQueueError
 from pgqueue.jobs import Registry
@@ -36,13 +37,7 @@ DEFAULT_HEALTH_HOST = "127.0.0.1"
 
 def probe_port(value: str) -> int:
     """A probe's port: 0 lets the system choose one (the probe says which)."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = -1
-    if not 0 <= number <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a TCP port from 0 to 65535, got {value!r}")
-    return number
+    return tcp_port(value, lowest=0)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

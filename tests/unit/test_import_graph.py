@@ -74,7 +74,7 @@ MAX_CHAIN = 13
 NARROW_MODULES = {
     "pgqueue.cli.supervisor": {"pgqueue.health", "pgqueue._worker.signals"},
     "pgqueue._worker.signals": set(),
-    "pgqueue.health": {"pgqueue._base.urls", "pgqueue.errors"},
+    "pgqueue.health": {"pgqueue._base.urls", "pgqueue._base.validation"},
     "pgqueue._worker.pulse": set(),
 }
 

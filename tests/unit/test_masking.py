@@ -19,7 +19,7 @@ import pytest
 
 from pgqueue._base.durations import parse_duration
 from pgqueue._base.urls import mask_text, mask_url
-from pgqueue._sql.calls import _KEY_DETAIL
+from pgqueue._sql.driver_errors import _KEY_DETAIL
 
 #: The masking of pgqueue 0.1.0 before it was made linear: the reference its results must match.
 _OLD_URL = re.compile(r"(?P<pre>[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)[^@\s]*(?=@)")

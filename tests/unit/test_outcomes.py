@@ -279,3 +279,29 @@ def test_hooks_that_do_not_override_an_event_are_not_called() -> None:
     for outcome in Outcome:
         dispatcher.outcome(JOB, OUTCOMES[outcome].event, "detail", 1.0)
     assert hook.seen == [JOB, JOB]  # DONE and DONE_BY_HANDLER
+
+
+# -- the decision ----------------------------------------------------------------------------------
+
+
+def test_each_write_decides_its_outcome_and_a_miss_names_the_write() -> None:
+    """A write that matched nothing is ``LOST`` with the write's name until ``settled_among``
+    says otherwise; the detail is the same whichever component wrote (#21)."""
+    from pgqueue._worker.outcomes import after_complete, after_fail, after_snooze, unmatched
+    from pgqueue.results import FailResult, Settled
+
+    assert after_complete(True) == (Outcome.DONE, "")
+    assert after_complete(False) == (Outcome.LOST, "guard matched no row at completion")
+    retried = FailResult(id=1, status="queued", attempts=1, retry_in=timedelta(seconds=20))
+    assert after_fail(retried, "E: x") == (Outcome.RETRY, "retry in 0:00:20: E: x")
+    final = FailResult(id=1, status="failed", attempts=5, retry_in=None)
+    assert after_fail(final, "E: x") == (Outcome.FAILED, "E: x")
+    assert after_fail(None, "E: x") == (Outcome.LOST, "guard matched no row at failure")
+    assert after_snooze(True, timedelta(minutes=1)) == (Outcome.SNOOZED, "0:01:00")
+    assert after_snooze(False, timedelta(minutes=1)) == (
+        Outcome.LOST,
+        "guard matched no row at snooze",
+    )
+    assert unmatched(None, "why") == (Outcome.LOST, "why")
+    assert unmatched(Settled.DONE_BY_HANDLER, "why") == (Outcome.DONE_BY_HANDLER, "")
+    assert unmatched(Settled.CANCELLED, "why") == (Outcome.CANCELLED, "")

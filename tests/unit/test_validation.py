@@ -28,6 +28,7 @@ from pgqueue._base.validation import (
     check_duration,
     check_int,
     check_job_id,
+    check_port,
     check_positive_int,
     check_queue,
     check_schedule,
@@ -126,6 +127,57 @@ def test_negative_durations_are_refused() -> None:
         check_duration("lease", timedelta(0), allow_zero=False)
     with pytest.raises(TypeError, match="lease"):
         check_duration("lease", 30, allow_zero=False)
+
+
+def test_every_duration_is_checked_alike() -> None:
+    """The worker's options (a timedelta or seconds) and the SQL functions' (a timedelta) share
+    one check (#21): one rule for the sign, one message."""
+    assert check_seconds("poll_interval", 2) == 2.0
+    assert check_seconds("poll_interval", timedelta(milliseconds=1500)) == 1.5
+    assert check_seconds("shutdown_timeout", 0, allow_zero=True) == 0.0
+    for seconds, duration in ((-1, timedelta(seconds=-1)), (0, timedelta(0))):
+        with pytest.raises(InvalidArgumentError) as from_seconds:
+            check_seconds("lease", seconds)
+        with pytest.raises(InvalidArgumentError) as from_duration:
+            check_duration("lease", duration, allow_zero=False)
+        assert from_seconds.value.problem.split(", got")[0] == "must not be zero or negative"
+        assert from_duration.value.problem.split(", got")[0] == "must not be zero or negative"
+    with pytest.raises(InvalidArgumentError, match=r"must not be negative, got -0\.5"):
+        check_seconds("idle_after", -0.5, allow_zero=True)
+    for bad in (True, "5", None):
+        with pytest.raises(TypeError, match="timedelta or seconds"):
+            check_seconds("lease", bad)
+    with pytest.raises(TypeError, match=r"expected datetime\.timedelta, got int"):
+        check_seconds("lease", 5, numbers=False)
+
+
+@pytest.mark.parametrize("port", [-1, 65536, True, 80.0, "80", None])
+def test_ports_outside_0_to_65535_are_refused(port: object) -> None:
+    with pytest.raises(InvalidArgumentError, match=r"health_port: must be a TCP port 0-65535"):
+        check_port("health_port", port)
+
+
+def test_ports_in_range_pass_and_the_lowest_is_the_callers() -> None:
+    assert [check_port("p", p) for p in (0, 1, 8080, 65535)] == [0, 1, 8080, 65535]
+    with pytest.raises(InvalidArgumentError, match="must be a TCP port 1-65535, got 0"):
+        check_port("port", 0, lowest=1)
+
+
+def test_the_command_line_and_the_api_check_ports_alike() -> None:
+    """``--health-port`` takes what ``Worker(health_port=...)`` takes; ``pgqueue web --port``
+    refuses 0 (it prints the address it serves)."""
+    import argparse
+
+    from pgqueue.cli.web import web_port
+    from pgqueue.cli.worker import probe_port
+
+    assert (probe_port("0"), probe_port("65535"), web_port("1")) == (0, 65535, 1)
+    for text in ("-1", "65536", "x", "", "1.5"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a TCP port from 0 to"):
+            probe_port(text)
+    for text in ("0", "65536", "x"):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected a TCP port from 1 to"):
+            web_port(text)
 
 
 def test_schedule_rules() -> None:

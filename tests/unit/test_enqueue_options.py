@@ -1,0 +1,157 @@
+"""One options value for enqueue (#21): built once, checked when built, the public keywords' twin.
+
+``pgqueue.enqueue`` and its siblings keep their keyword signatures; each builds one
+:class:`EnqueueOptions` and hands it to :mod:`pgqueue._sql.calls`. These tests pin the value's
+shape to the public keywords, so an option cannot be added to one and forgotten in the other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+import pgqueue.aio
+from pgqueue import InvalidArgumentError, InvalidArgumentTypeError, repository
+from pgqueue._sql import calls
+from pgqueue._sql.options import EnqueueOptions
+from pgqueue.cli.common import UserError
+from pgqueue.cli.ops import _enqueue_options
+
+AWARE = datetime(2030, 1, 1, tzinfo=timezone.utc)
+
+
+def _fields() -> dict[str, Any]:
+    return {f.name: f.default for f in dataclasses.fields(EnqueueOptions) if f.init}
+
+
+def _keywords(function: Any) -> dict[str, Any]:
+    return {
+        p.name: p.default
+        for p in inspect.signature(function).parameters.values()
+        if p.kind is inspect.Parameter.KEYWORD_ONLY
+    }
+
+
+@pytest.mark.parametrize("module", [repository, pgqueue.aio], ids=["repository", "aio"])
+def test_the_fields_are_the_public_keywords_with_their_defaults(module: Any) -> None:
+    """A new option is a field and a keyword; the defaults are the documented ones."""
+    fields = _fields()
+    assert _keywords(module.enqueue) == fields
+    unique = _keywords(module.enqueue_unique)
+    assert unique.pop("unique_key") is inspect.Parameter.empty  # required there
+    assert unique == {k: v for k, v in fields.items() if k != "unique_key"}
+    many = _keywords(module.enqueue_many)
+    assert many.pop("unique_keys") is None  # one key per payload instead
+    assert many == {k: v for k, v in fields.items() if k != "unique_key"}
+
+
+def test_the_value_is_frozen_and_has_slots() -> None:
+    options = EnqueueOptions(queue="mail")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        options.queue = "other"  # type: ignore[misc]
+    assert not hasattr(options, "__dict__")
+    assert options == EnqueueOptions(queue="mail")
+
+
+def test_building_computes_the_bind_parameters_once() -> None:
+    options = EnqueueOptions(
+        queue="mail", run_at=AWARE, max_attempts=3, headers={"trace": "t1"}, priority=7
+    )
+    assert options.params == {
+        "queue_name": "mail",
+        "due_at": AWARE,
+        "delay": timedelta(0),
+        "attempt_budget": 3,
+        "headers_json": '{"trace":"t1"}',
+        "priority_level": 7,
+    }
+    later = EnqueueOptions(delay=timedelta(minutes=5))
+    assert (later.params["due_at"], later.params["delay"]) == (None, timedelta(minutes=5))
+
+
+@pytest.mark.parametrize(
+    ("options", "argument"),
+    [
+        ({"queue": ""}, "queue"),
+        ({"queue": "a,b"}, "queue"),
+        ({"run_at": AWARE, "delay": timedelta(1)}, "run_at"),
+        ({"run_at": datetime(2030, 1, 1)}, "run_at"),
+        ({"delay": timedelta(seconds=-1)}, "delay"),
+        ({"max_attempts": 0}, "max_attempts"),
+        ({"headers": {"a": 1}}, "headers"),
+        ({"priority": 10}, "priority"),
+        ({"unique_key": ""}, "unique_key"),
+        ({"unique_key": "k" * 1001}, "unique_key"),
+    ],
+)
+def test_a_bad_option_is_refused_when_the_value_is_built(
+    options: dict[str, Any], argument: str
+) -> None:
+    with pytest.raises(InvalidArgumentError) as raised:
+        EnqueueOptions(**options)
+    assert raised.value.argument == argument
+
+
+@pytest.mark.parametrize(
+    ("options", "argument"),
+    [
+        ({"queue": 1}, "queue"),
+        ({"max_attempts": "5"}, "max_attempts"),
+        ({"priority": True}, "priority"),
+    ],
+)
+def test_a_mistyped_option_is_refused_when_the_value_is_built(
+    options: dict[str, Any], argument: str
+) -> None:
+    with pytest.raises(InvalidArgumentTypeError) as raised:
+        EnqueueOptions(**options)
+    assert raised.value.argument == argument
+
+
+def test_the_calls_take_the_value_and_add_only_the_payload() -> None:
+    options = EnqueueOptions(queue="mail", priority=2)
+    call = next(calls.enqueue({"to": 1}, options))
+    assert call.params == {**options.params, "payload_json": '{"to":1}'}
+    unique = next(calls.enqueue({"to": 1}, EnqueueOptions(queue="mail", unique_key="k")))
+    assert unique.params["key"] == "k"
+    many = next(calls.enqueue_many([1, 2], options))
+    assert many.params == {**options.params, "batch_json": "[1,2]"}
+    assert "payload_json" not in options.params  # the value's own parameters stay as built
+
+
+def test_enqueue_unique_without_a_key_is_refused_as_before() -> None:
+    with pytest.raises(InvalidArgumentTypeError, match="unique_key: expected str, got NoneType"):
+        next(calls.enqueue_unique({}, EnqueueOptions()))
+
+
+def _args(**flags: Any) -> argparse.Namespace:
+    defaults = {"queue": "mail", "delay": None, "max_attempts": 5, "priority": "0"}
+    return argparse.Namespace(**{**defaults, "unique_key": None, **flags})
+
+
+def test_the_command_line_builds_one_value_from_its_flags() -> None:
+    built = _enqueue_options(_args(priority="7", unique_key="u:1", delay=timedelta(seconds=9)))
+    assert built == EnqueueOptions(
+        queue="mail", delay=timedelta(seconds=9), priority=7, unique_key="u:1"
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"priority": "high"}, "--priority must be an integer from 0 to 9 (higher runs first)"),
+        ({"priority": "10"}, "--priority must be an integer from 0 to 9 (higher runs first)"),
+        ({"unique_key": ""}, "--unique-key must not be empty"),
+    ],
+)
+def test_the_command_line_names_its_flag_when_the_value_refuses_it(
+    flags: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(UserError) as raised:
+        _enqueue_options(_args(**flags))
+    assert str(raised.value).startswith(message)
