@@ -14,62 +14,32 @@ import re
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import (
-    BigInteger,
-    Connection,
-    Float,
-    Integer,
-    Interval,
-    Select,
-    and_,
-    bindparam,
-    cast,
-    func,
-    literal,
-    literal_column,
-    select,
-    table,
-    text,
-    true,
-)
-from sqlalchemy import Text as TextType
-from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.sql.expression import column
+from sqlalchemy import Connection
 
 from pgqueue._base.connections import WORKER_PREFIX
-from pgqueue._base.readable import READABLE_FROM, decoded, readable
 from pgqueue._base.readable import Unreadable as Unreadable  # returned by the readers below
-from pgqueue._base.validation import (
-    check_job_id,
-    check_positive_int,
-    check_unique_key,
-    encode_payload,
+from pgqueue._base.readable import decoded
+from pgqueue._base.validation import check_job_id, check_positive_int
+from pgqueue._sql.reads import JOB_COLUMNS as JOB_COLUMNS
+from pgqueue._sql.reads import MAX_SEARCH_CHARS as MAX_SEARCH_CHARS
+from pgqueue._sql.reads import (
+    OLDEST_SNAPSHOT,
+    SCHEMA_PRESENT,
+    TABLE_STATS,
+    job_statement,
+    job_statuses_statement,
+    key_holders_statement,
+    queue_stats_statement,
 )
-from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
-from pgqueue.models import JobStatus, jobs_table, workers_table
-from pgqueue.statements import status_literal
-
-jobs = jobs_table
-
-#: The columns ``pgqueue list`` and ``show`` print, in order.
-JOB_COLUMNS = (
-    "id",
-    "queue",
-    "status",
-    "priority",
-    "attempts",
-    "max_attempts",
-    "run_at",
-    "locked_until",
-    "last_error",
-    "unique_key",
-    "created_at",
-    "finished_at",
+from pgqueue._sql.reads import (
+    connected_workers_statement as connected_workers_statement,  # public: its plan is checked
 )
-
-
-#: Most characters of ``error_contains``: a search, not a document.
-MAX_SEARCH_CHARS = 1000
+from pgqueue._sql.reads import (
+    finished_per_minute_statement as finished_per_minute_statement,  # public, as above
+)
+from pgqueue._sql.reads import get_job_statement as get_job_statement  # public, as above
+from pgqueue._sql.reads import list_jobs_statement as list_jobs_statement  # public, as above
+from pgqueue.models import JobStatus
 
 
 def list_jobs(
@@ -115,55 +85,6 @@ def list_jobs(
     return [decoded(row) for row in conn.execute(stmt)]
 
 
-def list_jobs_statement(
-    *,
-    queue: str | None = None,
-    status: JobStatus | None = None,
-    limit: int = 50,
-    before_id: int | None = None,
-    payload_contains: Any = None,
-    error_contains: str | None = None,
-    unique_key: str | None = None,
-    with_payload: bool = True,
-) -> Select[Any]:
-    """The statement :func:`list_jobs` runs (its plan is checked on a million done jobs)."""
-    names = (*JOB_COLUMNS, "payload") if with_payload else JOB_COLUMNS
-    stmt: Select[Any] = select(*readable(jobs.c[name] for name in names))
-    if queue is not None:
-        stmt = stmt.where(jobs.c.queue == bindparam("queue_name", queue))
-    if status is not None:
-        stmt = stmt.where(jobs.c.status == status_literal(status))
-    if before_id is not None:
-        stmt = stmt.where(jobs.c.id < bindparam("before_id", before_id, type_=BigInteger))
-    if payload_contains is not None:
-        try:
-            wanted = encode_payload(payload_contains)
-        except InvalidArgumentError as exc:
-            raise InvalidArgumentError("payload_contains", exc.problem) from exc
-        stmt = stmt.where(
-            jobs.c.payload.op("@>")(
-                cast(bindparam("payload_contains", wanted, type_=TextType), JSONB)
-            )
-        )
-    if error_contains is not None:
-        text_ = _search_text("error_contains", error_contains)
-        stmt = stmt.where(jobs.c.last_error.icontains(text_, autoescape=True))
-    if unique_key is not None:
-        key = check_unique_key(unique_key)
-        stmt = stmt.where(jobs.c.unique_key == bindparam("unique_key", key, type_=TextType))
-    return stmt.order_by(jobs.c.id.desc()).limit(limit)
-
-
-def _search_text(name: str, value: object) -> str:
-    if not isinstance(value, str):
-        raise InvalidArgumentTypeError(name, "str", value)
-    if not value or "\x00" in value or len(value) > MAX_SEARCH_CHARS:
-        raise InvalidArgumentError(
-            name, f"must be 1 to {MAX_SEARCH_CHARS} characters, without U+0000"
-        )
-    return value
-
-
 def get_job(
     conn: Connection, job_id: int, *, payload_chars: int | None = None
 ) -> dict[str, Any] | None:
@@ -181,8 +102,7 @@ def get_job(
     """
     job_id = check_job_id(job_id)
     if payload_chars is None:
-        stmt = select(*readable(jobs.c)).where(jobs.c.id == job_id)
-        row = conn.execute(stmt).first()
+        row = conn.execute(job_statement(job_id)).first()
     else:
         limit = check_positive_int("payload_chars", payload_chars)
         row = conn.execute(get_job_statement(limit), {"job_id": job_id}).first()
@@ -221,60 +141,19 @@ def _timestamp(value: Any) -> Any:
         return value
 
 
-def get_job_statement(payload_chars: int) -> Select[Any]:
-    """:func:`get_job` with ``payload_chars`` (parameter ``job_id``): every column but the
-    payload, and the payload's text cut on the server (computed once, in a subquery)."""
-    as_text = (
-        select(cast(jobs.c.payload, TextType).label("t"))
-        .correlate(jobs)
-        .offset(literal_column("0"))
-        .lateral("p")
-    )
-    columns = readable(c for c in jobs.c if c.name != "payload")
-    return (
-        select(
-            *columns,
-            func.left(as_text.c.t, literal(payload_chars, Integer, literal_execute=True)).label(
-                "payload_text"
-            ),
-            func.length(as_text.c.t).label("payload_length"),
-        )
-        .select_from(jobs.join(as_text, true()))
-        .where(jobs.c.id == bindparam("job_id", type_=BigInteger))
-    )
-
-
 def job_statuses(conn: Connection, job_ids: list[int]) -> dict[int, str]:
     """The current status of each existing id, to explain why a command left a job alone."""
-    rows = conn.execute(select(jobs.c.id, jobs.c.status).where(jobs.c.id.in_(job_ids)))
+    rows = conn.execute(job_statuses_statement(job_ids))
     return {row.id: row.status for row in rows}
 
 
 def key_holders(conn: Connection, job_ids: list[int]) -> dict[int, tuple[str, int]]:
     """``{id: (unique_key, holder_id)}`` for each of ``job_ids`` whose unique key another queued or
     running job of its queue holds: why ``retry`` leaves such a failed job alone."""
-    holder = jobs.alias("holder")
-    live = [status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)]
-    stmt = (
-        select(jobs.c.id, jobs.c.unique_key, holder.c.id.label("holder_id"))
-        .select_from(jobs)
-        .join(
-            holder,
-            and_(
-                holder.c.queue == jobs.c.queue,
-                holder.c.unique_key == jobs.c.unique_key,
-                holder.c.unique_key.is_not(None),
-                holder.c.status.in_(live),
-                holder.c.id != jobs.c.id,
-            ),
-        )
-        .where(jobs.c.id.in_(job_ids))
-    )
-    return {row.id: (row.unique_key, row.holder_id) for row in conn.execute(stmt)}
-
-
-def _count(*conditions: Any) -> Any:
-    return func.count().filter(and_(*conditions))
+    return {
+        row.id: (row.unique_key, row.holder_id)
+        for row in conn.execute(key_holders_statement(job_ids))
+    }
 
 
 def queue_stats(conn: Connection) -> list[dict[str, Any]]:
@@ -285,30 +164,7 @@ def queue_stats(conn: Connection) -> list[dict[str, Any]]:
     cancelled (also ``status = 'failed'``, with ``cancelled_at`` set): the two never overlap.
     One pass over ``jobs``: on a table with a long history run it sparingly, or purge first.
     """
-    queued = jobs.c.status == status_literal(JobStatus.QUEUED)
-    running = jobs.c.status == status_literal(JobStatus.RUNNING)
-    failed = jobs.c.status == status_literal(JobStatus.FAILED)
-    ready = and_(queued, jobs.c.run_at <= func.now())
-    # greatest(): a run_at of '-infinity' (written by SQL) would fail the subtraction below.
-    oldest_ready = func.min(func.greatest(jobs.c.run_at, READABLE_FROM)).filter(ready)
-    stmt = (
-        select(
-            jobs.c.queue,
-            _count(ready).label("ready"),
-            _count(queued, jobs.c.run_at > func.now()).label("scheduled"),
-            _count(running).label("running"),
-            _count(running, jobs.c.locked_until < func.now()).label("expired_leases"),
-            _count(jobs.c.status == status_literal(JobStatus.DONE)).label("done"),
-            _count(failed, jobs.c.cancelled_at.is_(None)).label("failed"),
-            _count(failed, jobs.c.cancelled_at.is_not(None)).label("cancelled"),
-            func.extract("epoch", func.now() - oldest_ready)
-            .cast(Float)
-            .label("oldest_ready_age_s"),
-        )
-        .group_by(jobs.c.queue)
-        .order_by(jobs.c.queue)
-    )
-    return [dict(row._mapping) for row in conn.execute(stmt)]
+    return [dict(row._mapping) for row in conn.execute(queue_stats_statement())]
 
 
 def finished_per_minute(
@@ -325,44 +181,6 @@ def finished_per_minute(
     return [dict(row._mapping) for row in conn.execute(finished_per_minute_statement(window))]
 
 
-def finished_per_minute_statement(window: timedelta = timedelta(hours=1)) -> Select[Any]:
-    """The statement :func:`finished_per_minute` runs."""
-    minute = func.date_trunc("minute", jobs.c.finished_at).label("minute")
-    stmt = (
-        select(
-            jobs.c.queue,
-            minute,
-            func.floor(func.extract("epoch", func.date_trunc("minute", func.now()) - minute) / 60)
-            .cast(Integer)
-            .label("minutes_ago"),
-            _count(jobs.c.status == status_literal(JobStatus.DONE)).label("done"),
-            _count(jobs.c.status == status_literal(JobStatus.FAILED)).label("failed"),
-        )
-        .where(
-            jobs.c.finished_at.is_not(None),
-            jobs.c.finished_at >= func.now() - bindparam("window", window, type_=Interval),
-            # Never in the future, but for a row written by SQL ('infinity'): not a minute.
-            jobs.c.finished_at <= func.now(),
-        )
-        .group_by(jobs.c.queue, minute)
-        .order_by(minute, jobs.c.queue)
-    )
-    return stmt
-
-
-_OLDEST_SNAPSHOT = text(
-    """
-    SELECT pid, application_name, state,
-           greatest(age(backend_xmin), age(backend_xid)) AS xmin_age_xids,
-           extract(epoch FROM now() - xact_start)::float AS xact_age_s
-    FROM pg_stat_activity
-    WHERE datname = current_database() AND pid <> pg_backend_pid()
-      AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
-    ORDER BY greatest(age(backend_xmin), age(backend_xid)) DESC LIMIT 1
-    """
-)
-
-
 def oldest_snapshot(conn: Connection) -> dict[str, Any] | None:
     """The session holding the xmin horizon back the longest (R9), or ``None``.
 
@@ -370,85 +188,19 @@ def oldest_snapshot(conn: Connection) -> dict[str, Any] | None:
     that died after this session's snapshot was taken, in any table of the database. Sessions of
     other roles are visible only with ``pg_read_all_stats`` (``pg_monitor``).
     """
-    row = conn.execute(_OLDEST_SNAPSHOT).first()
+    row = conn.execute(OLDEST_SNAPSHOT).first()
     return None if row is None else dict(row._mapping)
-
-
-_TABLE_STATS = text(
-    """
-    SELECT n_live_tup, n_dead_tup, last_autovacuum, last_vacuum, last_autoanalyze
-    FROM pg_stat_user_tables WHERE relid = to_regclass('jobs')
-    """
-)
 
 
 def table_stats(conn: Connection) -> dict[str, Any]:
     """``pg_stat_user_tables`` for ``jobs``: live and dead tuples, last (auto)vacuum (R21)."""
-    row = conn.execute(_TABLE_STATS).first()
+    row = conn.execute(TABLE_STATS).first()
     return {} if row is None else dict(row._mapping)
 
 
 def schema_present(conn: Connection) -> bool:
     """Whether the ``jobs`` table is visible on this connection's search path."""
-    return conn.execute(text("SELECT to_regclass('jobs') IS NOT NULL")).scalar_one() is True
-
-
-_activity = table(
-    "pg_stat_activity",
-    column("application_name"),
-    column("backend_start"),
-    column("backend_type"),
-    column("datname"),
-    schema="pg_catalog",
-)
-
-
-def connected_workers_statement() -> Select[Any]:
-    """The statement :func:`connected_workers` runs (parameter ``prefix``)."""
-    connected = (
-        select(
-            _activity.c.application_name.label("name"),
-            func.min(_activity.c.backend_start).label("connected_since"),
-            func.count().label("connections"),
-        )
-        .where(
-            _activity.c.datname == func.current_database(),
-            _activity.c.backend_type == literal_column("'client backend'"),
-            func.starts_with(
-                _activity.c.application_name, bindparam("prefix", WORKER_PREFIX, type_=TextType)
-            ),
-        )
-        .group_by(_activity.c.application_name)
-        .cte("connected")
-    )
-    # The literal status: only the partial jobs_lease_idx (running jobs) is read, never history.
-    held = (
-        select(jobs.c.locked_by, func.count().label("jobs_held"))
-        .where(
-            jobs.c.status == status_literal(JobStatus.RUNNING),
-            jobs.c.locked_by.in_(select(connected.c.name)),
-        )
-        .group_by(jobs.c.locked_by)
-        .cte("held")
-    )
-    workers = workers_table
-    return (
-        select(
-            connected.c.name,
-            workers.c.host,
-            workers.c.pid,
-            workers.c.queues,
-            func.coalesce(workers.c.started_at, connected.c.connected_since).label("since"),
-            connected.c.connections,
-            func.coalesce(held.c.jobs_held, literal_column("0")).label("jobs_held"),
-        )
-        .select_from(
-            connected.outerjoin(workers, workers.c.name == connected.c.name).outerjoin(
-                held, held.c.locked_by == connected.c.name
-            )
-        )
-        .order_by(connected.c.name)
-    )
+    return conn.execute(SCHEMA_PRESENT).scalar_one() is True
 
 
 def connected_workers(conn: Connection) -> list[dict[str, Any]]:

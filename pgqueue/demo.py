@@ -26,15 +26,48 @@ from typing import TextIO
 
 import psycopg
 from psycopg import sql
-from sqlalchemy import Connection, Engine, create_engine, func, select, text
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Text,
+    Update,
+    bindparam,
+    case,
+    create_engine,
+    func,
+    select,
+    text,
+)
 from sqlalchemy.engine import URL
 
 import pgqueue.migrations
-from pgqueue import repository, statements
+from pgqueue import repository
 from pgqueue._base.embedded import embedded_server
 from pgqueue._base.text import psql_table
 from pgqueue._base.urls import mask_url, to_libpq_url, to_sqlalchemy_url
-from pgqueue.models import jobs_table
+from pgqueue.models import JobStatus, jobs_table
+from pgqueue.statements import status_literal
+
+#: THE BROKEN CLAIM of R4, kept only to reproduce the double-claim bug. Never use it.
+#: ``UPDATE ... WHERE id = (SELECT id ... LIMIT 1)`` without a lock: under READ COMMITTED two
+#: sessions both take the oldest job. Like the article's ``naive.sql``, it also marks the job done.
+NAIVE_DOUBLE_CLAIMING_CLAIM: Update = (
+    jobs_table.update()
+    .where(
+        jobs_table.c.id
+        == select(jobs_table.c.id)
+        .where(jobs_table.c.status == status_literal(JobStatus.QUEUED))
+        .order_by(jobs_table.c.run_at)
+        .limit(1)
+        .scalar_subquery()
+    )
+    .values(
+        status=bindparam("new_status", type_=Text),
+        attempts=jobs_table.c.attempts + 1,
+        finished_at=case((bindparam("new_status", type_=Text).in_(["done", "failed"]), func.now())),
+    )
+    .returning(jobs_table.c.id, jobs_table.c.attempts)
+)
 
 #: The article's run: 8 pgbench clients.
 CLIENTS = 8
@@ -168,7 +201,7 @@ class Demo:
             "naive claims",
             CLIENTS,
             per,
-            lambda conn: conn.execute(statements.NAIVE_DOUBLE_CLAIMING_CLAIM, params),
+            lambda conn: conn.execute(NAIVE_DOUBLE_CLAIMING_CLAIM, params),
         )
         counts = self.print_status_table()
         jobs = jobs_table

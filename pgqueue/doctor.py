@@ -15,12 +15,13 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, text
+from sqlalchemy import Connection
 
 import pgqueue.migrations
 from pgqueue import admin, periodic, repository
 from pgqueue._base.connections import WORKER_PREFIX
 from pgqueue._base.validation import MAX_PRIORITY, MIN_PRIORITY
+from pgqueue._sql import reads
 from pgqueue.pooler import check_listen
 from pgqueue.repository import DEFAULT_PURGE_AGE
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS, alter_table_sql
@@ -117,7 +118,7 @@ def _package_revisions() -> tuple[str, set[str]]:
 
 def _revision(conn: Connection) -> Iterator[Finding]:
     head, ours = _package_revisions()
-    if not conn.execute(text("SELECT to_regclass('alembic_version') IS NOT NULL")).scalar_one():
+    if not conn.execute(reads.ALEMBIC_VERSION_PRESENT).scalar_one():
         yield Finding(
             "revision",
             "warning",
@@ -125,7 +126,7 @@ def _revision(conn: Connection) -> Iterator[Finding]:
             f"if the schema matches, `alembic stamp {head}`; else run `pgqueue migrate`",
         )
         return
-    stamped = set(conn.execute(text("SELECT version_num FROM alembic_version")).scalars())
+    stamped = set(conn.execute(reads.ALEMBIC_VERSIONS).scalars())
     current = stamped & ours
     if head in current:
         yield Finding("revision", "ok", f"schema at the package's head revision {head}")
@@ -145,14 +146,6 @@ def _revision(conn: Connection) -> Iterator[Finding]:
         )
 
 
-_INDEXES = text(
-    """
-    SELECT c.relname AS name, i.indisvalid AS valid, i.indisready AS ready
-    FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
-    WHERE i.indrelid = to_regclass('jobs')
-    """
-)
-
 #: Index name -> (severity when missing, why it matters).
 _EXPECTED_INDEXES = {
     "jobs_ready_idx": ("error", "every claim scans the whole table"),
@@ -164,7 +157,7 @@ _EXPECTED_INDEXES = {
 
 
 def _indexes(conn: Connection) -> Iterator[Finding]:
-    found = {row.name: row for row in conn.execute(_INDEXES)}
+    found = {row.name: row for row in conn.execute(reads.INDEXES)}
     for name, (severity, why) in _EXPECTED_INDEXES.items():
         row = found.get(name)
         if row is None:
@@ -182,16 +175,8 @@ def _indexes(conn: Connection) -> Iterator[Finding]:
             yield Finding("indexes", "ok", f"index {name} present and valid")
 
 
-_TRIGGER = text(
-    """
-    SELECT tgenabled FROM pg_trigger
-    WHERE tgrelid = to_regclass('jobs') AND tgname = 'jobs_notify' AND NOT tgisinternal
-    """
-)
-
-
 def _trigger(conn: Connection) -> Iterator[Finding]:
-    enabled = conn.execute(_TRIGGER).scalar()
+    enabled = conn.execute(reads.TRIGGER).scalar()
     if enabled is None:
         yield Finding(
             "trigger",
@@ -210,29 +195,8 @@ def _trigger(conn: Connection) -> Iterator[Finding]:
         yield Finding("trigger", "ok", "trigger jobs_notify present")
 
 
-_CAN_SEE_ALL = text(
-    """
-    SELECT rolsuper OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')
-    FROM pg_roles WHERE rolname = current_user
-    """
-)
-
-_LONG_TRANSACTIONS = text(
-    """
-    SELECT pid, usename AS user, application_name, state,
-           extract(epoch FROM now() - xact_start)::float AS xact_age_s,
-           extract(epoch FROM now() - state_change)::float AS state_age_s,
-           greatest(age(backend_xmin), age(backend_xid)) AS xmin_age_xids
-    FROM pg_stat_activity
-    WHERE datname = current_database() AND pid <> pg_backend_pid()
-      AND xact_start IS NOT NULL AND now() - xact_start > :threshold
-    ORDER BY xact_start
-    """
-)
-
-
 def _sessions(conn: Connection, threshold: timedelta) -> Iterator[Finding]:
-    if not conn.execute(_CAN_SEE_ALL).scalar():
+    if not conn.execute(reads.CAN_SEE_ALL).scalar():
         yield Finding(
             "visibility",
             "info",
@@ -240,7 +204,9 @@ def _sessions(conn: Connection, threshold: timedelta) -> Iterator[Finding]:
             "and their snapshots are not checked",
             "GRANT pg_monitor TO <this role>;",
         )
-    rows = [dict(r._mapping) for r in conn.execute(_LONG_TRANSACTIONS, {"threshold": threshold})]
+    rows = [
+        dict(r._mapping) for r in conn.execute(reads.LONG_TRANSACTIONS, {"threshold": threshold})
+    ]
     seconds = threshold.total_seconds()
     if rows:
         idle = [r for r in rows if (r["state"] or "").startswith("idle in transaction")]
@@ -274,20 +240,6 @@ def _sessions(conn: Connection, threshold: timedelta) -> Iterator[Finding]:
             "end that transaction" if severity == "warning" else "",
             [row],
         )
-
-
-_VACUUM_CONTEXT = text(
-    """
-    SELECT now() AS now,
-           current_setting('autovacuum')::bool AS server_on,
-           coalesce(
-             (SELECT option_value::bool FROM pg_options_to_table(c.reloptions)
-              WHERE option_name = 'autovacuum_enabled'),
-             true
-           ) AS table_on
-    FROM pg_class c WHERE c.oid = to_regclass('jobs')
-    """
-)
 
 
 def vacuum_finding(
@@ -347,16 +299,13 @@ def _vacuum(conn: Connection) -> Iterator[Finding]:
     if not stats:
         return
     # The server's clock, not this process's: last_(auto)vacuum were stamped by the server.
-    context = conn.execute(_VACUUM_CONTEXT).one()
+    context = conn.execute(reads.VACUUM_CONTEXT).one()
     yield vacuum_finding(
         stats,
         context.now,
         server_autovacuum=context.server_on,
         table_autovacuum=context.table_on,
     )
-
-
-_RELOPTIONS = text("SELECT reloptions FROM pg_class WHERE oid = to_regclass('jobs')")
 
 
 def _same_value(found: str | None, expected: str) -> bool:
@@ -369,7 +318,7 @@ def _same_value(found: str | None, expected: str) -> bool:
 
 
 def _storage(conn: Connection) -> Iterator[Finding]:
-    options = conn.execute(_RELOPTIONS).scalar() or []
+    options = conn.execute(reads.RELOPTIONS).scalar() or []
     found = dict(str(option).split("=", 1) for option in options)
     changed = {
         name: found.get(name)
@@ -393,36 +342,11 @@ def _storage(conn: Connection) -> Iterator[Finding]:
     )
 
 
-_JOB_COUNTS = text(
-    """
-    SELECT
-      count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS expired,
-      count(*) FILTER (WHERE status = 'failed' AND cancelled_at IS NULL) AS failed,
-      count(*) FILTER (WHERE status = 'failed' AND cancelled_at IS NOT NULL) AS cancelled,
-      count(*) FILTER (WHERE status = 'done' AND created_at < now() - :horizon) AS old_done
-    FROM jobs
-    """
-)
-#: Before pgqueue_0010 no column tells a cancel (the revision check says to migrate).
-_JOB_COUNTS_BEFORE_0010 = text(
-    """
-    SELECT
-      count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS expired,
-      count(*) FILTER (WHERE status = 'failed') AS failed,
-      0 AS cancelled,
-      count(*) FILTER (WHERE status = 'done' AND created_at < now() - :horizon) AS old_done
-    FROM jobs
-    """
-)
-_HAS_CANCELLED_AT = text(
-    "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass('jobs') "
-    "AND attname = 'cancelled_at' AND NOT attisdropped)"
-)
-
-
 def _jobs(conn: Connection) -> Iterator[Finding]:
     counting = (
-        _JOB_COUNTS if conn.execute(_HAS_CANCELLED_AT).scalar_one() else _JOB_COUNTS_BEFORE_0010
+        reads.JOB_COUNTS
+        if conn.execute(reads.HAS_CANCELLED_AT).scalar_one()
+        else reads.JOB_COUNTS_BEFORE_0010
     )
     counts = conn.execute(counting, {"horizon": DEFAULT_PURGE_AGE}).one()
     days = DEFAULT_PURGE_AGE.days
@@ -457,48 +381,6 @@ def _jobs(conn: Connection) -> Iterator[Finding]:
             f"{counts.old_done} done job(s) older than {days} days",
             f"run `pgqueue purge --older-than {days}d` on a schedule",
         )
-
-
-# Per queue, the oldest ready job's wait, in index probes rather than a pass over the backlog: a
-# recursive skip scan of jobs_ready_idx finds each queue with queued jobs (one probe per queue),
-# then one probe per priority level takes the level's first run_at, as the claim reads them. The
-# 'queued' literal matches the partial index's predicate (a bound status would not). greatest(): a
-# run_at of '-infinity' (written by SQL) would fail the subtraction (readable.READABLE_FROM).
-_BACKLOG = text(
-    """
-    WITH RECURSIVE queues(queue) AS (
-      (SELECT queue FROM jobs WHERE status = 'queued' ORDER BY queue LIMIT 1)
-      UNION ALL
-      SELECT (SELECT j.queue FROM jobs j
-              WHERE j.status = 'queued' AND j.queue > q.queue ORDER BY j.queue LIMIT 1)
-      FROM queues q WHERE q.queue IS NOT NULL
-    )
-    SELECT q.queue,
-           extract(epoch FROM now() - min(
-             greatest(first.run_at, '0001-01-03 00:00:00+00'::timestamptz)
-           ))::float AS oldest_ready_s
-    FROM queues q
-    CROSS JOIN generate_series(CAST(:lowest AS int), CAST(:highest AS int)) AS level
-    CROSS JOIN LATERAL (
-      SELECT j.run_at FROM jobs j
-      WHERE j.status = 'queued' AND j.queue = q.queue AND j.priority = level
-        AND j.run_at <= now()
-      ORDER BY j.run_at LIMIT 1
-    ) first
-    WHERE q.queue IS NOT NULL
-    GROUP BY q.queue
-    ORDER BY oldest_ready_s DESC
-    """
-)
-
-#: Worker connections on this database, whatever their state or role (``application_name`` is
-#: visible without ``pg_read_all_stats``; ``backend_type`` is not).
-_WORKERS_HERE = text(
-    """
-    SELECT count(DISTINCT application_name) FROM pg_stat_activity
-    WHERE datname = current_database() AND starts_with(application_name, :prefix)
-    """
-)
 
 
 def backlog_findings(
@@ -555,20 +437,17 @@ def backlog_findings(
 def _backlog(conn: Connection, max_age: timedelta) -> Iterator[Finding]:
     ready = [
         dict(r._mapping)
-        for r in conn.execute(_BACKLOG, {"lowest": MIN_PRIORITY, "highest": MAX_PRIORITY})
+        for r in conn.execute(reads.BACKLOG, {"lowest": MIN_PRIORITY, "highest": MAX_PRIORITY})
     ]
-    workers = conn.execute(_WORKERS_HERE, {"prefix": WORKER_PREFIX}).scalar_one() if ready else 0
+    workers = (
+        conn.execute(reads.WORKERS_HERE, {"prefix": WORKER_PREFIX}).scalar_one() if ready else 0
+    )
     yield from backlog_findings(ready, int(workers), max_age)
 
 
 def _periodic(conn: Connection) -> Iterator[Finding]:
     """Definitions that workers declare but nobody fires, and ones no worker declares any more."""
-    readable = conn.execute(
-        text(
-            "SELECT CASE WHEN to_regclass('jobs_periodic') IS NULL THEN NULL "
-            "ELSE has_table_privilege(to_regclass('jobs_periodic'), 'SELECT') END"
-        )
-    ).scalar_one()
+    readable = conn.execute(reads.PERIODIC_READABLE).scalar_one()
     if readable is None:
         return  # before pgqueue_0007: the revision check says so
     if not readable:
@@ -605,28 +484,6 @@ def _periodic(conn: Connection) -> Iterator[Finding]:
         yield Finding("periodic", "ok", f"{len(rows)} periodic definition(s) fired on time")
 
 
-_CONNECTION_LIMITS = text(
-    """
-    SELECT current_setting('max_connections')::int AS max_connections,
-           current_setting('superuser_reserved_connections')::int
-             + coalesce(nullif(current_setting('reserved_connections', true), '')::int, 0)
-             AS reserved,
-           (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')
-             AS in_use
-    """
-)
-
-_WORKER_CONNECTIONS = text(
-    """
-    SELECT datname AS database, application_name, count(*) AS connections
-    FROM pg_stat_activity
-    WHERE backend_type = 'client backend' AND starts_with(application_name, :prefix)
-    GROUP BY datname, application_name
-    ORDER BY datname, application_name
-    """
-)
-
-
 def headroom_severity(usable: int, in_use: int) -> str:
     """``warning`` when fewer than 10% of the usable connections (at least 5) are free."""
     free = usable - in_use
@@ -634,9 +491,11 @@ def headroom_severity(usable: int, in_use: int) -> str:
 
 
 def _connections(conn: Connection) -> Iterator[Finding]:
-    limits = conn.execute(_CONNECTION_LIMITS).one()
-    rows = [dict(r._mapping) for r in conn.execute(_WORKER_CONNECTIONS, {"prefix": WORKER_PREFIX})]
-    here = conn.execute(text("SELECT current_database()")).scalar_one()
+    limits = conn.execute(reads.CONNECTION_LIMITS).one()
+    rows = [
+        dict(r._mapping) for r in conn.execute(reads.WORKER_CONNECTIONS, {"prefix": WORKER_PREFIX})
+    ]
+    here = conn.execute(reads.CURRENT_DATABASE).scalar_one()
     ours = [r for r in rows if r["database"] == here]
     usable = limits.max_connections - limits.reserved
     severity = headroom_severity(usable, limits.in_use)

@@ -16,6 +16,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     ColumnElement,
+    DateTime,
     Delete,
     Float,
     Insert,
@@ -44,7 +45,7 @@ from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.expression import column
 
 from pgqueue._base.validation import MAX_INT32, MIN_PRIORITY
-from pgqueue.models import JobStatus, jobs_table
+from pgqueue.models import JobStatus, jobs_table, workers_table
 
 jobs = jobs_table
 
@@ -270,28 +271,6 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
             jobs.c.priority,
         )
     )
-
-
-#: THE BROKEN CLAIM of R4, kept only to reproduce the double-claim bug. Never use it.
-#: ``UPDATE ... WHERE id = (SELECT id ... LIMIT 1)`` without a lock: under READ COMMITTED two
-#: sessions both take the oldest job. Like the article's ``naive.sql``, it also marks the job done.
-NAIVE_DOUBLE_CLAIMING_CLAIM: Update = (
-    jobs.update()
-    .where(
-        jobs.c.id
-        == select(jobs.c.id)
-        .where(jobs.c.status == status_literal(JobStatus.QUEUED))
-        .order_by(jobs.c.run_at)
-        .limit(1)
-        .scalar_subquery()
-    )
-    .values(
-        status=bindparam("new_status", type_=Text),
-        attempts=jobs.c.attempts + 1,
-        finished_at=case((bindparam("new_status", type_=Text).in_(["done", "failed"]), func.now())),
-    )
-    .returning(jobs.c.id, jobs.c.attempts)
-)
 
 
 # -- lifecycle (each guarded by id, status = 'running' and the claimed attempts) ---------------
@@ -639,6 +618,37 @@ SET_LOCAL_LOCK_TIMEOUT: Select[Any] = select(
     func.set_config(literal("lock_timeout", Text), bindparam("lock_timeout", type_=Text), True)
 )
 
+
+# -- the worker's row in jobs_workers (pgqueue_0010), written at start, deleted at stop --------
+
+_WORKER_ROW: dict[str, Any] = {
+    "name": bindparam("worker_name", type_=Text),
+    "host": bindparam("host", type_=Text),
+    "pid": bindparam("pid", type_=Integer),
+    "queues": bindparam("queues", type_=ARRAY(Text)),
+    "started_at": func.now(),
+}
+
+#: The worker's row, replacing one a process of the same host and pid left behind (a killed
+#: worker's). Returns ``started_at``, which the delete names.
+REGISTER_WORKER: Insert = (
+    pg_insert(workers_table)
+    .values(_WORKER_ROW)
+    .on_conflict_do_update(
+        index_elements=[workers_table.c.name],
+        set_={name: value for name, value in _WORKER_ROW.items() if name != "name"},
+    )
+    .returning(workers_table.c.started_at)
+)
+
+#: Only the row this run wrote: a second ``Worker`` of the same process (same name) that started
+#: later has replaced it, and keeps its own.
+UNREGISTER_WORKER: Delete = workers_table.delete().where(
+    workers_table.c.name == bindparam("worker_name", type_=Text),
+    workers_table.c.started_at == bindparam("started_at", type_=DateTime(timezone=True)),
+)
+
+
 __all__ = [
     "CANCEL",
     "CANCELLED_ERROR",
@@ -657,11 +667,12 @@ __all__ = [
     "LEASE_EXPIRED_ERROR",
     "LIVE_AMONG",
     "MAX_ERRORS_KEPT",
-    "NAIVE_DOUBLE_CLAIMING_CLAIM",
     "REAP_EXPIRED",
+    "REGISTER_WORKER",
     "RELEASE_MANY",
     "SETTLED_AMONG",
     "SET_LOCAL_LOCK_TIMEOUT",
+    "UNREGISTER_WORKER",
     "claim_statement",
     "purge_statement",
     "queue_depth_statement",

@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, select
+from sqlalchemy import Connection, Engine
 from sqlalchemy.orm import Session
 
 from pgqueue import repository
-from pgqueue._base.readable import decoded, readable
+from pgqueue._base.readable import decoded
 from pgqueue._base.validation import (
     check_positive_int,
     check_priority,
@@ -35,11 +35,11 @@ from pgqueue._base.validation import (
     check_unique_key,
     encode_payload,
 )
+from pgqueue._sql import reads
 from pgqueue._worker.executors import run_in_savepoint, run_inline, settle
 from pgqueue._worker.window import Held, Lane
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.jobs import Handler, JobContext, Outcome, Snooze, is_async_handler
-from pgqueue.models import Job
 from pgqueue.repository import Executor
 from pgqueue.results import ClaimedJob
 from pgqueue.retry_policy import RetryPolicy
@@ -87,20 +87,21 @@ def assert_enqueued(
             payload (and the other queues' counts), when the expectation is not met.
         InvalidArgumentError: for a bad queue, payload subset, priority or key, before any SQL.
     """
-    jobs = Job.__table__
-    where = [jobs.c.queue == check_queue(queue)]
+    queue = check_queue(queue)
     shape: list[str] = []
     if payload_subset is not None:
         encode_payload(payload_subset)  # the same checks, and error, as enqueue
-        where.append(jobs.c.payload.contains(payload_subset))
         shape.append(f"payload containing {payload_subset!r}")
     if priority is not None:
-        where.append(jobs.c.priority == check_priority(priority))
+        priority = check_priority(priority)
         shape.append(f"priority {priority}")
     if unique_key is not None:
-        where.append(jobs.c.unique_key == check_unique_key(unique_key))
+        unique_key = check_unique_key(unique_key)
         shape.append(f"unique key {unique_key!r}")
-    ids = list(conn.execute(select(jobs.c.id).where(*where).order_by(jobs.c.id)).scalars())
+    stmt = reads.enqueued_ids_statement(
+        queue, payload_subset=payload_subset, priority=priority, unique_key=unique_key
+    )
+    ids = list(conn.execute(stmt).scalars())
     if (len(ids) == count) if count is not None else bool(ids):
         return ids
     wanted = "at least one job" if count is None else f"{count} job(s)"
@@ -112,16 +113,9 @@ def assert_enqueued(
 
 
 def _describe_enqueued(conn: Executor, queue: str) -> str:
-    jobs = Job.__table__
-    columns = (jobs.c.id, jobs.c.status, jobs.c.priority, jobs.c.unique_key, jobs.c.payload)
     rows = [
         decoded(r)  # a payload written by SQL that Python cannot load is shown as its text
-        for r in conn.execute(
-            select(*readable(columns))
-            .where(jobs.c.queue == queue)
-            .order_by(jobs.c.id)
-            .limit(_LISTED + 1)
-        )
+        for r in conn.execute(reads.queue_jobs_statement(queue, _LISTED + 1))
     ]
     lines = [f"jobs on {queue!r} visible in this transaction:"]
     lines += [
@@ -132,12 +126,7 @@ def _describe_enqueued(conn: Executor, queue: str) -> str:
     ] or ["  (none)"]
     if len(rows) > _LISTED:
         lines.append("  ...")
-    others = conn.execute(
-        select(jobs.c.queue, func.count())
-        .where(jobs.c.queue != queue)
-        .group_by(jobs.c.queue)
-        .order_by(jobs.c.queue)
-    ).all()
+    others = conn.execute(reads.other_queues_statement(queue)).all()
     if others:
         lines.append("other queues: " + ", ".join(f"{q!r}: {n}" for q, n in others))
     return "\n".join(lines)

@@ -7,7 +7,9 @@ of ``jobs`` in :mod:`pgqueue.statements`). The thin runners execute them: :mod:`
 ``options`` holds an enqueue's options as one checked value
 (:class:`~pgqueue._sql.options.EnqueueOptions`), which the enqueue calls take whole;
 ``driver_errors`` says what a driver's exception means (retry it, a unique key's conflict, a
-missing schema ...), once for the worker, the repository and the command line.
+missing schema ...), once for the worker, the repository and the command line. ``reads`` holds
+the read queries of the operator side (admin, doctor, testing, hence the dashboard), executed
+where they are used.
 
 May import: :mod:`pgqueue.statements`, :mod:`pgqueue.models`, :mod:`pgqueue.schema`,
 :mod:`pgqueue.results`, :mod:`pgqueue.periodic` (the definition), :mod:`pgqueue.errors` and

@@ -14,45 +14,14 @@ import os
 import socket
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import ARRAY, DateTime, Delete, Engine, Insert, Integer, Text, bindparam, func
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from pgqueue._base.urls import error_line
-from pgqueue.models import workers_table
+from pgqueue.statements import REGISTER_WORKER, UNREGISTER_WORKER
 
 log = logging.getLogger("pgqueue.worker")
-
-workers = workers_table
-
-_ROW: dict[str, Any] = {
-    "name": bindparam("worker_name", type_=Text),
-    "host": bindparam("host", type_=Text),
-    "pid": bindparam("pid", type_=Integer),
-    "queues": bindparam("queues", type_=ARRAY(Text)),
-    "started_at": func.now(),
-}
-
-#: The worker's row, replacing one a process of the same host and pid left behind (a killed
-#: worker's). Returns ``started_at``, which the delete names.
-REGISTER: Insert = (
-    pg_insert(workers)
-    .values(_ROW)
-    .on_conflict_do_update(
-        index_elements=[workers.c.name],
-        set_={name: value for name, value in _ROW.items() if name != "name"},
-    )
-    .returning(workers.c.started_at)
-)
-
-#: Only the row this run wrote: a second ``Worker`` of the same process (same name) that started
-#: later has replaced it, and keeps its own.
-UNREGISTER: Delete = workers.delete().where(
-    workers.c.name == bindparam("worker_name", type_=Text),
-    workers.c.started_at == bindparam("started_at", type_=DateTime(timezone=True)),
-)
 
 
 class Registration:
@@ -76,7 +45,7 @@ class Registration:
     def add(self) -> None:
         try:
             with self._engine.begin() as conn:
-                self._started_at = conn.execute(REGISTER, self._params).scalar_one()
+                self._started_at = conn.execute(REGISTER_WORKER, self._params).scalar_one()
         except SQLAlchemyError as exc:
             self._warn("not written", exc)
 
@@ -86,7 +55,7 @@ class Registration:
         params = {"worker_name": self._params["worker_name"], "started_at": self._started_at}
         try:
             with self._engine.begin() as conn:
-                conn.execute(UNREGISTER, params)
+                conn.execute(UNREGISTER_WORKER, params)
         except SQLAlchemyError as exc:
             self._warn("not deleted", exc)
         self._started_at = None

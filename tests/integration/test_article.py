@@ -15,7 +15,7 @@ from sqlalchemy import Connection, Engine, text
 from worker_helpers import captured_claim
 
 import pgqueue
-from pgqueue import statements
+from pgqueue import demo, statements
 
 WORKERS = 8
 JOBS = 10_000
@@ -57,13 +57,11 @@ def ten_jobs(engine: Engine) -> list[int]:
 def test_naive_claim_gives_job_1_to_both_sessions(engine: Engine, ten_jobs: list[int]) -> None:
     """R4: B returns after A commits with job 1 again (attempts 2); job 2 stays queued."""
     with engine.connect() as a, engine.connect() as b:
-        first = a.execute(statements.NAIVE_DOUBLE_CLAIMING_CLAIM, {"new_status": "running"}).one()
+        first = a.execute(demo.NAIVE_DOUBLE_CLAIMING_CLAIM, {"new_status": "running"}).one()
         b_pid = _pid(b)
         with ThreadPoolExecutor(1) as pool:
             second = pool.submit(
-                lambda: b.execute(
-                    statements.NAIVE_DOUBLE_CLAIMING_CLAIM, {"new_status": "running"}
-                ).one()
+                lambda: b.execute(demo.NAIVE_DOUBLE_CLAIMING_CLAIM, {"new_status": "running"}).one()
             )
             _wait_until_blocked(engine, b_pid)
             a.commit()
@@ -140,7 +138,7 @@ def test_eight_naive_workers_double_claim(engine: Engine) -> None:
 
     def naive(conn: Connection) -> int:
         for _ in range(JOBS // WORKERS):
-            conn.execute(statements.NAIVE_DOUBLE_CLAIMING_CLAIM, {"new_status": "done"})
+            conn.execute(demo.NAIVE_DOUBLE_CLAIMING_CLAIM, {"new_status": "done"})
             conn.commit()
         return JOBS // WORKERS
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqlalchemy import Engine, text
 
 import pgqueue
-from pgqueue import statements
+from pgqueue import demo
 
 
 def _finished(engine: Engine, job_id: int) -> tuple[str, bool]:
@@ -78,7 +78,7 @@ def test_cancel_sets_it_and_retry_clears_it(engine: Engine) -> None:
 def test_the_naive_claim_of_the_demo_sets_it_too(engine: Engine) -> None:
     with engine.begin() as conn:
         job_id = pgqueue.enqueue(conn, {})
-        conn.execute(statements.NAIVE_DOUBLE_CLAIMING_CLAIM, {"new_status": "done"})
+        conn.execute(demo.NAIVE_DOUBLE_CLAIMING_CLAIM, {"new_status": "done"})
     assert _finished(engine, job_id) == ("done", True)
 
 

@@ -14,7 +14,7 @@ from sqlalchemy.sql import ClauseElement
 from sqlalchemy.sql.compiler import SQLCompiler
 
 import pgqueue
-from pgqueue import statements
+from pgqueue import demo, statements
 from pgqueue._sql import calls as _calls
 from pgqueue.results import CancelledJob, CancelReport
 from pgqueue.retry_policy import MAX_TRACEBACK_LENGTH
@@ -142,7 +142,7 @@ def test_reaper_only_touches_expired_running_jobs_and_keeps_the_first_error() ->
 
 
 def test_naive_claim_is_the_unlocked_subquery_of_the_article() -> None:
-    text = sql(statements.NAIVE_DOUBLE_CLAIMING_CLAIM)
+    text = sql(demo.NAIVE_DOUBLE_CLAIMING_CLAIM)
     assert "WHERE jobs.id = (SELECT jobs.id FROM jobs WHERE jobs.status = 'queued'" in text
     assert "FOR UPDATE" not in text
 
@@ -704,13 +704,11 @@ def test_unique_enqueue_does_nothing_on_a_live_key_through_the_partial_index() -
 
 
 def test_a_workers_row_is_upserted_by_name_and_deleted_only_by_the_run_that_wrote_it() -> None:
-    from pgqueue._worker import registration as _registration
-
-    upsert = sql(_registration.REGISTER)
+    upsert = sql(statements.REGISTER_WORKER)
     assert upsert.startswith("INSERT INTO jobs_workers (name, host, pid, queues, started_at)")
     assert "ON CONFLICT (name) DO UPDATE SET host = %(host)s" in upsert
     assert "started_at = now() RETURNING jobs_workers.started_at" in upsert
-    assert sql(_registration.UNREGISTER) == (
+    assert sql(statements.UNREGISTER_WORKER) == (
         "DELETE FROM jobs_workers WHERE jobs_workers.name = %(worker_name)s::VARCHAR "
         "AND jobs_workers.started_at = %(started_at)s::TIMESTAMP WITH TIME ZONE"
     )

@@ -1,0 +1,530 @@
+"""Every read query of the operator side, as data: admin, doctor, testing and the dashboard.
+
+What :mod:`pgqueue.admin` (``pgqueue list/show/stats``, the dashboard's pages and snapshot),
+:mod:`pgqueue.doctor` and :mod:`pgqueue.testing` run, built here once and executed there: pure
+builders and constants, no I/O (a builder may check its arguments, raising before any SQL). The
+queue's own statements (claim, lifecycle, enqueue, the worker's row) live in
+:mod:`pgqueue.statements`.
+
+Core is used wherever it can say the query. Raw ``text()`` stays where it cannot, each with a
+comment saying why: the catalog views and functions without models (``pg_stat_activity``,
+``pg_class``, ``pg_index`` ...), a recursive skip scan whose shape its plan depends on, and the
+doctor's counts, which must run on a schema older than the models (before pgqueue_0010).
+
+May import: :mod:`pgqueue.models`, :mod:`pgqueue.statements`, :mod:`pgqueue.errors` and
+:mod:`pgqueue._base` (like the rest of :mod:`pgqueue._sql`). Never admin, doctor, the runners,
+the worker, the CLI or the dashboard.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Float,
+    Integer,
+    Interval,
+    Select,
+    and_,
+    bindparam,
+    cast,
+    func,
+    literal,
+    literal_column,
+    select,
+    table,
+    text,
+    true,
+)
+from sqlalchemy import Text as TextType
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql.expression import column
+
+from pgqueue._base.connections import WORKER_PREFIX
+from pgqueue._base.readable import READABLE_FROM, readable
+from pgqueue._base.validation import check_unique_key, encode_payload
+from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
+from pgqueue.models import JobStatus, jobs_table, workers_table
+from pgqueue.statements import status_literal
+
+jobs = jobs_table
+
+# -- admin: jobs ----------------------------------------------------------------------------------
+
+#: The columns ``pgqueue list`` and ``show`` print, in order.
+JOB_COLUMNS = (
+    "id",
+    "queue",
+    "status",
+    "priority",
+    "attempts",
+    "max_attempts",
+    "run_at",
+    "locked_until",
+    "last_error",
+    "unique_key",
+    "created_at",
+    "finished_at",
+)
+
+
+#: Most characters of ``error_contains``: a search, not a document.
+MAX_SEARCH_CHARS = 1000
+
+
+def list_jobs_statement(
+    *,
+    queue: str | None = None,
+    status: JobStatus | None = None,
+    limit: int = 50,
+    before_id: int | None = None,
+    payload_contains: Any = None,
+    error_contains: str | None = None,
+    unique_key: str | None = None,
+    with_payload: bool = True,
+) -> Select[Any]:
+    """The statement :func:`pgqueue.admin.list_jobs` runs (its plan is checked on a million done
+    jobs)."""
+    names = (*JOB_COLUMNS, "payload") if with_payload else JOB_COLUMNS
+    stmt: Select[Any] = select(*readable(jobs.c[name] for name in names))
+    if queue is not None:
+        stmt = stmt.where(jobs.c.queue == bindparam("queue_name", queue))
+    if status is not None:
+        stmt = stmt.where(jobs.c.status == status_literal(status))
+    if before_id is not None:
+        stmt = stmt.where(jobs.c.id < bindparam("before_id", before_id, type_=BigInteger))
+    if payload_contains is not None:
+        try:
+            wanted = encode_payload(payload_contains)
+        except InvalidArgumentError as exc:
+            raise InvalidArgumentError("payload_contains", exc.problem) from exc
+        stmt = stmt.where(
+            jobs.c.payload.op("@>")(
+                cast(bindparam("payload_contains", wanted, type_=TextType), JSONB)
+            )
+        )
+    if error_contains is not None:
+        text_ = _search_text("error_contains", error_contains)
+        stmt = stmt.where(jobs.c.last_error.icontains(text_, autoescape=True))
+    if unique_key is not None:
+        key = check_unique_key(unique_key)
+        stmt = stmt.where(jobs.c.unique_key == bindparam("unique_key", key, type_=TextType))
+    return stmt.order_by(jobs.c.id.desc()).limit(limit)
+
+
+def _search_text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise InvalidArgumentTypeError(name, "str", value)
+    if not value or "\x00" in value or len(value) > MAX_SEARCH_CHARS:
+        raise InvalidArgumentError(
+            name, f"must be 1 to {MAX_SEARCH_CHARS} characters, without U+0000"
+        )
+    return value
+
+
+def job_statement(job_id: int) -> Select[Any]:
+    """:func:`pgqueue.admin.get_job` without ``payload_chars``: the whole row of ``job_id``
+    (checked by the caller)."""
+    return select(*readable(jobs.c)).where(jobs.c.id == job_id)
+
+
+def get_job_statement(payload_chars: int) -> Select[Any]:
+    """:func:`pgqueue.admin.get_job` with ``payload_chars`` (parameter ``job_id``): every column
+    but the payload, and the payload's text cut on the server (computed once, in a subquery)."""
+    as_text = (
+        select(cast(jobs.c.payload, TextType).label("t"))
+        .correlate(jobs)
+        .offset(literal_column("0"))
+        .lateral("p")
+    )
+    columns = readable(c for c in jobs.c if c.name != "payload")
+    return (
+        select(
+            *columns,
+            func.left(as_text.c.t, literal(payload_chars, Integer, literal_execute=True)).label(
+                "payload_text"
+            ),
+            func.length(as_text.c.t).label("payload_length"),
+        )
+        .select_from(jobs.join(as_text, true()))
+        .where(jobs.c.id == bindparam("job_id", type_=BigInteger))
+    )
+
+
+def job_statuses_statement(job_ids: list[int]) -> Select[Any]:
+    """``id, status`` of each existing id (:func:`pgqueue.admin.job_statuses`)."""
+    return select(jobs.c.id, jobs.c.status).where(jobs.c.id.in_(job_ids))
+
+
+def key_holders_statement(job_ids: list[int]) -> Select[Any]:
+    """``id, unique_key, holder_id`` for each of ``job_ids`` whose unique key another queued or
+    running job of its queue holds (:func:`pgqueue.admin.key_holders`)."""
+    holder = jobs.alias("holder")
+    live = [status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)]
+    return (
+        select(jobs.c.id, jobs.c.unique_key, holder.c.id.label("holder_id"))
+        .select_from(jobs)
+        .join(
+            holder,
+            and_(
+                holder.c.queue == jobs.c.queue,
+                holder.c.unique_key == jobs.c.unique_key,
+                holder.c.unique_key.is_not(None),
+                holder.c.status.in_(live),
+                holder.c.id != jobs.c.id,
+            ),
+        )
+        .where(jobs.c.id.in_(job_ids))
+    )
+
+
+# -- admin: statistics ----------------------------------------------------------------------------
+
+
+def _count(*conditions: Any) -> Any:
+    return func.count().filter(and_(*conditions))
+
+
+def queue_stats_statement() -> Select[Any]:
+    """The statement :func:`pgqueue.admin.queue_stats` runs: one pass over ``jobs``."""
+    queued = jobs.c.status == status_literal(JobStatus.QUEUED)
+    running = jobs.c.status == status_literal(JobStatus.RUNNING)
+    failed = jobs.c.status == status_literal(JobStatus.FAILED)
+    ready = and_(queued, jobs.c.run_at <= func.now())
+    # greatest(): a run_at of '-infinity' (written by SQL) would fail the subtraction below.
+    oldest_ready = func.min(func.greatest(jobs.c.run_at, READABLE_FROM)).filter(ready)
+    return (
+        select(
+            jobs.c.queue,
+            _count(ready).label("ready"),
+            _count(queued, jobs.c.run_at > func.now()).label("scheduled"),
+            _count(running).label("running"),
+            _count(running, jobs.c.locked_until < func.now()).label("expired_leases"),
+            _count(jobs.c.status == status_literal(JobStatus.DONE)).label("done"),
+            _count(failed, jobs.c.cancelled_at.is_(None)).label("failed"),
+            _count(failed, jobs.c.cancelled_at.is_not(None)).label("cancelled"),
+            func.extract("epoch", func.now() - oldest_ready)
+            .cast(Float)
+            .label("oldest_ready_age_s"),
+        )
+        .group_by(jobs.c.queue)
+        .order_by(jobs.c.queue)
+    )
+
+
+def finished_per_minute_statement(window: timedelta = timedelta(hours=1)) -> Select[Any]:
+    """The statement :func:`pgqueue.admin.finished_per_minute` runs."""
+    minute = func.date_trunc("minute", jobs.c.finished_at).label("minute")
+    stmt = (
+        select(
+            jobs.c.queue,
+            minute,
+            func.floor(func.extract("epoch", func.date_trunc("minute", func.now()) - minute) / 60)
+            .cast(Integer)
+            .label("minutes_ago"),
+            _count(jobs.c.status == status_literal(JobStatus.DONE)).label("done"),
+            _count(jobs.c.status == status_literal(JobStatus.FAILED)).label("failed"),
+        )
+        .where(
+            jobs.c.finished_at.is_not(None),
+            jobs.c.finished_at >= func.now() - bindparam("window", window, type_=Interval),
+            # Never in the future, but for a row written by SQL ('infinity'): not a minute.
+            jobs.c.finished_at <= func.now(),
+        )
+        .group_by(jobs.c.queue, minute)
+        .order_by(minute, jobs.c.queue)
+    )
+    return stmt
+
+
+# pg_stat_activity is a catalog view without a model: its columns are named in text.
+OLDEST_SNAPSHOT = text(
+    """
+    SELECT pid, application_name, state,
+           greatest(age(backend_xmin), age(backend_xid)) AS xmin_age_xids,
+           extract(epoch FROM now() - xact_start)::float AS xact_age_s
+    FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid()
+      AND (backend_xmin IS NOT NULL OR backend_xid IS NOT NULL)
+    ORDER BY greatest(age(backend_xmin), age(backend_xid)) DESC LIMIT 1
+    """
+)
+
+
+# pg_stat_user_tables, a catalog view without a model.
+TABLE_STATS = text(
+    """
+    SELECT n_live_tup, n_dead_tup, last_autovacuum, last_vacuum, last_autoanalyze
+    FROM pg_stat_user_tables WHERE relid = to_regclass('jobs')
+    """
+)
+
+
+# to_regclass() answers on a schema that may not be there; no table to select from.
+SCHEMA_PRESENT = text("SELECT to_regclass('jobs') IS NOT NULL")
+
+
+# -- admin: workers -------------------------------------------------------------------------------
+
+_activity = table(
+    "pg_stat_activity",
+    column("application_name"),
+    column("backend_start"),
+    column("backend_type"),
+    column("datname"),
+    schema="pg_catalog",
+)
+
+
+def connected_workers_statement() -> Select[Any]:
+    """The statement :func:`pgqueue.admin.connected_workers` runs (parameter ``prefix``)."""
+    connected = (
+        select(
+            _activity.c.application_name.label("name"),
+            func.min(_activity.c.backend_start).label("connected_since"),
+            func.count().label("connections"),
+        )
+        .where(
+            _activity.c.datname == func.current_database(),
+            _activity.c.backend_type == literal_column("'client backend'"),
+            func.starts_with(
+                _activity.c.application_name, bindparam("prefix", WORKER_PREFIX, type_=TextType)
+            ),
+        )
+        .group_by(_activity.c.application_name)
+        .cte("connected")
+    )
+    # The literal status: only the partial jobs_lease_idx (running jobs) is read, never history.
+    held = (
+        select(jobs.c.locked_by, func.count().label("jobs_held"))
+        .where(
+            jobs.c.status == status_literal(JobStatus.RUNNING),
+            jobs.c.locked_by.in_(select(connected.c.name)),
+        )
+        .group_by(jobs.c.locked_by)
+        .cte("held")
+    )
+    workers = workers_table
+    return (
+        select(
+            connected.c.name,
+            workers.c.host,
+            workers.c.pid,
+            workers.c.queues,
+            func.coalesce(workers.c.started_at, connected.c.connected_since).label("since"),
+            connected.c.connections,
+            func.coalesce(held.c.jobs_held, literal_column("0")).label("jobs_held"),
+        )
+        .select_from(
+            connected.outerjoin(workers, workers.c.name == connected.c.name).outerjoin(
+                held, held.c.locked_by == connected.c.name
+            )
+        )
+        .order_by(connected.c.name)
+    )
+
+
+# -- doctor: catalog checks and counts ------------------------------------------------------
+
+# to_regclass() on a table that may be missing, and alembic_version, which has no model here.
+ALEMBIC_VERSION_PRESENT = text("SELECT to_regclass('alembic_version') IS NOT NULL")
+ALEMBIC_VERSIONS = text("SELECT version_num FROM alembic_version")
+
+# pg_index and pg_class, catalogs without models.
+INDEXES = text(
+    """
+    SELECT c.relname AS name, i.indisvalid AS valid, i.indisready AS ready
+    FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+    WHERE i.indrelid = to_regclass('jobs')
+    """
+)
+
+# pg_trigger, a catalog without a model.
+TRIGGER = text(
+    """
+    SELECT tgenabled FROM pg_trigger
+    WHERE tgrelid = to_regclass('jobs') AND tgname = 'jobs_notify' AND NOT tgisinternal
+    """
+)
+
+# pg_roles and pg_has_role(), a catalog without a model.
+CAN_SEE_ALL = text(
+    """
+    SELECT rolsuper OR pg_has_role(current_user, 'pg_read_all_stats', 'USAGE')
+    FROM pg_roles WHERE rolname = current_user
+    """
+)
+
+# pg_stat_activity, a catalog view without a model.
+LONG_TRANSACTIONS = text(
+    """
+    SELECT pid, usename AS user, application_name, state,
+           extract(epoch FROM now() - xact_start)::float AS xact_age_s,
+           extract(epoch FROM now() - state_change)::float AS state_age_s,
+           greatest(age(backend_xmin), age(backend_xid)) AS xmin_age_xids
+    FROM pg_stat_activity
+    WHERE datname = current_database() AND pid <> pg_backend_pid()
+      AND xact_start IS NOT NULL AND now() - xact_start > :threshold
+    ORDER BY xact_start
+    """
+)
+
+# pg_class and pg_options_to_table(), catalogs without models.
+VACUUM_CONTEXT = text(
+    """
+    SELECT now() AS now,
+           current_setting('autovacuum')::bool AS server_on,
+           coalesce(
+             (SELECT option_value::bool FROM pg_options_to_table(c.reloptions)
+              WHERE option_name = 'autovacuum_enabled'),
+             true
+           ) AS table_on
+    FROM pg_class c WHERE c.oid = to_regclass('jobs')
+    """
+)
+
+# pg_class, a catalog without a model.
+RELOPTIONS = text("SELECT reloptions FROM pg_class WHERE oid = to_regclass('jobs')")
+
+# Text, not the model: its twin below runs on a jobs table older than the model (pgqueue_0010).
+JOB_COUNTS = text(
+    """
+    SELECT
+      count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS expired,
+      count(*) FILTER (WHERE status = 'failed' AND cancelled_at IS NULL) AS failed,
+      count(*) FILTER (WHERE status = 'failed' AND cancelled_at IS NOT NULL) AS cancelled,
+      count(*) FILTER (WHERE status = 'done' AND created_at < now() - :horizon) AS old_done
+    FROM jobs
+    """
+)
+
+#: Before pgqueue_0010 no column tells a cancel (the revision check says to migrate).
+JOB_COUNTS_BEFORE_0010 = text(
+    """
+    SELECT
+      count(*) FILTER (WHERE status = 'running' AND locked_until < now()) AS expired,
+      count(*) FILTER (WHERE status = 'failed') AS failed,
+      0 AS cancelled,
+      count(*) FILTER (WHERE status = 'done' AND created_at < now() - :horizon) AS old_done
+    FROM jobs
+    """
+)
+
+# pg_attribute, a catalog without a model.
+HAS_CANCELLED_AT = text(
+    "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass('jobs') "
+    "AND attname = 'cancelled_at' AND NOT attisdropped)"
+)
+
+# Text: a recursive skip scan, whose plan depends on this exact shape. Per queue, the oldest
+# ready job's wait, in index probes rather than a pass over the backlog: a
+# recursive skip scan of jobs_ready_idx finds each queue with queued jobs (one probe per queue),
+# then one probe per priority level takes the level's first run_at, as the claim reads them. The
+# 'queued' literal matches the partial index's predicate (a bound status would not). greatest(): a
+# run_at of '-infinity' (written by SQL) would fail the subtraction (readable.READABLE_FROM).
+BACKLOG = text(
+    """
+    WITH RECURSIVE queues(queue) AS (
+      (SELECT queue FROM jobs WHERE status = 'queued' ORDER BY queue LIMIT 1)
+      UNION ALL
+      SELECT (SELECT j.queue FROM jobs j
+              WHERE j.status = 'queued' AND j.queue > q.queue ORDER BY j.queue LIMIT 1)
+      FROM queues q WHERE q.queue IS NOT NULL
+    )
+    SELECT q.queue,
+           extract(epoch FROM now() - min(
+             greatest(first.run_at, '0001-01-03 00:00:00+00'::timestamptz)
+           ))::float AS oldest_ready_s
+    FROM queues q
+    CROSS JOIN generate_series(CAST(:lowest AS int), CAST(:highest AS int)) AS level
+    CROSS JOIN LATERAL (
+      SELECT j.run_at FROM jobs j
+      WHERE j.status = 'queued' AND j.queue = q.queue AND j.priority = level
+        AND j.run_at <= now()
+      ORDER BY j.run_at LIMIT 1
+    ) first
+    WHERE q.queue IS NOT NULL
+    GROUP BY q.queue
+    ORDER BY oldest_ready_s DESC
+    """
+)
+
+# pg_stat_activity, a catalog view without a model. Worker connections on this database,
+# whatever their state or role (``application_name`` is visible without ``pg_read_all_stats``;
+# ``backend_type`` is not).
+WORKERS_HERE = text(
+    """
+    SELECT count(DISTINCT application_name) FROM pg_stat_activity
+    WHERE datname = current_database() AND starts_with(application_name, :prefix)
+    """
+)
+
+# Server settings and pg_stat_activity: catalog views without models.
+CONNECTION_LIMITS = text(
+    """
+    SELECT current_setting('max_connections')::int AS max_connections,
+           current_setting('superuser_reserved_connections')::int
+             + coalesce(nullif(current_setting('reserved_connections', true), '')::int, 0)
+             AS reserved,
+           (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')
+             AS in_use
+    """
+)
+
+# pg_stat_activity, a catalog view without a model.
+WORKER_CONNECTIONS = text(
+    """
+    SELECT datname AS database, application_name, count(*) AS connections
+    FROM pg_stat_activity
+    WHERE backend_type = 'client backend' AND starts_with(application_name, :prefix)
+    GROUP BY datname, application_name
+    ORDER BY datname, application_name
+    """
+)
+
+# has_table_privilege() on a table that may be missing (before pgqueue_0007): no model to say it.
+PERIODIC_READABLE = text(
+    "SELECT CASE WHEN to_regclass('jobs_periodic') IS NULL THEN NULL "
+    "ELSE has_table_privilege(to_regclass('jobs_periodic'), 'SELECT') END"
+)
+# A server function, no table.
+CURRENT_DATABASE = text("SELECT current_database()")
+
+
+# -- testing: what a user's test asserts --------------------------------------------------------
+
+
+def enqueued_ids_statement(
+    queue: str,
+    *,
+    payload_subset: Any = None,
+    priority: int | None = None,
+    unique_key: str | None = None,
+) -> Select[Any]:
+    """The ids :func:`pgqueue.testing.assert_enqueued` counts, by id (values checked by it)."""
+    where = [jobs.c.queue == queue]
+    if payload_subset is not None:
+        where.append(jobs.c.payload.contains(payload_subset))
+    if priority is not None:
+        where.append(jobs.c.priority == priority)
+    if unique_key is not None:
+        where.append(jobs.c.unique_key == unique_key)
+    return select(jobs.c.id).where(*where).order_by(jobs.c.id)
+
+
+def queue_jobs_statement(queue: str, limit: int) -> Select[Any]:
+    """``id, status, priority, unique_key, payload`` of the first ``limit`` jobs of ``queue``."""
+    columns = (jobs.c.id, jobs.c.status, jobs.c.priority, jobs.c.unique_key, jobs.c.payload)
+    return select(*readable(columns)).where(jobs.c.queue == queue).order_by(jobs.c.id).limit(limit)
+
+
+def other_queues_statement(queue: str) -> Select[Any]:
+    """``queue, count`` of every queue but ``queue``, by name."""
+    return (
+        select(jobs.c.queue, func.count())
+        .where(jobs.c.queue != queue)
+        .group_by(jobs.c.queue)
+        .order_by(jobs.c.queue)
+    )
