@@ -91,6 +91,14 @@ class Job(Base):
     #: The worker (its ``application_name``) that claimed the job last, and when (pgqueue_0010).
     locked_by: Mapped[str | None] = mapped_column(Text)
     locked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    #: The :class:`pgqueue.Task` that runs the job, by name (pgqueue_0011); ``None`` for
+    #: queue-keyed jobs, which their queue's handler runs.
+    task: Mapped[str | None] = mapped_column(Text)
+    #: What the job's task or handler returned, any JSON value (pgqueue_0011); ``None`` until
+    #: the job is ``done`` (and for a job that returned ``None``: ``status`` tells them apart).
+    result: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    #: The last value the running job passed to ``set_progress`` (pgqueue_0011).
+    progress: Mapped[Any] = mapped_column(JSONB, nullable=True)
 
     __table_args__ = (
         CheckConstraint(

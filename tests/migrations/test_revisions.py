@@ -128,6 +128,9 @@ def test_columns_are_exactly_r1(engine: Engine) -> None:
         ("cancelled_at", "timestamp with time zone", "YES", None, "NO", None),  # pgqueue_0010
         ("locked_by", "text", "YES", None, "NO", None),  # pgqueue_0010
         ("locked_at", "timestamp with time zone", "YES", None, "NO", None),  # pgqueue_0010
+        ("task", "text", "YES", None, "NO", None),  # pgqueue_0011
+        ("result", "jsonb", "YES", None, "NO", None),  # pgqueue_0011
+        ("progress", "jsonb", "YES", None, "NO", None),  # pgqueue_0011
     ]
 
 
@@ -459,5 +462,44 @@ def test_attempt_history_revision_round_trips_in_a_schema_with_rows(
     assert public is None
     pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0009", schema="queue")
     assert catalog() == ([], None)
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2
+
+
+def test_tasks_revision_round_trips_in_a_schema_with_rows(
+    empty_db_url: URL, empty_engine: Engine
+) -> None:
+    """pgqueue_0011 adds ``task``, ``result`` and ``progress`` (nullable: existing rows read NULL,
+    no rewrite); its downgrade removes exactly those and keeps the rows."""
+    added = ["task", "result", "progress"]
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0010", schema="queue")
+    with empty_engine.begin() as conn:
+        conn.execute(text("INSERT INTO queue.jobs (payload) VALUES ('1'), ('2')"))
+
+    def columns() -> list[str]:
+        with empty_engine.connect() as conn:
+            found = conn.execute(
+                text(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_schema = 'queue' AND table_name = 'jobs' "
+                    "AND column_name = ANY(:names) ORDER BY ordinal_position"
+                ),
+                {"names": added},
+            ).scalars()
+            return list(found)
+
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0011", schema="queue")
+    assert columns() == added
+    with empty_engine.begin() as conn:
+        rows = conn.execute(text("SELECT task, result, progress FROM queue.jobs ORDER BY id")).all()
+        assert [tuple(r) for r in rows] == [(None, None, None), (None, None, None)]
+        conn.execute(
+            text(
+                "UPDATE queue.jobs SET task = 'app.send', result = '{\"ok\": 1}', "
+                "progress = '0.5' WHERE id = (SELECT min(id) FROM queue.jobs)"
+            )
+        )
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0010", schema="queue")
+    assert columns() == []
     with empty_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2
