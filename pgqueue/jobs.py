@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine
 
+from pgqueue._base.events import stopping_event
 from pgqueue._base.validation import check_queue, check_snooze_delay
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.periodic import Periodic
@@ -64,7 +65,7 @@ class JobContext:
     queue: str
     payload: Any
     attempts: int
-    stopping: threading.Event = field(default_factory=threading.Event)
+    stopping: threading.Event = field(default_factory=stopping_event)
     lease_lost: bool = False
     cancelled: bool = False
     connection: Connection | None = None

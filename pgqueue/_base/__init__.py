@@ -4,7 +4,8 @@
 the ticks of cron and interval schedules; ``urls`` reads database URLs in the forms users paste
 and masks their passwords in every message; ``connections`` names pgqueue's connections in
 ``pg_stat_activity``; ``durations`` reads and prints ``7d``, ``5m``, ``250ms``; ``text`` draws
-tables like ``psql``; ``embedded`` starts a throwaway PostgreSQL for ``pgqueue demo``.
+tables like ``psql``; ``embedded`` starts a throwaway PostgreSQL for ``pgqueue demo``;
+``events`` builds the per-job ``stopping`` event cheaply.
 
 May import: :mod:`pgqueue.errors` and each other, nothing else of pgqueue. Anything may import
 them.

@@ -15,7 +15,7 @@ import socket
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from pgqueue._base.urls import error_line
@@ -29,6 +29,8 @@ class Registration:
 
     Both run on the caller's thread (the worker's ``run``) and never raise a database error: the
     first failure is logged as a warning, and a row that could not be written is not deleted.
+    Each is one statement in autocommit that does not wait for the disk to commit (see
+    ``pgqueue.statements.REGISTER_WORKER``): both are on the critical path of a ``run()``.
     """
 
     def __init__(self, engine: Engine, name: str, queues: Sequence[str]) -> None:
@@ -44,7 +46,7 @@ class Registration:
 
     def add(self) -> None:
         try:
-            with self._engine.begin() as conn:
+            with self._autocommit() as conn:
                 self._started_at = conn.execute(REGISTER_WORKER, self._params).scalar_one()
         except SQLAlchemyError as exc:
             self._warn("not written", exc)
@@ -54,11 +56,15 @@ class Registration:
             return
         params = {"worker_name": self._params["worker_name"], "started_at": self._started_at}
         try:
-            with self._engine.begin() as conn:
+            with self._autocommit() as conn:
                 conn.execute(UNREGISTER_WORKER, params)
         except SQLAlchemyError as exc:
             self._warn("not deleted", exc)
         self._started_at = None
+
+    def _autocommit(self) -> Connection:
+        """A connection whose one statement commits alone: no BEGIN and COMMIT round trips."""
+        return self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
 
     def _warn(self, what: str, exc: SQLAlchemyError) -> None:
         if not self._warned:
