@@ -202,9 +202,10 @@ class Registry(Mapping[str, Handler]):
         Returns the definition. A second definition with the same name is refused.
         """
         if not isinstance(definition, Periodic):
-            if schedule is None or queue is None:
+            if schedule is None or (queue is None and options.get("task") is None):
                 raise InvalidArgumentError(
-                    "periodic", "give a pgqueue.Periodic, or a name, a schedule and a queue"
+                    "periodic",
+                    "give a pgqueue.Periodic, or a name, a schedule and a queue (or task=)",
                 )
             definition = Periodic(definition, schedule, queue, payload, **options)
         elif schedule is not None or queue is not None or payload is not None or options:

@@ -287,3 +287,24 @@ def test_a_batch_refuses_a_bound_unique_key(q: Producer, engine: Engine) -> None
     with pytest.raises(InvalidArgumentError, match="unique_key"):
         q.many(send_email.options(unique_key="k"), [send_email.args(1)])
     assert _count(engine) == 0
+
+
+# -- periodic ticks that call a task --------------------------------------------------------------
+
+
+def test_a_periodic_tick_of_a_task_carries_its_name_and_arguments(engine: Engine) -> None:
+    """The tick's job is a task call: the task's queue, name, defaults, and the encoded args."""
+    nightly = pgqueue.Periodic(
+        "nightly-email", timedelta(hours=1), task=send_email, args=(7,), kwargs={"template": "d"}
+    )
+    plain = pgqueue.Periodic("plain", timedelta(hours=1), "emails", {"kind": "plain"})
+    tick = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
+    with engine.begin() as conn:
+        pgqueue.repository.declare_periodic(conn, [nightly, plain], tick - timedelta(hours=1))
+        assert pgqueue.repository.fire_periodic(conn, nightly, None, [tick]).advanced
+        assert pgqueue.repository.fire_periodic(conn, plain, None, [tick]).advanced
+    task_job, plain_job = _rows(engine)
+    assert (task_job.queue, task_job.task, task_job.max_attempts) == ("emails", send_email.name, 3)
+    assert task_job.payload == {"args": [7], "kwargs": {"template": "d"}}
+    assert task_job.headers["periodic"] == "nightly-email"
+    assert (plain_job.task, plain_job.payload) == (None, {"kind": "plain"})

@@ -235,3 +235,52 @@ def test_mypy_types_a_tasks_calls_as_its_functions() -> None:
     assert found == expected, bad.stdout
     assert 'incompatible type "str"; expected "int"' in bad.stdout
     assert 'Unexpected keyword argument "templat"' in bad.stdout
+
+
+def test_a_periodic_definition_may_call_a_task() -> None:
+    _, send = _registry_with_send()
+    every = pgqueue.Periodic("p", "@daily", task=send, args=[1], kwargs={"template": "t"})
+    assert (every.queue, every.task, every.max_attempts, every.priority) == (
+        "emails",
+        send.name,
+        3,
+        0,
+    )
+    assert every.payload == {"args": [1], "kwargs": {"template": "t"}}
+    assert pgqueue.Periodic("p", "@daily", task=send, args=[1], max_attempts=9).max_attempts == 9
+    plain = pgqueue.Periodic("q", "@daily", "reports")
+    assert (plain.task, plain.payload, plain.max_attempts) == (None, {}, 5)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "says"),
+    [
+        ({"queue": "q"}, InvalidArgumentError, "not both"),
+        ({"payload": {}}, InvalidArgumentError, "not both"),
+        ({"args": ["x", "y"]}, InvalidArgumentError, "too many positional"),
+        ({"args": [object()]}, InvalidPayloadError, "not storable"),
+        ({"args": "1"}, InvalidArgumentTypeError, "args"),
+    ],
+)
+def test_a_periodic_task_definition_is_checked(
+    arguments: dict[str, Any], error: type[Exception], says: str
+) -> None:
+    _, send = _registry_with_send()
+    with pytest.raises(error, match=says):
+        pgqueue.Periodic("p", "@daily", task=send, **arguments)
+
+
+def test_a_periodic_definition_needs_a_queue_or_a_task() -> None:
+    with pytest.raises(InvalidArgumentError, match="give a queue"):
+        pgqueue.Periodic("p", "@daily")
+    with pytest.raises(InvalidArgumentError, match="task="):
+        pgqueue.Periodic("p", "@daily", "q", args=[1])
+    with pytest.raises(InvalidArgumentTypeError, match=r"a pgqueue\.Task"):
+        pgqueue.Periodic("p", "@daily", task=len)  # type: ignore[arg-type]
+
+
+def test_the_registry_adds_a_periodic_task_by_its_arguments() -> None:
+    registry, send = _registry_with_send()
+    added = registry.periodic("p", "@daily", task=send, args=(1,))
+    assert added.task == send.name
+    assert registry.periodic_definitions == (added,)
