@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -22,6 +23,7 @@ from sqlalchemy.orm import Session
 import pgqueue
 from pgqueue import InvalidArgumentError, InvalidPayloadError
 from pgqueue.tasks import TaskCall
+from pgqueue.testing import assert_enqueued
 
 registry = pgqueue.Registry()
 
@@ -308,3 +310,29 @@ def test_a_periodic_tick_of_a_task_carries_its_name_and_arguments(engine: Engine
     assert task_job.payload == {"args": [7], "kwargs": {"template": "d"}}
     assert task_job.headers["periodic"] == "nightly-email"
     assert (plain_job.task, plain_job.payload) == (None, {"kind": "plain"})
+
+
+# -- pgqueue.testing.assert_enqueued of a task ----------------------------------------------------
+
+
+def test_assert_enqueued_checks_a_task_and_its_arguments(engine: Engine) -> None:
+    with engine.begin() as conn:
+        first = send_email.enqueue(conn, 42, template="reset")
+        moved = send_email.options(queue="urgent").enqueue(conn, 42)
+        pgqueue.enqueue(conn, {"args": [42], "kwargs": {}}, queue="emails")  # no task: no match
+        assert assert_enqueued(conn, send_email) == [first, moved]
+        assert assert_enqueued(conn, send_email, args=(42,), kwargs={"template": "reset"}) == [
+            first
+        ]
+        assert assert_enqueued(conn, send_email, args=[42], count=2) == [first, moved]
+        assert assert_enqueued(conn, send_email, kwargs={}, count=2) == [first, moved]
+        with pytest.raises(AssertionError, match=re.escape(f"of task {send_email.name!r}")):
+            assert_enqueued(conn, send_email, args=[43])
+        with pytest.raises(AssertionError, match="args \\[42, 1\\]"):
+            assert_enqueued(conn, send_email, args=[42, 1])  # exact, not contained
+        with pytest.raises(AssertionError):
+            assert_enqueued(conn, call_webhook)
+        with pytest.raises(InvalidArgumentError, match="give the task"):
+            assert_enqueued(conn, "emails", args=[42])
+        with pytest.raises(InvalidPayloadError):
+            assert_enqueued(conn, send_email, kwargs={"x": NotJson()})
