@@ -334,7 +334,7 @@ class Task(Generic[P, R]):
         """:meth:`enqueue` on an ``AsyncConnection`` or ``AsyncSession`` (its transaction).
 
         The same statement, run by SQLAlchemy's ``run_sync`` on the connection the async one
-        wraps (the ``pgqueue[aio]`` extra's greenlet).
+        wraps (greenlet, from the ``pgqueue-sa[asyncio]`` extra).
         """
         payload = self.payload_of(args, kwargs)
         with self._named_payload_errors():
