@@ -9,10 +9,10 @@ job's insert (see :mod:`pgqueue._worker.scheduler`). Nothing here touches the da
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pgqueue._base import schedule as schedules
 from pgqueue._base.validation import (
@@ -24,6 +24,9 @@ from pgqueue._base.validation import (
 )
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.results import PeriodicRow
+
+if TYPE_CHECKING:  # a task is only read here (its name, queue, defaults and payload_of)
+    from pgqueue.tasks import Task
 
 #: ``catch_up=True`` enqueues at most this many missed ticks (the most recent ones).
 CATCH_UP_LIMIT = 1000
@@ -38,7 +41,14 @@ MAX_NAME_LENGTH = 200
 
 @dataclass(frozen=True, init=False)
 class Periodic:
-    """One periodic definition: enqueue ``payload`` on ``queue`` at every tick of ``schedule``.
+    """One periodic definition: enqueue ``payload`` on ``queue`` at every tick of ``schedule``,
+    or a call of a task (``task=send_report, args=(...), kwargs={...}``).
+
+    Give either ``queue`` (and ``payload``) or ``task`` (and ``args``, ``kwargs``)::
+
+        pgqueue.Periodic("nightly", "0 3 * * *", "reports", {"kind": "daily"})
+        pgqueue.Periodic("nightly-email", "0 3 * * *", task=send_report, args=(7,),
+                         kwargs={"month": "last"})
 
     Args:
         name: What the database knows the definition by (its state is keyed on it): unique among
@@ -48,11 +58,16 @@ class Periodic:
             ``@weekly``, ``@monthly``, ``@yearly`` too), read in ``timezone``; or a
             ``timedelta`` of at least one second, ticking at whole multiples of it since the
             Unix epoch (``timedelta(minutes=1)`` ticks at every minute's 0th second).
-        queue: The queue of the jobs.
+        queue: The queue of the jobs (not with ``task``: a task's jobs wait in its queue).
         payload: Each job's payload, unchanged (any JSON value). Default ``{}``.
+        task: A :class:`pgqueue.Task` to call at every tick instead: each job carries its name
+            (``jobs.task``) and ``args``/``kwargs`` as its payload, in the task's queue, with the
+            task's priority and attempts unless given here. (``.. versionadded:: 0.1.0``)
+        args: The task's positional arguments (JSON values). Default none.
+        kwargs: The task's keyword arguments (JSON values). Default none.
         timezone: IANA name of the zone a cron expression is read in. Default ``"UTC"``.
-        priority: The jobs' priority, 0-9. Default 0.
-        max_attempts: The jobs' attempts. Default 5.
+        priority: The jobs' priority, 0-9. Default 0 (a task's: its own).
+        max_attempts: The jobs' attempts. Default 5 (a task's: its own).
         catch_up: After every worker was down, enqueue every missed tick (at most
             :data:`CATCH_UP_LIMIT`, the most recent) instead of only the most recent one.
             Default False.
@@ -62,7 +77,8 @@ class Periodic:
 
     Raises:
         InvalidArgumentError: an empty or too long name, an invalid cron expression, an unknown
-            time zone, an interval under one second, a bad queue, payload, priority or attempts.
+            time zone, an interval under one second, a bad queue, payload, priority or attempts;
+            both a queue and a task, or neither; arguments that do not bind to the task.
     """
 
     name: str
@@ -74,6 +90,8 @@ class Periodic:
     max_attempts: int = 5
     catch_up: bool = False
     skip_if_running: bool = False
+    #: The name of the task each tick calls, or ``None`` for a queue-keyed job.
+    task: str | None = None
     _ticks: schedules.Schedule = field(init=False, repr=False, compare=False)
     _payload_json: str = field(init=False, repr=False, compare=False)
 
@@ -81,26 +99,54 @@ class Periodic:
         self,
         name: str,
         schedule: str | timedelta,
-        queue: str,
+        queue: str | None = None,
         payload: Any = None,
         *,
+        task: Task[..., Any] | None = None,
+        args: Iterable[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
         timezone: str = "UTC",
-        priority: int = 0,
-        max_attempts: int = 5,
+        priority: int | None = None,
+        max_attempts: int | None = None,
         catch_up: bool = False,
         skip_if_running: bool = False,
     ) -> None:
-        payload = {} if payload is None else payload
+        if task is None:
+            if queue is None:
+                raise InvalidArgumentError("queue", "give a queue (and a payload), or a task")
+            if args != () or kwargs is not None:
+                raise InvalidArgumentError("args", "args and kwargs are a task's: give task=")
+            payload = {} if payload is None else payload
+            task_name = None
+        else:
+            if not callable(getattr(task, "payload_of", None)):
+                raise InvalidArgumentTypeError("task", "a pgqueue.Task", task)
+            if queue is not None or payload is not None:
+                raise InvalidArgumentError(
+                    "task", "give a queue and a payload, or a task and its arguments, not both"
+                )
+            if isinstance(args, (str, bytes, Mapping)):
+                raise InvalidArgumentTypeError("args", "a sequence of arguments", args)
+            queue, payload, task_name = (
+                task.queue,
+                task.payload_of(tuple(args), kwargs or {}),
+                task.name,
+            )
+            priority = task.priority if priority is None else priority
+            max_attempts = task.max_attempts if max_attempts is None else max_attempts
         values = {
             "name": _check_name(name),
             "schedule": schedule,
             "queue": check_queue(queue),
             "payload": payload,
             "timezone": timezone,
-            "priority": check_priority(priority),
-            "max_attempts": check_positive_int("max_attempts", max_attempts),
+            "priority": check_priority(0 if priority is None else priority),
+            "max_attempts": check_positive_int(
+                "max_attempts", 5 if max_attempts is None else max_attempts
+            ),
             "catch_up": _check_flag("catch_up", catch_up),
             "skip_if_running": _check_flag("skip_if_running", skip_if_running),
+            "task": task_name,
             "_ticks": schedules.schedule_of(schedule, timezone),
             "_payload_json": encode_payload(payload),
         }

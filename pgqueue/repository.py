@@ -7,6 +7,7 @@ together with its own writes.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -17,10 +18,12 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from pgqueue import retry_policy
+from pgqueue import tasks as _tasks
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import options as _options
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue._sql.options import EnqueueOptions
+from pgqueue.errors import InvalidArgumentError
 from pgqueue.models import JobStatus
 from pgqueue.periodic import Periodic
 from pgqueue.results import (
@@ -482,3 +485,41 @@ def fire_periodic(
     """Enqueue ``ticks`` of ``definition`` in one statement if its ``last_tick`` is still ``prev``
     (and its stored schedule is the definition's); otherwise insert nothing."""
     return _run(conn, _periodic_calls.fire(definition, prev, ticks))
+
+
+class TaskProducer:
+    """How :class:`pgqueue.Task` writes its jobs: :func:`enqueue` and :func:`enqueue_many` with the
+    task's options (its name in ``jobs.task``), handed to :mod:`pgqueue.tasks` below.
+
+    The task module stands below the repository in the import graph (the worker imports it), so
+    the repository gives it this object instead of being imported by it.
+    """
+
+    #: The options a task may bind: the enqueue keywords, and the task's name.
+    _NAMES = frozenset(f.name for f in dataclasses.fields(EnqueueOptions) if f.init)
+
+    def options(self, settings: Mapping[str, Any]) -> EnqueueOptions:
+        unknown = sorted(set(settings) - self._NAMES)
+        if unknown:
+            raise InvalidArgumentError(
+                "options",
+                f"unknown enqueue option {unknown[0]!r}; the options are "
+                + ", ".join(sorted(self._NAMES - {"task"})),
+            )
+        return EnqueueOptions(**settings)
+
+    def enqueue(self, conn: Executor, options: object, payload: dict[str, Any]) -> int:
+        return _drive(conn, _calls.enqueue(payload, _task_options(options)))
+
+    def enqueue_many(
+        self, conn: Executor, options: object, payloads: Sequence[dict[str, Any]]
+    ) -> list[int]:
+        return _drive(conn, _calls.enqueue_many(payloads, _task_options(options)))
+
+
+def _task_options(options: object) -> EnqueueOptions:
+    assert isinstance(options, EnqueueOptions), options  # built by TaskProducer.options
+    return options
+
+
+_tasks.produce_with(TaskProducer())

@@ -104,6 +104,12 @@ def _priority() -> ColumnElement[Any]:
     return bindparam("priority_level", type_=SmallInteger)
 
 
+def _task() -> ColumnElement[Any]:
+    """``:task_name``: the task whose call the job is (:class:`pgqueue.Task`), ``NULL`` (the
+    default when the parameter is not given) for a queue-keyed job."""
+    return bindparam("task_name", None, type_=Text)
+
+
 def _one_job() -> dict[str, ColumnElement[Any]]:
     """The VALUES of a single enqueue, shared by the plain and the unique one."""
     return {
@@ -113,6 +119,7 @@ def _one_job() -> dict[str, ColumnElement[Any]]:
         "max_attempts": bindparam("attempt_budget", type_=Integer),
         "headers": _headers(),
         "priority": _priority(),
+        "task": _task(),
     }
 
 
@@ -150,7 +157,7 @@ def _batch_insert(*keys: str) -> Any:
     )
     element = batch.c.element
     payload = element.op("->")(literal_column("0")) if keys else element
-    columns = ["queue", "payload", "run_at", "max_attempts", "headers", "priority", *keys]
+    columns = ["queue", "payload", "run_at", "max_attempts", "headers", "priority", "task", *keys]
     rows = select(
         bindparam("queue_name", type_=Text),
         payload,
@@ -158,6 +165,7 @@ def _batch_insert(*keys: str) -> Any:
         bindparam("attempt_budget", type_=Integer),
         _headers(),
         _priority(),
+        _task(),
         *(element.op("->>")(literal_column("1")) for _ in keys),
     ).order_by(batch.c.ord)
     return (pg_insert(jobs) if keys else insert(jobs)).from_select(columns, rows)

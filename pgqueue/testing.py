@@ -18,7 +18,7 @@ and reports what ran and what failed::
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -43,6 +43,7 @@ from pgqueue.jobs import Handler, JobContext, Outcome, Snooze, is_async_handler
 from pgqueue.repository import Executor
 from pgqueue.results import ClaimedJob
 from pgqueue.retry_policy import RetryPolicy
+from pgqueue.tasks import Task
 
 __all__ = ["DrainResult", "DrainedJob", "assert_enqueued", "drain"]
 
@@ -54,14 +55,19 @@ _LISTED = 20
 
 def assert_enqueued(
     conn: Executor,
-    queue: str,
+    queue: str | Task[..., Any],
     payload_subset: Any = None,
     *,
     count: int | None = None,
     priority: int | None = None,
     unique_key: str | None = None,
+    args: Sequence[Any] | None = None,
+    kwargs: Mapping[str, Any] | None = None,
 ) -> list[int]:
-    """Assert that jobs of ``queue`` whose payload contains ``payload_subset`` are visible.
+    """Assert that jobs of ``queue`` whose payload contains ``payload_subset`` are visible; or,
+    given a :class:`pgqueue.Task` instead of a queue, calls of that task::
+
+        pgqueue.testing.assert_enqueued(conn, send_email, args=[42], kwargs={"template": "reset"})
 
     Runs in the caller's transaction, so it sees jobs enqueued but not yet committed. Jobs of any
     status count (a job already run by a worker was enqueued too).
@@ -78,6 +84,10 @@ def assert_enqueued(
         unique_key: The unique key the jobs must have (checked as ``enqueue`` checks it). Jobs
             of any status count here too, so a finished job that held the key matches as well
             as the live one. Default ``None``: with or without a key.
+        args: With a task: the call's positional arguments, exactly as stored (a JSON array;
+            a tuple compares as a list). Default ``None``: any. (``.. versionadded:: 0.1.0``)
+        kwargs: With a task: keyword arguments the call must contain (jsonb ``@>``, as
+            ``payload_subset``). Default ``None``: any.
 
     Returns:
         The matching job ids, oldest first.
@@ -87,8 +97,22 @@ def assert_enqueued(
             payload (and the other queues' counts), when the expectation is not met.
         InvalidArgumentError: for a bad queue, payload subset, priority or key, before any SQL.
     """
-    queue = check_queue(queue)
     shape: list[str] = []
+    task_name: str | None = None
+    args_json: str | None = None
+    if isinstance(queue, Task):
+        task_name, queue = queue.name, queue.queue  # its jobs in any queue; listed: its own
+        if args is not None:
+            if isinstance(args, (str, bytes, Mapping)):
+                raise InvalidArgumentError("args", "give the positional arguments as a list")
+            args_json = encode_payload(list(args))
+            shape.append(f"args {list(args)!r}")
+        if kwargs is not None:
+            encode_payload(kwargs)
+            shape.append(f"kwargs containing {kwargs!r}")
+    elif args is not None or kwargs is not None:
+        raise InvalidArgumentError("args", "args and kwargs are a task's: give the task")
+    queue = check_queue(queue)
     if payload_subset is not None:
         encode_payload(payload_subset)  # the same checks, and error, as enqueue
         shape.append(f"payload containing {payload_subset!r}")
@@ -99,15 +123,22 @@ def assert_enqueued(
         unique_key = check_unique_key(unique_key)
         shape.append(f"unique key {unique_key!r}")
     stmt = reads.enqueued_ids_statement(
-        queue, payload_subset=payload_subset, priority=priority, unique_key=unique_key
+        None if task_name is not None else queue,
+        payload_subset=payload_subset,
+        priority=priority,
+        unique_key=unique_key,
+        task=task_name,
+        args_json=args_json,
+        kwargs_subset=kwargs,
     )
     ids = list(conn.execute(stmt).scalars())
     if (len(ids) == count) if count is not None else bool(ids):
         return ids
     wanted = "at least one job" if count is None else f"{count} job(s)"
     with_shape = f" with {' and '.join(shape)}" if shape else ""
+    where = f"of task {task_name!r}" if task_name is not None else f"on queue {queue!r}"
     raise AssertionError(
-        f"expected {wanted} on queue {queue!r}{with_shape}, found {len(ids)}.\n"
+        f"expected {wanted} {where}{with_shape}, found {len(ids)}.\n"
         + _describe_enqueued(conn, queue)
     )
 

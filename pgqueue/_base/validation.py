@@ -189,6 +189,20 @@ def check_name(name: str, value: object) -> str:
     return value
 
 
+def check_task_name(value: object, *, name: str = "task") -> str:
+    """A task's name (``jobs.task``): a non-empty ``str`` without control characters or U+0000.
+
+    It is matched exactly by the worker and shown in logs, the CLI and the dashboard.
+    """
+    if not isinstance(value, str):
+        raise InvalidArgumentTypeError(name, "str", value)
+    if not value or not value.isprintable():
+        raise InvalidArgumentError(
+            name, f"a task's name must be non-empty and printable, got {value!r}"
+        )
+    return value
+
+
 def check_positive_int(name: str, value: object, *, most: int = MAX_INT32) -> int:
     """An ``int`` from 1 to ``most`` (default: the largest PostgreSQL ``integer``)."""
     if isinstance(value, bool) or not isinstance(value, int):

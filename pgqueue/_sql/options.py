@@ -20,6 +20,7 @@ from pgqueue._base.validation import (
     check_priority,
     check_queue,
     check_schedule,
+    check_task_name,
     check_unique_key,
     encode_headers,
 )
@@ -45,6 +46,9 @@ class EnqueueOptions:
     headers: Mapping[str, str] | None = None
     priority: int = DEFAULT_PRIORITY
     unique_key: str | None = None
+    #: The name of the task whose call the job is (``jobs.task``), set by :class:`pgqueue.Task`
+    #: only (no public enqueue function has this keyword); ``None`` for a queue-keyed job.
+    task: str | None = None
     #: The enqueue statements' bind parameters for these options, computed once (copy it to add
     #: the payload's).
     params: Mapping[str, Any] = field(init=False, repr=False, compare=False)
@@ -58,6 +62,7 @@ class EnqueueOptions:
             "attempt_budget": check_positive_int("max_attempts", self.max_attempts),
             "headers_json": encode_headers(self.headers),
             "priority_level": check_priority(self.priority),
+            "task_name": None if self.task is None else check_task_name(self.task),
         }
         if self.unique_key is not None:
             check_unique_key(self.unique_key)

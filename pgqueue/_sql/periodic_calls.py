@@ -55,6 +55,7 @@ def fire(definition: Periodic, prev: datetime | None, ticks: Sequence[datetime])
         "attempt_budget": definition.max_attempts,
         "priority_level": definition.priority,
         "key": definition.unique_key,
+        "task_name": definition.task,
     }
     return Call(statements.FIRE, params, _fired)
 

@@ -135,6 +135,7 @@ def _fire() -> Select[Any]:
             ticks.c.headers,
             bindparam("priority_level", type_=SmallInteger),
             bindparam("key", type_=Text),
+            bindparam("task_name", None, type_=Text),
         )
         .select_from(advanced)
         .join(ticks, true())
@@ -143,7 +144,8 @@ def _fire() -> Select[Any]:
     inserted = (
         pg_insert(jobs)
         .from_select(
-            ["queue", "payload", "max_attempts", "headers", "priority", "unique_key"], rows
+            ["queue", "payload", "max_attempts", "headers", "priority", "unique_key", "task"],
+            rows,
         )
         .on_conflict_do_nothing(index_elements=["queue", "unique_key"], index_where=LIVE_KEY)
         .returning(jobs.c.id)

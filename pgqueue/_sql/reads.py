@@ -497,14 +497,27 @@ CURRENT_DATABASE = text("SELECT current_database()")
 
 
 def enqueued_ids_statement(
-    queue: str,
+    queue: str | None,
     *,
     payload_subset: Any = None,
     priority: int | None = None,
     unique_key: str | None = None,
+    task: str | None = None,
+    args_json: str | None = None,
+    kwargs_subset: Any = None,
 ) -> Select[Any]:
-    """The ids :func:`pgqueue.testing.assert_enqueued` counts, by id (values checked by it)."""
-    where = [jobs.c.queue == queue]
+    """The ids :func:`pgqueue.testing.assert_enqueued` counts, by id (values checked by it).
+
+    ``queue`` ``None``: any queue (a task's jobs, by ``task``); ``args_json``: the task call's
+    positional arguments exactly, as JSON text; ``kwargs_subset``: contained in its keywords.
+    """
+    where = [] if queue is None else [jobs.c.queue == queue]
+    if task is not None:
+        where.append(jobs.c.task == task)
+    if args_json is not None:
+        where.append(jobs.c.payload["args"] == cast(literal(args_json, TextType), JSONB))
+    if kwargs_subset is not None:
+        where.append(jobs.c.payload.contains({"kwargs": kwargs_subset}))
     if payload_subset is not None:
         where.append(jobs.c.payload.contains(payload_subset))
     if priority is not None:

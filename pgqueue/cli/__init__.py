@@ -169,15 +169,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = add("enqueue", cmd_enqueue, "insert one job and print its id")
-    p.add_argument("queue", help="queue name (the job kind)")
-    p.add_argument("payload", help="JSON payload, e.g. '{\"to\": 42}'")
+    p.add_argument(
+        "queue", help="queue name (the job kind); with --task: the task's arguments, a JSON array"
+    )
+    p.add_argument(
+        "payload",
+        nargs="?",
+        help="JSON payload, e.g. '{\"to\": 42}'; with --task: its keywords, a JSON object",
+    )
+    p.add_argument(
+        "--task",
+        metavar="TASK",
+        help="enqueue a call of this pgqueue.Task: module:attr or module.attr, imported "
+        "(its queue, defaults and signature apply)",
+    )
+    p.add_argument(
+        "--by-name",
+        action="store_true",
+        help="with --task: store TASK as the task's name without importing it",
+    )
+    p.add_argument(
+        "--queue",
+        dest="task_queue",
+        metavar="QUEUE",
+        help="with --task: the queue (default: the task's; with --by-name: 'default')",
+    )
     p.add_argument("--delay", type=parse_duration, help="not ready before this delay (e.g. 5m)")
-    p.add_argument("--max-attempts", type=positive_int, default=repository.DEFAULT_MAX_ATTEMPTS)
+    p.add_argument(
+        "--max-attempts",
+        type=positive_int,
+        help=f"default {repository.DEFAULT_MAX_ATTEMPTS} (a task's: its own)",
+    )
     p.add_argument(
         "--priority",
         metavar="N",
-        default=str(repository.DEFAULT_PRIORITY),
-        help=f"{MIN_PRIORITY} (default, lowest) to {MAX_PRIORITY} (claimed first)",
+        help=f"{MIN_PRIORITY} (default, lowest) to {MAX_PRIORITY} (claimed first); a task's "
+        "default: its own",
     )
     p.add_argument(
         "--unique-key",

@@ -6,6 +6,7 @@ Output goes through :func:`emit` and :func:`note` so that no line printed shows 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -262,3 +263,37 @@ def translate_error(exc: BaseException, url: str | None) -> str | None:
             "and that the server is running"
         )
     return f"database error{where}: {first_line}"
+
+
+def split_target(spec: str) -> tuple[str, str]:
+    """``module:attr`` as ``(module, attr)``, or a user error."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise UserError(f"expected module:attr (e.g. myapp.jobs:registry), got {spec!r}")
+    return module_name, attr
+
+
+def load_target(spec: str) -> object:
+    """Import ``module:attr`` (the current directory first on ``sys.path``, like ``python -m``).
+
+    Whatever the module raises while it is imported (an ``ImportError``, a ``SyntaxError``, its
+    own ``RuntimeError("config missing")``, even ``sys.exit``) is a user error naming it.
+    """
+    module_name, attr = split_target(spec)
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UserError(f"cannot import {module_name!r}: {error_line(exc)}") from exc
+    except (Exception, SystemExit) as exc:
+        raise UserError(
+            f"cannot import {module_name!r}: {type(exc).__name__}: {error_line(exc)}"
+        ) from exc
+    target: object = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError as exc:
+            raise UserError(f"{module_name!r} has no attribute {attr!r}") from exc
+    return target

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -29,6 +30,7 @@ from pgqueue.cli.common import (
     emit,
     emit_json,
     json_default,
+    load_target,
     make_engine,
     note,
     note_unreadable,
@@ -38,22 +40,38 @@ from pgqueue.cli.common import (
 )
 from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobStatus
+from pgqueue.tasks import Task, encode_call
 
 
-def _enqueue_options(args: argparse.Namespace) -> EnqueueOptions:
+def _enqueue_options(
+    args: argparse.Namespace, *, queue: str | None = None, task: Task[..., Any] | None = None
+) -> EnqueueOptions:
     """The command's flags as one checked value; a bad ``--priority`` or ``--unique-key`` is
-    one line naming the flag (the other flags' errors name the option, as the API's do)."""
+    one line naming the flag (the other flags' errors name the option, as the API's do).
+
+    With ``--task``: ``queue`` and the task's name; an imported ``task`` gives the defaults of
+    the flags not given (its priority and attempts).
+    """
+    given = getattr(args, "priority", None)
     try:
-        priority = int(args.priority)
+        priority = (
+            int(given)
+            if given is not None
+            else (task.priority if task is not None else repository.DEFAULT_PRIORITY)
+        )
     except ValueError as exc:
-        raise _bad_priority(args.priority) from exc
+        raise _bad_priority(str(given)) from exc
+    attempts = getattr(args, "max_attempts", None)
+    if attempts is None:
+        attempts = task.max_attempts if task is not None else repository.DEFAULT_MAX_ATTEMPTS
     try:
         return EnqueueOptions(
-            queue=args.queue,
+            queue=args.queue if queue is None else queue,
             delay=args.delay,
-            max_attempts=args.max_attempts,
+            max_attempts=attempts,
             priority=priority,
             unique_key=args.unique_key,
+            task=getattr(args, "task", None) if task is None else task.name,
         )
     except InvalidArgumentError as exc:
         if exc.argument == "priority":
@@ -70,24 +88,82 @@ def _bad_priority(value: str) -> UserError:
     )
 
 
-def cmd_enqueue(args: argparse.Namespace) -> int:
-    """Insert one job and print its id (with --unique-key: that of a live job holding the key)."""
+def _json_argument(text: str, what: str, example: str) -> Any:
     try:
-        payload = json.loads(args.payload)
+        return json.loads(text)
     except RecursionError:
         raise UserError(
-            f"the payload is nested more than {MAX_JSON_DEPTH} levels deep (the most pgqueue "
-            "stores)"
+            f"the {what} is nested more than {MAX_JSON_DEPTH} levels deep (the most pgqueue stores)"
         ) from None
     except ValueError as exc:
-        raise UserError(f"the payload is not valid JSON ({exc}): e.g. '{{\"to\": 42}}'") from exc
-    options = _enqueue_options(args)
+        raise UserError(f"the {what} is not valid JSON ({exc}): e.g. '{example}'") from exc
+
+
+def _task_call(args: argparse.Namespace) -> tuple[Any, EnqueueOptions]:
+    """``--task``: the payload of the call (``ARGS`` a JSON array, ``KWARGS`` a JSON object)
+    and the options: the imported task's queue and defaults, or, with ``--by-name``, the name
+    as given and ``--queue`` (the task's code need not be installed where the command runs)."""
+    positional = _json_argument(args.queue, "task's arguments", "[42]")
+    keywords = {} if args.payload is None else _json_argument(args.payload, "keywords", "{}")
+    if not isinstance(positional, list):
+        raise UserError(f"the task's arguments must be a JSON array, e.g. '[42]', got {args.queue}")
+    if not isinstance(keywords, dict):
+        raise UserError(f"the keywords must be a JSON object, e.g. '{{}}', got {args.payload}")
+    if args.by_name:
+        return encode_call(positional, keywords), _enqueue_options(
+            args, queue=args.task_queue or repository.DEFAULT_QUEUE
+        )
+    task = load_task(args.task)
+    payload = task.payload_of(positional, keywords)
+    return payload, _enqueue_options(args, queue=args.task_queue or task.queue, task=task)
+
+
+def load_task(spec: str) -> Task[..., Any]:
+    """Import the task ``module:attr``, or the dotted ``module.attr`` (the longest importable
+    module wins), and check that it is a :class:`pgqueue.Task`."""
+    if ":" in spec:
+        found = load_target(spec)
+    else:
+        parts = spec.split(".")
+        for cut in range(len(parts) - 1, 0, -1):
+            module = ".".join(parts[:cut])
+            try:
+                located = importlib.util.find_spec(module)
+            except (ImportError, ValueError):
+                located = None
+            if located is not None:
+                found = load_target(f"{module}:{'.'.join(parts[cut:])}")
+                break
+        else:
+            raise UserError(
+                f"cannot import the task {spec!r}: give module:attr or module.attr of an "
+                "importable module (or --by-name with --queue to enqueue it unimported)"
+            )
+    if not isinstance(found, Task):
+        raise UserError(f"{spec} is a {type(found).__name__}: expected a pgqueue.Task")
+    return found
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    """Insert one job and print its id (with --unique-key: that of a live job holding the key).
+
+    With ``--task``, the positional arguments are the task's arguments and keywords (JSON).
+    """
+    if args.task is None:
+        if args.by_name or args.task_queue is not None:
+            raise UserError("--by-name and --queue go with --task (the queue is QUEUE)")
+        if args.payload is None:
+            raise UserError("give the job's JSON payload after the queue, e.g. '{\"to\": 42}'")
+        payload = _json_argument(args.payload, "payload", '{"to": 42}')
+        options = _enqueue_options(args)
+    else:
+        payload, options = _task_call(args)
     with transaction(args) as conn:
         found = repository.enqueue_with(conn, payload, options)
     if not found.inserted:
         note(
             f"unique key {options.unique_key!r} is held by live job {found.id} of queue "
-            f"{args.queue!r}: no job inserted, that job's id printed"
+            f"{options.queue!r}: no job inserted, that job's id printed"
         )
     if args.json:
         emit_json({"id": found.id, "inserted": found.inserted})

@@ -21,12 +21,22 @@ from pgqueue._sql import calls
 from pgqueue._sql.options import EnqueueOptions
 from pgqueue.cli.common import UserError
 from pgqueue.cli.ops import _enqueue_options
+from pgqueue.tasks import EnqueueKeywords
 
 AWARE = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
 
+#: Fields no public enqueue function takes as a keyword: a task's name is set by pgqueue.Task
+#: (``send_email.enqueue(conn, ...)``), never by a caller of ``pgqueue.enqueue``.
+NOT_KEYWORDS = {"task"}
+
+
 def _fields() -> dict[str, Any]:
-    return {f.name: f.default for f in dataclasses.fields(EnqueueOptions) if f.init}
+    return {
+        f.name: f.default
+        for f in dataclasses.fields(EnqueueOptions)
+        if f.init and f.name not in NOT_KEYWORDS
+    }
 
 
 def _keywords(function: Any) -> dict[str, Any]:
@@ -69,9 +79,22 @@ def test_building_computes_the_bind_parameters_once() -> None:
         "attempt_budget": 3,
         "headers_json": '{"trace":"t1"}',
         "priority_level": 7,
+        "task_name": None,
     }
     later = EnqueueOptions(delay=timedelta(minutes=5))
     assert (later.params["due_at"], later.params["delay"]) == (None, timedelta(minutes=5))
+
+
+def test_a_tasks_name_is_one_more_parameter_and_a_queue_keyed_job_binds_null() -> None:
+    assert EnqueueOptions(task="app.send").params["task_name"] == "app.send"
+    assert EnqueueOptions().params["task_name"] is None
+
+
+def test_task_options_types_every_public_keyword() -> None:
+    """``Task.options(**EnqueueKeywords)``: the typed keywords are those of ``pgqueue.enqueue``
+    (an option added to the enqueue functions is added there too, or mypy refuses it)."""
+    assert set(EnqueueKeywords.__annotations__) == set(_fields())
+    assert set(EnqueueKeywords.__annotations__) == set(_keywords(repository.enqueue))
 
 
 @pytest.mark.parametrize(
@@ -103,6 +126,7 @@ def test_a_bad_option_is_refused_when_the_value_is_built(
         ({"queue": 1}, "queue"),
         ({"max_attempts": "5"}, "max_attempts"),
         ({"priority": True}, "priority"),
+        ({"task": 1}, "task"),
     ],
 )
 def test_a_mistyped_option_is_refused_when_the_value_is_built(

@@ -150,13 +150,24 @@ def test_naive_claim_is_the_unlocked_subquery_of_the_article() -> None:
 def test_enqueue_many_is_one_insert_select_over_one_json_array_in_input_order() -> None:
     text = sql(statements.ENQUEUE_MANY)
     assert text.startswith(
-        "INSERT INTO jobs (queue, payload, run_at, max_attempts, headers, priority) SELECT"
+        "INSERT INTO jobs (queue, payload, run_at, max_attempts, headers, priority, task) SELECT"
     )
     assert "ON CONFLICT" not in text  # jobs without a key pay nothing for the unique index
     assert (
         "FROM jsonb_array_elements(CAST(%(batch_json)s::VARCHAR AS JSONB)) WITH ORDINALITY AS "
         "batch(element, ord) ORDER BY batch.ord RETURNING jobs.id"
     ) in text
+
+
+@pytest.mark.parametrize(
+    "name", ["ENQUEUE", "ENQUEUE_UNIQUE", "ENQUEUE_MANY", "ENQUEUE_MANY_UNIQUE"]
+)
+def test_every_insert_writes_the_task_name_null_unless_given(name: str) -> None:
+    """``jobs.task`` on every enqueue path (#22): a task's name, else the parameter's NULL."""
+    stmt = getattr(statements, name)
+    assert "%(task_name)s" in sql(stmt)
+    bound = stmt.compile(dialect=postgresql.dialect()).binds["task_name"]
+    assert (bound.value, bound.required) == (None, False)
 
 
 def test_purge_deletes_one_bounded_batch_of_old_finished_jobs() -> None:
@@ -695,7 +706,7 @@ def test_unique_enqueue_does_nothing_on_a_live_key_through_the_partial_index() -
     for text in (one, many):
         assert f"ON CONFLICT (queue, unique_key) {live} DO NOTHING" in text
     assert "batch.element -> 0 AS anon_2" in many  # each element is [payload, key]
-    assert "batch.element ->> 1 AS anon_6" in many
+    assert "batch.element ->> 1 AS anon_7" in many
     assert many.endswith("RETURNING jobs.id, jobs.unique_key")
     holders = sql(statements.KEY_HOLDERS)
     assert "jobs.unique_key = any(%(keys)s::TEXT[]) AND unique_key IS NOT NULL" in holders

@@ -1,0 +1,446 @@
+"""Typed tasks: a function registered by name, enqueued with its own arguments.
+
+A queue-keyed handler receives a :class:`~pgqueue.JobContext` and reads a JSON payload; a task is
+the function itself. ``@registry.task`` wraps it in a :class:`Task`, generic over the function's
+parameters and return type, so ``send_email.enqueue(conn, "not an int")`` is a mypy error and a
+call that does not bind to the signature is refused before any SQL. The queue stays where a job
+waits and which workers take it; the task (its name, stored in ``jobs.task``) is which code runs.
+
+A task's call is stored as the job's payload, ``{"args": [...], "kwargs": {...}}``
+(:func:`encode_call`); the worker reads it back with :func:`decode_call` and calls
+``task.func(*args, **kwargs)``.
+
+This module stands low in the package: the worker imports it through :mod:`pgqueue.jobs`, and
+the longest import chain leaves no room below it for the repository (function-level imports count
+too). So a task does not import what writes its jobs: :mod:`pgqueue.repository` hands it its
+:class:`Producer` when it is imported (a callback instead of an import, as the completer's), and
+``import pgqueue`` (which any ``import pgqueue.<module>`` runs first) imports the repository
+before a task can be enqueued. The checks that need no database, the binding of a call to the
+signature and the payload's shape, happen here, before the producer runs any SQL.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import inspect
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypedDict, TypeVar
+
+from pgqueue._base.validation import (
+    check_positive_int,
+    check_priority,
+    check_queue,
+    check_task_name,
+)
+from pgqueue.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    InvalidPayloadError,
+    PgQueueError,
+)
+from pgqueue.retry_policy import RetryPolicy
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    from sqlalchemy.orm import Session
+    from typing_extensions import Unpack
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+#: The keys of a task's payload, and nothing else.
+_CALL_KEYS = frozenset({"args", "kwargs"})
+
+
+def is_async_callable(func: object) -> bool:
+    """A coroutine function (or an object whose ``__call__`` is one): it runs on the event loop."""
+    if inspect.iscoroutinefunction(func):
+        return True
+    call = getattr(func, "__call__", None)  # noqa: B004 (a callable instance's method)
+    return call is not None and inspect.iscoroutinefunction(call)
+
+
+def default_name(func: Callable[..., object]) -> str:
+    """``"<module>.<qualname>"``: what a task is called unless ``name=`` is given."""
+    module = getattr(func, "__module__", None) or "__main__"
+    qualname = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+    if not isinstance(qualname, str):
+        raise InvalidArgumentError("name", f"{func!r} has no __qualname__: give name=")
+    return f"{module}.{qualname}"
+
+
+def encode_call(args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """One call of a task as its job's payload: ``{"args": [...], "kwargs": {...}}``.
+
+    The value is JSON-checked where every payload is (the enqueue's payload validation); this
+    only gives it its shape.
+    """
+    return {"args": list(args), "kwargs": dict(kwargs)}
+
+
+def decode_call(payload: object) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """The ``(args, kwargs)`` a task's payload holds (the inverse of :func:`encode_call`).
+
+    Raises:
+        InvalidPayloadError: the payload is not ``{"args": [...], "kwargs": {...}}`` (a job
+            enqueued by hand, or by a producer of another version); the message says what is
+            wrong, so the failed attempt's ``last_error`` does.
+    """
+    if not isinstance(payload, dict) or payload.keys() != _CALL_KEYS:
+        raise InvalidPayloadError(
+            'a task\'s payload must be {"args": [...], "kwargs": {...}}, got ' + _describe(payload)
+        )
+    args, kwargs = payload["args"], payload["kwargs"]
+    if not isinstance(args, list):
+        raise InvalidPayloadError(f'a task\'s "args" must be a JSON array, got {_describe(args)}')
+    if not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs):
+        raise InvalidPayloadError(
+            f'a task\'s "kwargs" must be a JSON object, got {_describe(kwargs)}'
+        )
+    return tuple(args), dict(kwargs)
+
+
+def _describe(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class EnqueueKeywords(TypedDict, total=False):
+    """The enqueue options :meth:`Task.options` binds: the keywords of :func:`pgqueue.enqueue`.
+
+    (Typing only: at run time every option of the enqueue functions flows through, those later
+    issues add too; a test keeps this list equal to theirs.)
+    """
+
+    queue: str
+    run_at: datetime | None
+    delay: timedelta | None
+    max_attempts: int
+    headers: Mapping[str, str] | None
+    priority: int
+    unique_key: str | None
+
+
+class Producer(Protocol):
+    """What turns a task's calls into jobs: the repository's, given to :func:`produce_with`.
+
+    ``options`` are the checked enqueue options (the repository's own value, opaque here);
+    ``conn`` a ``Connection`` or a ``Session`` in the caller's transaction.
+    """
+
+    def options(self, settings: Mapping[str, Any]) -> object:
+        """The checked options of ``settings`` (enqueue keywords and ``task``).
+
+        Raises:
+            InvalidArgumentError: a bad or an unknown option.
+        """
+
+    def enqueue(self, conn: Any, options: object, payload: dict[str, Any]) -> int:
+        """Insert one job (or find the live holder of ``options``' unique key); its id."""
+
+    def enqueue_many(
+        self, conn: Any, options: object, payloads: Sequence[dict[str, Any]]
+    ) -> list[int]:
+        """Insert the jobs in one round trip; their ids in input order."""
+
+
+_producer: Producer | None = None
+
+
+def produce_with(producer: Producer) -> None:
+    """Give tasks what writes their jobs (:mod:`pgqueue.repository` calls it when imported)."""
+    global _producer
+    _producer = producer
+
+
+def _the_producer() -> Producer:
+    if _producer is None:  # only while pgqueue itself is half imported
+        raise PgQueueError("pgqueue.repository is not imported yet: import pgqueue first")
+    return _producer
+
+
+@dataclass(frozen=True, eq=False)
+class TaskCall:
+    """One packed call of a task (:meth:`Task.args`), for :meth:`Task.enqueue_many`.
+
+    Attributes:
+        task: The task called.
+        args: The positional arguments.
+        kwargs: The keyword arguments.
+
+    .. versionadded:: 0.1.0
+    """
+
+    task: Task[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The job's payload for this call (:func:`encode_call`)."""
+        return encode_call(self.args, self.kwargs)
+
+    def __repr__(self) -> str:
+        return f"TaskCall({self.task.name!r}, args={self.args!r}, kwargs={self.kwargs!r})"
+
+
+class Task(Generic[P, R]):
+    """A function registered as a task (``@registry.task``): call it, or enqueue a call of it.
+
+    ``task(...)`` runs the function inline, as if undecorated (an ``async def`` task returns its
+    coroutine). :meth:`enqueue` inserts a job in the caller's transaction whose payload is the
+    call's arguments and whose ``task`` column is :attr:`name`; a worker whose registry holds the
+    task runs ``func(*args, **kwargs)``. Example::
+
+        registry = pgqueue.Registry()
+
+        @registry.task(queue="emails", max_attempts=3)
+        def send_email(user_id: int, *, template: str = "welcome") -> dict[str, str]: ...
+
+        with engine.begin() as conn:
+            job_id = send_email.enqueue(conn, 42, template="reset")
+            send_email.options(delay=timedelta(seconds=30), unique_key="u42").enqueue(conn, 7)
+            ids = send_email.enqueue_many(conn, [send_email.args(1), send_email.args(2)])
+
+    The type checker sees the function's parameters: ``send_email.enqueue(conn, "42")`` and
+    an unknown keyword are errors. At run time a call that does not bind to the signature raises
+    :class:`~pgqueue.InvalidArgumentError` and arguments that are not JSON raise
+    :class:`~pgqueue.InvalidPayloadError`, before any SQL (nothing is written, not even the good
+    calls of an ``enqueue_many`` batch). Arguments travel as JSON: a tuple arrives as a list, a
+    ``datetime`` must be sent as text.
+
+    Build tasks with :meth:`pgqueue.Registry.task`, which also refuses a second task of the same
+    name.
+
+    Attributes:
+        name: The name stored in ``jobs.task``, by which a worker finds the function:
+            ``"<module>.<qualname>"`` unless ``name=`` was given.
+        queue: The queue its jobs wait in (default ``"default"``).
+        priority: Its jobs' default priority, 0-9 (default 0).
+        max_attempts: Its jobs' default attempt budget (default 5).
+        retry: How a failed attempt is retried, or ``None`` for the worker's policy.
+        func: The wrapped function.
+        is_async: Whether ``func`` is a coroutine function (it then runs on the worker's event
+            loop, a sync one in a thread).
+
+    .. versionadded:: 0.1.0
+    """
+
+    name: str
+    queue: str
+    priority: int
+    max_attempts: int
+    retry: RetryPolicy | None
+    func: Callable[P, R]
+    is_async: bool
+
+    def __init__(
+        self,
+        func: Callable[P, R],
+        *,
+        name: str | None = None,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = 5,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if not callable(func):
+            raise InvalidArgumentTypeError("task", "a callable", func)
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise InvalidArgumentTypeError("retry", "a pgqueue.RetryPolicy or None", retry)
+        self.func = func
+        self.name = check_task_name(default_name(func) if name is None else name, name="name")
+        self.queue = check_queue(queue)
+        self.priority = check_priority(priority)
+        self.max_attempts = check_positive_int("max_attempts", max_attempts)
+        self.retry = retry
+        self.is_async = is_async_callable(func)
+        try:
+            self._signature: inspect.Signature | None = inspect.signature(func)
+        except (TypeError, ValueError):  # a builtin without one: calls are not checked
+            self._signature = None
+        self._settings: dict[str, Any] = {
+            "queue": self.queue,
+            "priority": self.priority,
+            "max_attempts": self.max_attempts,
+            "task": self.name,
+        }
+        self._options = _the_producer().options(self._settings)
+        functools.update_wrapper(self, func, updated=())
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run the function inline, in this thread, as a plain call (no job, no database)."""
+        return self.func(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"Task({self.name!r}, queue={self.queue!r})"
+
+    def options(self, **options: Unpack[EnqueueKeywords]) -> Task[P, R]:
+        """This task with enqueue options bound: the defaults of its :meth:`enqueue` and
+        :meth:`enqueue_many` calls (``run_at``, ``delay``, ``priority``, ``unique_key``,
+        ``headers``, ``max_attempts``, ``queue``: the keywords of :func:`pgqueue.enqueue`).
+
+        The task itself is unchanged (``options`` returns a copy, bound again by a further
+        ``options``); the options are checked here. ``unique_key`` is for :meth:`enqueue` only
+        (a batch refuses it).
+
+        Raises:
+            InvalidArgumentError: a bad option, or one :func:`pgqueue.enqueue` does not have.
+        """
+        if "task" in options:
+            raise InvalidArgumentError("task", "a task's name is not an enqueue option")
+        settings = {**self._settings, **options}
+        checked = _the_producer().options(settings)
+        bound = copy.copy(self)
+        bound._settings = settings
+        bound._options = checked
+        bound.queue = settings["queue"]
+        bound.priority = settings["priority"]
+        bound.max_attempts = settings["max_attempts"]
+        return bound
+
+    def args(self, *args: P.args, **kwargs: P.kwargs) -> TaskCall:
+        """Pack one call for :meth:`enqueue_many`; a call that does not bind is refused here.
+
+        Raises:
+            InvalidArgumentError: the arguments do not bind to the function's signature.
+        """
+        self.check_call(args, kwargs)
+        return TaskCall(self, args, kwargs)
+
+    def enqueue(self, conn: Connection | Session, /, *args: P.args, **kwargs: P.kwargs) -> int:
+        """Enqueue one call in the caller's transaction (``Connection`` or ``Session``); its id.
+
+        With a bound ``unique_key`` (:meth:`options`), the id of the live job holding the key
+        when there is one, as :func:`pgqueue.enqueue` does.
+
+        Raises:
+            InvalidArgumentError: the arguments do not bind to the signature (nothing written).
+            InvalidPayloadError: an argument is not JSON (nothing written).
+        """
+        payload = self.payload_of(args, kwargs)
+        with self._named_payload_errors():
+            return _the_producer().enqueue(conn, self._options, payload)
+
+    async def aenqueue(
+        self, conn: AsyncConnection | AsyncSession, /, *args: P.args, **kwargs: P.kwargs
+    ) -> int:
+        """:meth:`enqueue` on an ``AsyncConnection`` or ``AsyncSession`` (its transaction).
+
+        The same statement, run by SQLAlchemy's ``run_sync`` on the connection the async one
+        wraps (greenlet, from the ``pgqueue-sa[asyncio]`` extra).
+        """
+        payload = self.payload_of(args, kwargs)
+        with self._named_payload_errors():
+            found: int = await conn.run_sync(_the_producer().enqueue, self._options, payload)
+        return found
+
+    def enqueue_many(self, conn: Connection | Session, calls: Iterable[TaskCall], /) -> list[int]:
+        """Enqueue a batch of calls (:meth:`args`) in one round trip; their ids in input order.
+
+        Every call is checked first: one that does not bind, is not JSON or is another task's
+        rejects the whole batch before any SQL.
+
+        Raises:
+            InvalidArgumentError: a bad call (its index says which), or a bound ``unique_key``.
+            InvalidPayloadError: a call's arguments are not JSON.
+        """
+        payloads = self._batch(calls)
+        with self._named_payload_errors():
+            return _the_producer().enqueue_many(conn, self._options, payloads)
+
+    async def aenqueue_many(
+        self, conn: AsyncConnection | AsyncSession, calls: Iterable[TaskCall], /
+    ) -> list[int]:
+        """:meth:`enqueue_many` on an ``AsyncConnection`` or ``AsyncSession``."""
+        payloads = self._batch(calls)
+        with self._named_payload_errors():
+            found: list[int] = await conn.run_sync(
+                _the_producer().enqueue_many, self._options, payloads
+            )
+        return found
+
+    def check_call(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
+        """Refuse a call that does not bind to the function's signature, before any SQL.
+
+        Raises:
+            InvalidArgumentError: naming the task and what Python would say of the call.
+        """
+        if self._signature is None:
+            return
+        try:
+            self._signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise InvalidArgumentError(
+                f"task {self.name!r}", f"arguments do not bind: {exc}"
+            ) from None
+
+    def payload_of(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The payload of a call of this task, once it binds (:func:`encode_call`); its JSON is
+        checked by the enqueue, before any SQL (a :class:`pgqueue.Periodic` checks it at once).
+
+        Raises:
+            InvalidArgumentError: the call does not bind to the function's signature.
+        """
+        self.check_call(args, kwargs)
+        return encode_call(args, kwargs)
+
+    def _batch(self, calls: Iterable[TaskCall]) -> list[dict[str, Any]]:
+        if self._settings.get("unique_key") is not None:
+            raise InvalidArgumentError(
+                "unique_key", "a batch takes no unique_key: enqueue keyed calls one by one"
+            )
+        if isinstance(calls, (str, bytes, Mapping, TaskCall)):
+            raise InvalidArgumentTypeError("calls", "an iterable of task.args(...)", calls)
+        payloads = []
+        for index, call in enumerate(calls):
+            if not isinstance(call, TaskCall):
+                raise InvalidArgumentTypeError(f"calls[{index}]", "task.args(...)", call)
+            if call.task.name != self.name:
+                raise InvalidArgumentError(
+                    f"calls[{index}]",
+                    f"a call of task {call.task.name!r}, not of {self.name!r}",
+                )
+            try:
+                payloads.append(self.payload_of(call.args, call.kwargs))
+            except InvalidArgumentError as exc:
+                raise InvalidArgumentError(f"calls[{index}]", str(exc)) from None
+        return payloads
+
+    def _named_payload_errors(self) -> _NamedPayloadErrors:
+        return _NamedPayloadErrors(self.name)
+
+
+class _NamedPayloadErrors:
+    """Add the task's name to an :class:`InvalidPayloadError` (raised before any SQL)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        if isinstance(exc, InvalidPayloadError) and "(task " not in exc.problem:
+            raise InvalidPayloadError(
+                f"{exc.problem} (task {self.name!r})", index=exc.index
+            ) from None
+
+
+__all__ = [
+    "EnqueueKeywords",
+    "Producer",
+    "Task",
+    "TaskCall",
+    "decode_call",
+    "default_name",
+    "encode_call",
+    "is_async_callable",
+    "produce_with",
+]
