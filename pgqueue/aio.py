@@ -30,8 +30,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from pgqueue._sql import calls as _calls
+from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue._sql.options import EnqueueOptions
+from pgqueue.flow import QueueSettings, Rate
 from pgqueue.models import JobStatus
 from pgqueue.repository import (
     DEFAULT_LEASE,
@@ -71,13 +73,17 @@ __all__ = [
     "enqueue_unique",
     "extend_lease",
     "fail",
+    "pause",
     "periodic_states",
     "purge",
     "purge_done",
+    "queue_settings",
     "reap_expired",
     "remove_periodic",
+    "resume",
     "retry",
     "retry_failed",
+    "set_queue_limits",
     "snooze",
 ]
 
@@ -273,6 +279,34 @@ async def periodic_states(
 async def remove_periodic(conn: AsyncExecutor, name: str) -> bool:
     """Delete a definition's row; see :func:`pgqueue.repository.remove_periodic`."""
     return await _run(conn, _periodic_calls.remove(name))
+
+
+async def pause(conn: AsyncExecutor, queue: str) -> bool:
+    """Pause a queue; see :func:`pgqueue.repository.pause`."""
+    return await _run(conn, _flow_calls.pause(queue, channel_of(conn)))
+
+
+async def resume(conn: AsyncExecutor, queue: str) -> bool:
+    """Take a paused queue up again; see :func:`pgqueue.repository.resume`."""
+    return await _run(conn, _flow_calls.resume(queue, channel_of(conn)))
+
+
+async def set_queue_limits(
+    conn: AsyncExecutor,
+    queue: str,
+    *,
+    concurrency: int | None = None,
+    per_key: int | None = None,
+    rate: Rate | None = None,
+) -> QueueSettings:
+    """Set a queue's limits; see :func:`pgqueue.repository.set_queue_limits`."""
+    call = _flow_calls.set_limits(queue, concurrency, per_key, rate, channel_of(conn))
+    return await _run(conn, call)
+
+
+async def queue_settings(conn: AsyncExecutor, queue: str | None = None) -> list[QueueSettings]:
+    """The stored pause and limits of queues; see :func:`pgqueue.repository.queue_settings`."""
+    return await _run(conn, _flow_calls.settings(queue))
 
 
 async def _run(conn: AsyncExecutor, call: _calls.Call[T]) -> T:

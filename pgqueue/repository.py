@@ -18,9 +18,11 @@ from sqlalchemy.orm import Session
 
 from pgqueue import retry_policy
 from pgqueue._sql import calls as _calls
+from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import options as _options
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue._sql.options import EnqueueOptions
+from pgqueue.flow import QueueSettings, Rate
 from pgqueue.models import JobStatus
 from pgqueue.periodic import Periodic
 from pgqueue.results import (
@@ -482,3 +484,75 @@ def fire_periodic(
     """Enqueue ``ticks`` of ``definition`` in one statement if its ``last_tick`` is still ``prev``
     (and its stored schedule is the definition's); otherwise insert nothing."""
     return _run(conn, _periodic_calls.fire(definition, prev, ticks))
+
+
+# -- flow control (``jobs_queues``, pgqueue_0012) -----------------------------------------------
+
+
+def pause(conn: Executor, queue: str) -> bool:
+    """Pause a queue, in the caller's transaction: workers claim none of its jobs from the commit
+    on (within about a second: a notification, else their fallback poll), until :func:`resume`.
+
+    Running jobs finish normally, and enqueueing into a paused queue still works. The state is
+    stored in ``jobs_queues``, so it holds for workers started later and survives restarts.
+    Returns True when the queue was not paused before (False: already paused, nothing changed).
+
+    Raises:
+        InvalidArgumentError: an invalid queue name, before any SQL.
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _flow_calls.pause(queue, channel_of(conn)))
+
+
+def resume(conn: Executor, queue: str) -> bool:
+    """Take a paused queue up again (in the caller's transaction); its limits stay as they are.
+
+    Returns True when the queue was paused (False: it was not, nothing changed).
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _flow_calls.resume(queue, channel_of(conn)))
+
+
+def set_queue_limits(
+    conn: Executor,
+    queue: str,
+    *,
+    concurrency: int | None = None,
+    per_key: int | None = None,
+    rate: Rate | None = None,
+) -> QueueSettings:
+    """Set a queue's limits, all three at once, in the caller's transaction; ``None`` removes
+    that limit (so ``set_queue_limits(conn, q)`` removes every limit). The pause is kept.
+
+    Args:
+        queue: The queue.
+        concurrency: At most this many of the queue's jobs ``running`` at once, over every worker
+            and process on the database.
+        per_key: At most this many running jobs of the queue with the same ``concurrency_key``
+            (``enqueue(..., concurrency_key=...)``); jobs without a key are not limited by it.
+        rate: A :class:`pgqueue.Rate`: at most ``rate.limit`` jobs of the queue start per
+            ``rate.period``, on the database clock.
+
+    Running workers follow within about a second of the commit. Returns the queue's settings
+    after the change.
+
+    Raises:
+        InvalidArgumentError: before any SQL, for an invalid queue name or a limit below 1.
+        InvalidArgumentTypeError: a limit that is not an ``int``, a ``rate`` that is not a
+            :class:`pgqueue.Rate`.
+
+    .. versionadded:: 0.1.0
+    """
+    call = _flow_calls.set_limits(queue, concurrency, per_key, rate, channel_of(conn))
+    return _run(conn, call)
+
+
+def queue_settings(conn: Executor, queue: str | None = None) -> list[QueueSettings]:
+    """The pause and limits of every queue that has any stored, by name; or of ``queue`` alone
+    (a list of one: its defaults, unpaused and unlimited, when nothing is stored for it).
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _flow_calls.settings(queue))
