@@ -185,6 +185,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="insert nothing while a queued or running job of the queue has this key: "
         "print that job's id instead",
     )
+    p.add_argument(
+        "--concurrency-key",
+        metavar="KEY",
+        help="the key the queue's per-key limit counts by (e.g. a tenant id)",
+    )
     p.add_argument("--json", action="store_true", help='print {"id": N, "inserted": true|false}')
 
     statuses = [s.value for s in JobStatus]
