@@ -568,3 +568,12 @@ def queue_settings(conn: Executor, queue: str | None = None) -> list[QueueSettin
     .. versionadded:: 0.1.0
     """
     return _run(conn, _flow_calls.settings(queue))
+
+
+def lock_queue_settings(conn: Executor, queue: str) -> QueueSettings:
+    """The queue's settings, its row locked until the caller's transaction ends (inserted with no
+    settings when it had none). For pgqueue's own callers (``pgqueue limit``, which changes some
+    limits and keeps the others): two of them on one queue take turns instead of losing one's
+    change.
+    """
+    return _run(conn, _flow_calls.lock_settings(queue))

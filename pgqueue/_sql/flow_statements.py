@@ -94,3 +94,13 @@ ALL_SETTINGS: Select[Any] = select(*_SETTINGS_COLUMNS).order_by(queues.c.queue)
 SETTINGS: Select[Any] = select(*_SETTINGS_COLUMNS).where(
     queues.c.queue == bindparam("queue_name", type_=Text)
 )
+
+#: The queue's row, inserted with no settings when it has none, locked until the end of the
+#: transaction: ``pgqueue limit`` changes some limits and keeps the others, and a second operator
+#: changing the same queue waits instead of overwriting. Returns the settings as they are.
+LOCK_SETTINGS: Insert = (
+    pg_insert(queues)
+    .values(queue=bindparam("queue_name", type_=Text))
+    .on_conflict_do_update(index_elements=[queues.c.queue], set_={"queue": queues.c.queue})
+    .returning(*_SETTINGS_COLUMNS)
+)
