@@ -12,7 +12,7 @@ from typing import Any
 from pgqueue import admin, repository
 from pgqueue.cli.common import UserError, emit, emit_json, note, table, transaction
 from pgqueue.errors import PgQueueError
-from pgqueue.flow import QueueSettings, Rate
+from pgqueue.flow import Rate, describe_limits
 
 
 def rate_arg(value: str) -> Rate:
@@ -23,15 +23,8 @@ def rate_arg(value: str) -> Rate:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("rate: ")) from exc
 
 
-def describe_limits(settings: QueueSettings | dict[str, Any]) -> str:
-    """``concurrency 4, per_key 2, rate 10/1s``, or ``-`` for a queue without limits."""
-    values = settings if isinstance(settings, dict) else vars(settings)
-    parts = [
-        f"{name} {values[name]}"
-        for name in ("concurrency", "per_key", "rate")
-        if values[name] is not None
-    ]
-    return ", ".join(parts) or "-"
+def _rate_json(rate: Rate | None) -> dict[str, float] | None:
+    return None if rate is None else {"limit": rate.limit, "period_s": rate.period.total_seconds()}
 
 
 def cmd_queues(args: argparse.Namespace) -> int:
@@ -40,20 +33,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
     with transaction(args) as conn:
         rows = admin.queue_overview(conn)
     if args.json:
-        emit_json(
-            [
-                {
-                    **r,
-                    "rate": None
-                    if r["rate"] is None
-                    else {
-                        "limit": r["rate"].limit,
-                        "period_s": r["rate"].period.total_seconds(),
-                    },
-                }
-                for r in rows
-            ]
-        )
+        emit_json([{**r, "rate": _rate_json(r["rate"])} for r in rows])
         return 0
     table(
         ["queue", "state", "limits", "ready", "running"],
@@ -61,7 +41,7 @@ def cmd_queues(args: argparse.Namespace) -> int:
             (
                 r["queue"],
                 "paused" if r["paused"] else "-",
-                describe_limits(r),
+                describe_limits(r["concurrency"], r["per_key"], r["rate"]),
                 r["ready"],
                 r["running"],
             )
@@ -113,5 +93,5 @@ def cmd_limit(args: argparse.Namespace) -> int:
             kept = {"concurrency": current.concurrency, "per_key": current.per_key}
             kept["rate"] = current.rate
         now = repository.set_queue_limits(conn, args.queue, **{**kept, **given})
-    emit(f"queue {args.queue!r}: {describe_limits(now)}")
+    emit(f"queue {args.queue!r}: {now.limits_text}")
     return 0
