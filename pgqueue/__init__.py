@@ -14,6 +14,7 @@ from pgqueue.errors import (
     PgQueueError,
     UniqueKeyError,
 )
+from pgqueue.flow import QueueSettings, Rate
 from pgqueue.hooks import WorkerHooks
 from pgqueue.jobs import JobContext, Outcome, Registry, Snooze, WorkerStats
 from pgqueue.models import Job, JobStatus, metadata
@@ -28,13 +29,17 @@ from pgqueue.repository import (
     enqueue_unique,
     extend_lease,
     fail,
+    pause,
     periodic_states,
     purge,
     purge_done,
+    queue_settings,
     reap_expired,
     remove_periodic,
+    resume,
     retry,
     retry_failed,
+    set_queue_limits,
 )
 from pgqueue.results import (
     CancelledJob,
@@ -72,6 +77,8 @@ __all__ = [
     "Periodic",
     "PeriodicRow",
     "PgQueueError",
+    "QueueSettings",
+    "Rate",
     "ReapedJob",
     "Registry",
     "RetryPolicy",
@@ -92,13 +99,17 @@ __all__ = [
     "extend_lease",
     "fail",
     "metadata",
+    "pause",
     "periodic_states",
     "pooled_engine_options",
     "purge",
     "purge_done",
+    "queue_settings",
     "reap_expired",
     "remove_periodic",
+    "resume",
     "retry",
     "retry_failed",
+    "set_queue_limits",
     "use_schema",
 ]

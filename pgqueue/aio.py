@@ -30,8 +30,10 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from pgqueue._sql import calls as _calls
+from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue._sql.options import EnqueueOptions
+from pgqueue.flow import QueueSettings, Rate
 from pgqueue.models import JobStatus
 from pgqueue.repository import (
     DEFAULT_LEASE,
@@ -71,13 +73,17 @@ __all__ = [
     "enqueue_unique",
     "extend_lease",
     "fail",
+    "pause",
     "periodic_states",
     "purge",
     "purge_done",
+    "queue_settings",
     "reap_expired",
     "remove_periodic",
+    "resume",
     "retry",
     "retry_failed",
+    "set_queue_limits",
     "snooze",
 ]
 
@@ -93,6 +99,7 @@ async def enqueue(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     unique_key: str | None = None,
+    concurrency_key: str | None = None,
 ) -> int:
     """Insert one job in the caller's transaction; see :func:`pgqueue.repository.enqueue`."""
     options = EnqueueOptions(
@@ -103,6 +110,7 @@ async def enqueue(
         headers=headers,
         priority=priority,
         unique_key=unique_key,
+        concurrency_key=concurrency_key,
     )
     return await _drive(conn, _calls.enqueue(payload, options))
 
@@ -118,6 +126,7 @@ async def enqueue_unique(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
+    concurrency_key: str | None = None,
 ) -> EnqueuedJob:
     """Insert unless the key is held; see :func:`pgqueue.repository.enqueue_unique`."""
     options = EnqueueOptions(
@@ -128,6 +137,7 @@ async def enqueue_unique(
         headers=headers,
         priority=priority,
         unique_key=unique_key,
+        concurrency_key=concurrency_key,
     )
     return await _drive(conn, _calls.enqueue_unique(payload, options))
 
@@ -143,6 +153,7 @@ async def enqueue_many(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     unique_keys: Iterable[str | None] | None = None,
+    concurrency_key: str | Iterable[str | None] | None = None,
 ) -> list[int]:
     """Insert a batch in one round trip; see :func:`pgqueue.repository.enqueue_many`."""
     options = EnqueueOptions(
@@ -153,7 +164,7 @@ async def enqueue_many(
         headers=headers,
         priority=priority,
     )
-    return await _drive(conn, _calls.enqueue_many(payloads, options, unique_keys))
+    return await _drive(conn, _calls.enqueue_many(payloads, options, unique_keys, concurrency_key))
 
 
 async def claim(
@@ -273,6 +284,34 @@ async def periodic_states(
 async def remove_periodic(conn: AsyncExecutor, name: str) -> bool:
     """Delete a definition's row; see :func:`pgqueue.repository.remove_periodic`."""
     return await _run(conn, _periodic_calls.remove(name))
+
+
+async def pause(conn: AsyncExecutor, queue: str) -> bool:
+    """Pause a queue; see :func:`pgqueue.repository.pause`."""
+    return await _run(conn, _flow_calls.pause(queue, channel_of(conn)))
+
+
+async def resume(conn: AsyncExecutor, queue: str) -> bool:
+    """Take a paused queue up again; see :func:`pgqueue.repository.resume`."""
+    return await _run(conn, _flow_calls.resume(queue, channel_of(conn)))
+
+
+async def set_queue_limits(
+    conn: AsyncExecutor,
+    queue: str,
+    *,
+    concurrency: int | None = None,
+    per_key: int | None = None,
+    rate: Rate | None = None,
+) -> QueueSettings:
+    """Set a queue's limits; see :func:`pgqueue.repository.set_queue_limits`."""
+    call = _flow_calls.set_limits(queue, concurrency, per_key, rate, channel_of(conn))
+    return await _run(conn, call)
+
+
+async def queue_settings(conn: AsyncExecutor, queue: str | None = None) -> list[QueueSettings]:
+    """The stored pause and limits of queues; see :func:`pgqueue.repository.queue_settings`."""
+    return await _run(conn, _flow_calls.settings(queue))
 
 
 async def _run(conn: AsyncExecutor, call: _calls.Call[T]) -> T:

@@ -14,14 +14,18 @@ roles get only DML:
   extensions, completions, failures, the reaper; ``INSERT`` for the jobs of periodic definitions
   and for handlers that enqueue follow-up jobs) and on ``jobs_periodic`` (declaring periodic
   definitions and firing their ticks); ``SELECT, INSERT, UPDATE, DELETE`` on ``jobs_workers``
-  (a worker records itself when it starts and removes its row when it stops). ``LISTEN`` needs
-  no privilege.
-- monitor (``doctor``, ``stats``, ``periodic``): ``pg_monitor`` to see every session, ``SELECT``
-  on ``jobs``, ``jobs_periodic``, ``jobs_workers`` and ``alembic_version``.
+  (a worker records itself when it starts and removes its row when it stops); ``SELECT, UPDATE``
+  on ``jobs_queues`` (the claim reads a queue's pause and limits and moves its rate window).
+  ``LISTEN`` needs no privilege.
+- monitor (``doctor``, ``stats``, ``periodic``, ``queues``): ``pg_monitor`` to see every session,
+  ``SELECT`` on ``jobs``, ``jobs_periodic``, ``jobs_workers``, ``jobs_queues`` and
+  ``alembic_version``.
 
 Each role gets ``USAGE`` on the schema. ``purge``, ``retry`` and ``cancel`` are maintenance: run
 them as the owner, or grant ``DELETE`` (purge) and ``UPDATE`` (retry, cancel) to a role of yours;
-so is ``pgqueue periodic --remove`` (``DELETE`` on ``jobs_periodic``).
+so is ``pgqueue periodic --remove`` (``DELETE`` on ``jobs_periodic``), and so are ``pause``,
+``resume`` and ``set_queue_limits`` (``SELECT, INSERT, UPDATE`` on ``jobs_queues``: they upsert
+the queue's row).
 Role and schema names are quoted identifiers, never spliced raw.
 
 .. versionadded:: 0.1.0
@@ -69,6 +73,7 @@ def grants_sql(
     jobs = sql.SQL("{}.jobs").format(place)
     periodic = sql.SQL("{}.jobs_periodic").format(place)
     workers = sql.SQL("{}.jobs_workers").format(place)
+    queues = sql.SQL("{}.jobs_queues").format(place)
     version = sql.SQL("{}.alembic_version").format(place)
     lines: list[sql.Composable] = []
     roles = {
@@ -94,10 +99,11 @@ def grants_sql(
             lines.append(
                 sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {};").format(workers, who)
             )
+            lines.append(sql.SQL("GRANT SELECT, UPDATE ON {} TO {};").format(queues, who))
         else:
             lines.append(
-                sql.SQL("GRANT SELECT ON {}, {}, {}, {} TO {};").format(
-                    jobs, periodic, workers, version, who
+                sql.SQL("GRANT SELECT ON {}, {}, {}, {}, {} TO {};").format(
+                    jobs, periodic, workers, queues, version, who
                 )
             )
             lines.append(sql.SQL("GRANT pg_monitor TO {};").format(who))

@@ -7,16 +7,18 @@ hot paths use the Core statements of :mod:`pgqueue.statements`, built on ``Job._
 from __future__ import annotations
 
 import enum
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     Identity,
     Index,
     Integer,
+    Interval,
     MetaData,
     SmallInteger,
     Table,
@@ -99,6 +101,9 @@ class Job(Base):
     result: Mapped[Any] = mapped_column(JSONB, nullable=True)
     #: The last value the running job passed to ``set_progress`` (pgqueue_0011).
     progress: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    #: The key a queue's ``per_key`` limit counts by (pgqueue_0012): at most ``per_key`` running
+    #: jobs of the queue share it; ``None`` is not limited by ``per_key``.
+    concurrency_key: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         CheckConstraint(
@@ -133,6 +138,14 @@ class Job(Base):
         ),
         # Failed ids only: a page of failed jobs never walks the done history.
         Index("jobs_failed_idx", "id", postgresql_where=text("status = 'failed'")),
+        # Running jobs that carry a key only (pgqueue_0012): a key's running count never reads
+        # the queued backlog or the finished history.
+        Index(
+            "jobs_running_key_idx",
+            "queue",
+            "concurrency_key",
+            postgresql_where=text("status = 'running' AND concurrency_key IS NOT NULL"),
+        ),
     )
 
     def __repr__(self) -> str:
@@ -200,3 +213,43 @@ class WorkerRecord(Base):
 
 #: The Core table behind :class:`WorkerRecord`.
 workers_table: Table = WorkerRecord.__table__  # type: ignore[assignment]
+
+
+class QueueSettingsRecord(Base):
+    """One row per queue an operator paused or limited (pgqueue_0012).
+
+    A queue without a row is unpaused and unlimited. ``rate_limit`` and ``rate_period`` are both
+    set or both ``None``; ``window_start`` and ``window_count`` are the rate limit's fixed window,
+    written by the claim in its own statement on the database clock. Read it through
+    :func:`pgqueue.queue_settings`, change it through :func:`pgqueue.pause`,
+    :func:`pgqueue.resume` and :func:`pgqueue.set_queue_limits` (they notify the workers).
+
+    .. versionadded:: 0.1.0
+    """
+
+    __tablename__ = "jobs_queues"
+
+    queue: Mapped[str] = mapped_column(Text, primary_key=True)
+    paused: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    concurrency: Mapped[int | None] = mapped_column(Integer)
+    per_key: Mapped[int | None] = mapped_column(Integer)
+    rate_limit: Mapped[int | None] = mapped_column(Integer)
+    rate_period: Mapped[timedelta | None] = mapped_column(Interval)
+    window_start: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    window_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        CheckConstraint("concurrency >= 1", name="concurrency"),
+        CheckConstraint("per_key >= 1", name="per_key"),
+        CheckConstraint("rate_limit >= 1", name="rate_limit"),
+        CheckConstraint("(rate_limit IS NULL) = (rate_period IS NULL)", name="rate"),
+        CheckConstraint("rate_period > interval '0'", name="rate_period"),
+    )
+
+    def __repr__(self) -> str:
+        return f"QueueSettingsRecord(queue={self.queue!r}, paused={self.paused!r})"
+
+
+#: The Core table behind :class:`QueueSettingsRecord`.
+queues_table: Table = QueueSettingsRecord.__table__  # type: ignore[assignment]

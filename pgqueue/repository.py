@@ -20,10 +20,12 @@ from sqlalchemy.orm import Session
 from pgqueue import retry_policy
 from pgqueue import tasks as _tasks
 from pgqueue._sql import calls as _calls
+from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import options as _options
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue._sql.options import EnqueueOptions
 from pgqueue.errors import InvalidArgumentError
+from pgqueue.flow import QueueSettings, Rate
 from pgqueue.models import JobStatus
 from pgqueue.periodic import Periodic
 from pgqueue.results import (
@@ -67,6 +69,7 @@ def enqueue(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     unique_key: str | None = None,
+    concurrency_key: str | None = None,
 ) -> int:
     """Insert one job in the caller's transaction and return its id.
 
@@ -88,6 +91,11 @@ def enqueue(
             of a key that another open transaction is inserting waits for it: if it commits, its
             job is returned; if it rolls back, this one is inserted. At most 1,000 bytes.
             Default ``None``: no key, and no cost.
+        concurrency_key: The key a queue's ``per_key`` limit counts by
+            (:func:`set_queue_limits`): at most ``per_key`` running jobs of the queue share it,
+            for example one tenant's. A non-empty ``str`` of at most 1,000 bytes (as a
+            ``unique_key``). Default ``None``: ``per_key`` does not limit the job.
+            (``.. versionadded:: 0.1.0``)
 
     Raises:
         InvalidArgumentError: before any SQL, for a bad payload, queue, schedule, priority or
@@ -101,6 +109,7 @@ def enqueue(
         headers=headers,
         priority=priority,
         unique_key=unique_key,
+        concurrency_key=concurrency_key,
     )
     return _drive(conn, _calls.enqueue(payload, options))
 
@@ -116,6 +125,7 @@ def enqueue_unique(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
+    concurrency_key: str | None = None,
 ) -> EnqueuedJob:
     """:func:`enqueue` with a ``unique_key``, saying whether it inserted a job or found the live
     job holding the key (``EnqueuedJob(id, inserted)``).
@@ -130,6 +140,7 @@ def enqueue_unique(
         headers=headers,
         priority=priority,
         unique_key=unique_key,
+        concurrency_key=concurrency_key,
     )
     return _drive(conn, _calls.enqueue_unique(payload, options))
 
@@ -145,6 +156,7 @@ def enqueue_many(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     unique_keys: Iterable[str | None] | None = None,
+    concurrency_key: str | Iterable[str | None] | None = None,
 ) -> list[int]:
     """Insert a batch of jobs in one round trip; return their ids in input order.
 
@@ -153,6 +165,8 @@ def enqueue_many(
     :func:`enqueue`. ``unique_keys`` gives one key or ``None`` per payload: a payload whose key a
     live job holds gets that job's id, and equal keys within the batch collapse into one job
     (equal keys, equal ids). Still one round trip, plus one lookup when some key was held.
+    ``concurrency_key`` is one key for every job, or one key or ``None`` per payload (a list
+    aligned with the payloads; another length is refused and nothing is written).
     """
     options = EnqueueOptions(
         queue=queue,
@@ -162,7 +176,7 @@ def enqueue_many(
         headers=headers,
         priority=priority,
     )
-    return _drive(conn, _calls.enqueue_many(payloads, options, unique_keys))
+    return _drive(conn, _calls.enqueue_many(payloads, options, unique_keys, concurrency_key))
 
 
 def enqueue_with(conn: Executor, payload: Any, options: EnqueueOptions) -> EnqueuedJob:
@@ -523,3 +537,84 @@ def _task_options(options: object) -> EnqueueOptions:
 
 
 _tasks.produce_with(TaskProducer())
+
+
+# -- flow control (``jobs_queues``, pgqueue_0012) -----------------------------------------------
+
+
+def pause(conn: Executor, queue: str) -> bool:
+    """Pause a queue, in the caller's transaction: workers claim none of its jobs from the commit
+    on (within about a second: a notification, else their fallback poll), until :func:`resume`.
+
+    Running jobs finish normally, and enqueueing into a paused queue still works. The state is
+    stored in ``jobs_queues``, so it holds for workers started later and survives restarts.
+    Returns True when the queue was not paused before (False: already paused, nothing changed).
+
+    Raises:
+        InvalidArgumentError: an invalid queue name, before any SQL.
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _flow_calls.pause(queue, channel_of(conn)))
+
+
+def resume(conn: Executor, queue: str) -> bool:
+    """Take a paused queue up again (in the caller's transaction); its limits stay as they are.
+
+    Returns True when the queue was paused (False: it was not, nothing changed).
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _flow_calls.resume(queue, channel_of(conn)))
+
+
+def set_queue_limits(
+    conn: Executor,
+    queue: str,
+    *,
+    concurrency: int | None = None,
+    per_key: int | None = None,
+    rate: Rate | None = None,
+) -> QueueSettings:
+    """Set a queue's limits, all three at once, in the caller's transaction; ``None`` removes
+    that limit (so ``set_queue_limits(conn, q)`` removes every limit). The pause is kept.
+
+    Args:
+        queue: The queue.
+        concurrency: At most this many of the queue's jobs ``running`` at once, over every worker
+            and process on the database.
+        per_key: At most this many running jobs of the queue with the same ``concurrency_key``
+            (``enqueue(..., concurrency_key=...)``); jobs without a key are not limited by it.
+        rate: A :class:`pgqueue.Rate`: at most ``rate.limit`` jobs of the queue start per
+            ``rate.period``, on the database clock.
+
+    Running workers follow within about a second of the commit. Returns the queue's settings
+    after the change.
+
+    Raises:
+        InvalidArgumentError: before any SQL, for an invalid queue name or a limit below 1.
+        InvalidArgumentTypeError: a limit that is not an ``int``, a ``rate`` that is not a
+            :class:`pgqueue.Rate`.
+
+    .. versionadded:: 0.1.0
+    """
+    call = _flow_calls.set_limits(queue, concurrency, per_key, rate, channel_of(conn))
+    return _run(conn, call)
+
+
+def queue_settings(conn: Executor, queue: str | None = None) -> list[QueueSettings]:
+    """The pause and limits of every queue that has any stored, by name; or of ``queue`` alone
+    (a list of one: its defaults, unpaused and unlimited, when nothing is stored for it).
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _flow_calls.settings(queue))
+
+
+def lock_queue_settings(conn: Executor, queue: str) -> QueueSettings:
+    """The queue's settings, its row locked until the caller's transaction ends (inserted with no
+    settings when it had none). For pgqueue's own callers (``pgqueue limit``, which changes some
+    limits and keeps the others): two of them on one queue take turns instead of losing one's
+    change.
+    """
+    return _run(conn, _flow_calls.lock_settings(queue))

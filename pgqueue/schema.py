@@ -23,6 +23,10 @@ DEFAULT_CHANNEL = "jobs"
 #: The NOTIFY payload of :func:`pgqueue.cancel` on a placement's channel: a comma, which no queue
 #: name holds, so workers tell it from the insert trigger's queue names.
 CANCEL_HINT = ",cancel"
+#: The NOTIFY payload of :func:`pgqueue.pause`, :func:`pgqueue.resume` and
+#: :func:`pgqueue.set_queue_limits` on a placement's channel: a queue's settings changed, re-read
+#: ``jobs_queues`` (see :mod:`pgqueue.flow`).
+SETTINGS_HINT = ",settings"
 #: Environment variable read at migration time when no ``-x pgqueue_schema`` is given.
 SCHEMA_ENV_VAR = "PGQUEUE_SCHEMA"
 

@@ -125,6 +125,7 @@ class EnqueueKeywords(TypedDict, total=False):
     headers: Mapping[str, str] | None
     priority: int
     unique_key: str | None
+    concurrency_key: str | None
 
 
 class Producer(Protocol):

@@ -36,7 +36,8 @@ class EnqueueOptions:
     raises :class:`~pgqueue.errors.InvalidArgumentError` before any SQL.
 
     The fields and their defaults are the keywords of :func:`pgqueue.repository.enqueue`.
-    ``unique_key`` is for a single job (a batch takes one key per payload).
+    ``unique_key`` is for a single job (a batch takes one key per payload); ``concurrency_key``
+    for a single job or, the same for every job, for a batch.
     """
 
     queue: str = DEFAULT_QUEUE
@@ -49,6 +50,9 @@ class EnqueueOptions:
     #: The name of the task whose call the job is (``jobs.task``), set by :class:`pgqueue.Task`
     #: only (no public enqueue function has this keyword); ``None`` for a queue-keyed job.
     task: str | None = None
+    #: The key a queue's ``per_key`` limit counts by (a batch may instead take one per payload).
+    #: Not in :attr:`params`: a job without one keeps the statement it had before the key existed.
+    concurrency_key: str | None = None
     #: The enqueue statements' bind parameters for these options, computed once (copy it to add
     #: the payload's).
     params: Mapping[str, Any] = field(init=False, repr=False, compare=False)
@@ -66,4 +70,6 @@ class EnqueueOptions:
         }
         if self.unique_key is not None:
             check_unique_key(self.unique_key)
+        if self.concurrency_key is not None:
+            check_unique_key(self.concurrency_key, name="concurrency_key")
         object.__setattr__(self, "params", params)

@@ -46,8 +46,9 @@ from pgqueue.tasks import Task, encode_call
 def _enqueue_options(
     args: argparse.Namespace, *, queue: str | None = None, task: Task[..., Any] | None = None
 ) -> EnqueueOptions:
-    """The command's flags as one checked value; a bad ``--priority`` or ``--unique-key`` is
-    one line naming the flag (the other flags' errors name the option, as the API's do).
+    """The command's flags as one checked value; a bad ``--priority``, ``--unique-key`` or
+    ``--concurrency-key`` is one line naming the flag (the other flags' errors name the option,
+    as the API's do).
 
     With ``--task``: ``queue`` and the task's name; an imported ``task`` gives the defaults of
     the flags not given (its priority and attempts).
@@ -72,12 +73,13 @@ def _enqueue_options(
             priority=priority,
             unique_key=args.unique_key,
             task=getattr(args, "task", None) if task is None else task.name,
+            concurrency_key=args.concurrency_key,
         )
     except InvalidArgumentError as exc:
         if exc.argument == "priority":
             raise _bad_priority(args.priority) from exc
-        if exc.argument == "unique_key":
-            raise UserError(f"--unique-key {exc.problem}") from exc
+        if exc.argument in ("unique_key", "concurrency_key"):
+            raise UserError(f"--{exc.argument.replace('_', '-')} {exc.problem}") from exc
         raise
 
 

@@ -196,6 +196,11 @@ def test_enqueue_many_returns_ids_in_input_order(q: Runner) -> None:
         (op("retry_failed", attempts=2**40), InvalidArgumentError),
         (op("cancel", [1, 2**63]), InvalidArgumentError),
         (op("cancel", [-(2**63) - 1]), InvalidArgumentError),
+        # #23: the one keyword the enqueue signatures gained, checked like a unique key.
+        (op("enqueue", {}, concurrency_key=""), InvalidArgumentError),
+        (op("enqueue_unique", {}, unique_key="k", concurrency_key=1), InvalidArgumentTypeError),
+        (op("enqueue_many", [1, 2], concurrency_key=["a"]), InvalidArgumentError),
+        (op("set_queue_limits", "q", concurrency=0), InvalidArgumentError),
     ],
 )
 def test_bad_input_raises_before_sql_and_writes_nothing(

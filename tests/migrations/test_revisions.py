@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 
 import psycopg
 import pytest
@@ -131,6 +132,7 @@ def test_columns_are_exactly_r1(engine: Engine) -> None:
         ("task", "text", "YES", None, "NO", None),  # pgqueue_0011
         ("result", "jsonb", "YES", None, "NO", None),  # pgqueue_0011
         ("progress", "jsonb", "YES", None, "NO", None),  # pgqueue_0011
+        ("concurrency_key", "text", "YES", None, "NO", None),  # pgqueue_0012
     ]
 
 
@@ -503,3 +505,78 @@ def test_tasks_revision_round_trips_in_a_schema_with_rows(
     assert columns() == []
     with empty_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2
+
+
+def test_flow_control_revision_round_trips_in_a_schema_with_rows(
+    empty_db_url: URL, empty_engine: Engine
+) -> None:
+    """pgqueue_0012 adds ``jobs_queues`` (its checks refuse limits below 1, a half-set rate and a
+    non-positive period), ``jobs.concurrency_key`` (existing rows read NULL) and the partial index
+    of running keyed jobs; its downgrade removes exactly those and keeps the rows."""
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0011", schema="queue")
+    with empty_engine.begin() as conn:
+        conn.execute(text("INSERT INTO queue.jobs (payload) VALUES ('1'), ('2')"))
+
+    def catalog() -> tuple[list[str], object, str | None]:
+        with empty_engine.connect() as conn:
+            columns = conn.execute(
+                text(
+                    "SELECT column_name FROM information_schema.columns "
+                    "WHERE table_schema = 'queue' AND table_name = 'jobs' "
+                    "AND column_name = 'concurrency_key'"
+                )
+            ).scalars()
+            queues = conn.execute(text("SELECT to_regclass('queue.jobs_queues')")).scalar_one()
+            index = conn.execute(
+                text(
+                    "SELECT indexdef FROM pg_indexes WHERE schemaname = 'queue' "
+                    "AND indexname = 'jobs_running_key_idx'"
+                )
+            ).scalar_one_or_none()
+            return list(columns), queues, index
+
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0012", schema="queue")
+    assert catalog() == (
+        ["concurrency_key"],
+        "queue.jobs_queues",
+        "CREATE INDEX jobs_running_key_idx ON queue.jobs USING btree (queue, concurrency_key) "
+        "WHERE ((status = 'running'::text) AND (concurrency_key IS NOT NULL))",
+    )
+    with empty_engine.begin() as conn:
+        keys = conn.execute(text("SELECT concurrency_key FROM queue.jobs ORDER BY id")).scalars()
+        assert list(keys) == [None, None]
+        conn.execute(text("INSERT INTO queue.jobs_queues (queue) VALUES ('a')"))
+        conn.execute(
+            text(
+                "INSERT INTO queue.jobs_queues (queue, paused, concurrency, per_key, rate_limit, "
+                "rate_period) VALUES ('b', true, 4, 2, 10, interval '1 second')"
+            )
+        )
+        rows = conn.execute(
+            text(
+                "SELECT queue, paused, concurrency, per_key, rate_limit, rate_period, "
+                "window_start, window_count FROM queue.jobs_queues ORDER BY queue"
+            )
+        ).all()
+        public = conn.execute(text("SELECT to_regclass('public.jobs_queues')")).scalar_one()
+    assert [tuple(r) for r in rows] == [
+        ("a", False, None, None, None, None, None, 0),
+        ("b", True, 4, 2, 10, timedelta(seconds=1), None, 0),
+    ]
+    assert public is None
+    for bad in (
+        "concurrency = 0",
+        "per_key = 0",
+        "rate_limit = 0",
+        "rate_limit = NULL",
+        "rate_period = interval '0'",
+        "rate_period = interval '-1 second'",
+    ):
+        with pytest.raises(sa_exc.IntegrityError), empty_engine.begin() as conn:
+            conn.execute(text(f"UPDATE queue.jobs_queues SET {bad} WHERE queue = 'b'"))
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0011", schema="queue")
+    assert catalog() == ([], None, None)
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0012", schema="queue")
+    assert catalog()[1] == "queue.jobs_queues"

@@ -18,6 +18,7 @@ def test_names_are_quoted_identifiers() -> None:
         'GRANT SELECT, INSERT, UPDATE ON "pgq".jobs, "pgq".jobs_periodic '
         'TO "w""; DROP TABLE jobs; --";',
         'GRANT SELECT, INSERT, UPDATE, DELETE ON "pgq".jobs_workers TO "w""; DROP TABLE jobs; --";',
+        'GRANT SELECT, UPDATE ON "pgq".jobs_queues TO "w""; DROP TABLE jobs; --";',
     ]
 
 
@@ -35,7 +36,7 @@ def test_monitor_gets_pg_monitor_and_read_access() -> None:
     out = grants_sql(monitor="mon")
     assert (
         'GRANT SELECT ON "public".jobs, "public".jobs_periodic, "public".jobs_workers, '
-        '"public".alembic_version TO "mon";' in out
+        '"public".jobs_queues, "public".alembic_version TO "mon";' in out
     )
     assert 'GRANT pg_monitor TO "mon";' in out
 

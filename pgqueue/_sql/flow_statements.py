@@ -1,0 +1,106 @@
+"""Core statements of flow control (``jobs_queues``, pgqueue_0012): pure builders, no I/O.
+
+Every change is one upsert of the queue's row that also sends the settings notification from its
+``RETURNING`` (``pg_notify`` is transactional: delivered on commit, dropped on rollback), only for
+the row it returns. The rate window (``window_start``, ``window_count``) is the claim's: no
+statement here touches it, so a change of limits neither forgets the starts already counted in
+the current window nor opens a new one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    Insert,
+    Integer,
+    Interval,
+    Select,
+    Text,
+    Update,
+    bindparam,
+    false,
+    func,
+    select,
+    true,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from pgqueue.models import queues_table
+
+queues = queues_table
+
+_SETTINGS_COLUMNS = (
+    queues.c.queue,
+    queues.c.paused,
+    queues.c.concurrency,
+    queues.c.per_key,
+    queues.c.rate_limit,
+    queues.c.rate_period,
+)
+
+
+def _notify() -> Any:
+    return func.pg_notify(
+        bindparam("channel", type_=Text), bindparam("notify_payload", type_=Text)
+    ).label("notified")
+
+
+#: The queue becomes paused: its row is inserted, or updated when it was not paused. Returns a
+#: row (and notifies) only when the state changed. Parameters ``queue_name``, ``channel``,
+#: ``notify_payload``.
+PAUSE: Insert = (
+    pg_insert(queues)
+    .values(queue=bindparam("queue_name", type_=Text), paused=true())
+    .on_conflict_do_update(
+        index_elements=[queues.c.queue],
+        set_={"paused": true(), "updated_at": func.now()},
+        where=queues.c.paused.is_(False),
+    )
+    .returning(queues.c.queue, _notify())
+)
+
+#: The queue is no longer paused. A queue without a row was never paused: nothing to insert.
+#: Returns a row (and notifies) only when the state changed.
+RESUME: Update = (
+    queues.update()
+    .where(queues.c.queue == bindparam("queue_name", type_=Text), queues.c.paused.is_(True))
+    .values(paused=false(), updated_at=func.now())
+    .returning(queues.c.queue, _notify())
+)
+
+_LIMITS: dict[str, Any] = {
+    "concurrency": bindparam("concurrency", type_=Integer),
+    "per_key": bindparam("per_key", type_=Integer),
+    "rate_limit": bindparam("rate_limit", type_=Integer),
+    "rate_period": bindparam("rate_period", type_=Interval),
+}
+
+#: The queue's limits become exactly these (NULL: no limit); its pause is kept. Returns the
+#: queue's settings after the change, and always notifies.
+SET_LIMITS: Insert = (
+    pg_insert(queues)
+    .values(queue=bindparam("queue_name", type_=Text), **_LIMITS)
+    .on_conflict_do_update(
+        index_elements=[queues.c.queue], set_={**_LIMITS, "updated_at": func.now()}
+    )
+    .returning(*_SETTINGS_COLUMNS, _notify())
+)
+
+#: Every queue's settings row, by name.
+ALL_SETTINGS: Select[Any] = select(*_SETTINGS_COLUMNS).order_by(queues.c.queue)
+
+#: One queue's settings row (none when it was never paused or limited).
+SETTINGS: Select[Any] = select(*_SETTINGS_COLUMNS).where(
+    queues.c.queue == bindparam("queue_name", type_=Text)
+)
+
+#: The queue's row, inserted with no settings when it has none, locked until the end of the
+#: transaction: ``pgqueue limit`` changes some limits and keeps the others, and a second operator
+#: changing the same queue waits instead of overwriting. Returns the settings as they are.
+LOCK_SETTINGS: Insert = (
+    pg_insert(queues)
+    .values(queue=bindparam("queue_name", type_=Text))
+    .on_conflict_do_update(index_elements=[queues.c.queue], set_={"queue": queues.c.queue})
+    .returning(*_SETTINGS_COLUMNS)
+)
