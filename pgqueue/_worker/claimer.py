@@ -284,6 +284,8 @@ class Claimer:
         rt = self._rt
         while not rt.stop.is_set():
             with rt.lock:
+                if self._refresh_requested:
+                    return  # the settings changed: the loop reads them before the next claim
                 for q in self._notified:
                     self._ready.setdefault(q, None)
                 self._notified.clear()
