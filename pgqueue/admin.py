@@ -29,6 +29,7 @@ from pgqueue._sql.reads import (
     job_statement,
     job_statuses_statement,
     key_holders_statement,
+    queue_overview_statement,
     queue_stats_statement,
 )
 from pgqueue._sql.reads import (
@@ -39,6 +40,7 @@ from pgqueue._sql.reads import (
 )
 from pgqueue._sql.reads import get_job_statement as get_job_statement  # public, as above
 from pgqueue._sql.reads import list_jobs_statement as list_jobs_statement  # public, as above
+from pgqueue.flow import Rate
 from pgqueue.models import JobStatus
 
 
@@ -165,6 +167,22 @@ def queue_stats(conn: Connection) -> list[dict[str, Any]]:
     One pass over ``jobs``: on a table with a long history run it sparingly, or purge first.
     """
     return [dict(row._mapping) for row in conn.execute(queue_stats_statement())]
+
+
+def queue_overview(conn: Connection) -> list[dict[str, Any]]:
+    """Per queue with live jobs or stored settings: ``queue, paused, concurrency, per_key, rate,
+    ready, running`` (``rate`` a :class:`pgqueue.Rate` or ``None``), by name.
+
+    What ``pgqueue queues`` prints and the dashboard's overview shows beside each queue. Reads
+    the queued and running jobs only, never the finished history.
+    """
+    rows = []
+    for row in conn.execute(queue_overview_statement()):
+        found = dict(row._mapping)
+        limit, period = found.pop("rate_limit"), found.pop("rate_period")
+        found["rate"] = None if limit is None else Rate(int(limit), period)
+        rows.append(found)
+    return rows
 
 
 def finished_per_minute(

@@ -99,6 +99,7 @@ async def enqueue(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     unique_key: str | None = None,
+    concurrency_key: str | None = None,
 ) -> int:
     """Insert one job in the caller's transaction; see :func:`pgqueue.repository.enqueue`."""
     options = EnqueueOptions(
@@ -109,6 +110,7 @@ async def enqueue(
         headers=headers,
         priority=priority,
         unique_key=unique_key,
+        concurrency_key=concurrency_key,
     )
     return await _drive(conn, _calls.enqueue(payload, options))
 
@@ -124,6 +126,7 @@ async def enqueue_unique(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
+    concurrency_key: str | None = None,
 ) -> EnqueuedJob:
     """Insert unless the key is held; see :func:`pgqueue.repository.enqueue_unique`."""
     options = EnqueueOptions(
@@ -134,6 +137,7 @@ async def enqueue_unique(
         headers=headers,
         priority=priority,
         unique_key=unique_key,
+        concurrency_key=concurrency_key,
     )
     return await _drive(conn, _calls.enqueue_unique(payload, options))
 
@@ -149,6 +153,7 @@ async def enqueue_many(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     unique_keys: Iterable[str | None] | None = None,
+    concurrency_key: str | Iterable[str | None] | None = None,
 ) -> list[int]:
     """Insert a batch in one round trip; see :func:`pgqueue.repository.enqueue_many`."""
     options = EnqueueOptions(
@@ -159,7 +164,7 @@ async def enqueue_many(
         headers=headers,
         priority=priority,
     )
-    return await _drive(conn, _calls.enqueue_many(payloads, options, unique_keys))
+    return await _drive(conn, _calls.enqueue_many(payloads, options, unique_keys, concurrency_key))
 
 
 async def claim(

@@ -114,6 +114,22 @@ class QueueSettings:
         """Whether any limit is set (a pause is not a limit)."""
         return self.concurrency is not None or self.per_key is not None or self.rate is not None
 
+    @property
+    def limits_text(self) -> str:
+        """The limits as one line: ``concurrency 4, per_key 2, rate 10/1s``, or ``-``."""
+        return describe_limits(self.concurrency, self.per_key, self.rate)
+
+
+def describe_limits(concurrency: int | None, per_key: int | None, rate: Rate | None) -> str:
+    """``concurrency 4, per_key 2, rate 10/1s``, or ``-`` for a queue without limits: how
+    ``pgqueue queues`` and the dashboard show them."""
+    parts = [
+        f"{name} {value}"
+        for name, value in (("concurrency", concurrency), ("per_key", per_key), ("rate", rate))
+        if value is not None
+    ]
+    return ", ".join(parts) or "-"
+
 
 def check_limits(
     queue: object, concurrency: object, per_key: object, rate: object

@@ -66,6 +66,7 @@ def enqueue(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     unique_key: str | None = None,
+    concurrency_key: str | None = None,
 ) -> int:
     """Insert one job in the caller's transaction and return its id.
 
@@ -87,6 +88,11 @@ def enqueue(
             of a key that another open transaction is inserting waits for it: if it commits, its
             job is returned; if it rolls back, this one is inserted. At most 1,000 bytes.
             Default ``None``: no key, and no cost.
+        concurrency_key: The key a queue's ``per_key`` limit counts by
+            (:func:`set_queue_limits`): at most ``per_key`` running jobs of the queue share it,
+            for example one tenant's. A non-empty ``str`` of at most 1,000 bytes (as a
+            ``unique_key``). Default ``None``: ``per_key`` does not limit the job.
+            (``.. versionadded:: 0.1.0``)
 
     Raises:
         InvalidArgumentError: before any SQL, for a bad payload, queue, schedule, priority or
@@ -100,6 +106,7 @@ def enqueue(
         headers=headers,
         priority=priority,
         unique_key=unique_key,
+        concurrency_key=concurrency_key,
     )
     return _drive(conn, _calls.enqueue(payload, options))
 
@@ -115,6 +122,7 @@ def enqueue_unique(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
+    concurrency_key: str | None = None,
 ) -> EnqueuedJob:
     """:func:`enqueue` with a ``unique_key``, saying whether it inserted a job or found the live
     job holding the key (``EnqueuedJob(id, inserted)``).
@@ -129,6 +137,7 @@ def enqueue_unique(
         headers=headers,
         priority=priority,
         unique_key=unique_key,
+        concurrency_key=concurrency_key,
     )
     return _drive(conn, _calls.enqueue_unique(payload, options))
 
@@ -144,6 +153,7 @@ def enqueue_many(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     unique_keys: Iterable[str | None] | None = None,
+    concurrency_key: str | Iterable[str | None] | None = None,
 ) -> list[int]:
     """Insert a batch of jobs in one round trip; return their ids in input order.
 
@@ -152,6 +162,8 @@ def enqueue_many(
     :func:`enqueue`. ``unique_keys`` gives one key or ``None`` per payload: a payload whose key a
     live job holds gets that job's id, and equal keys within the batch collapse into one job
     (equal keys, equal ids). Still one round trip, plus one lookup when some key was held.
+    ``concurrency_key`` is one key for every job, or one key or ``None`` per payload (a list
+    aligned with the payloads; another length is refused and nothing is written).
     """
     options = EnqueueOptions(
         queue=queue,
@@ -161,7 +173,7 @@ def enqueue_many(
         headers=headers,
         priority=priority,
     )
-    return _drive(conn, _calls.enqueue_many(payloads, options, unique_keys))
+    return _drive(conn, _calls.enqueue_many(payloads, options, unique_keys, concurrency_key))
 
 
 def enqueue_with(conn: Executor, payload: Any, options: EnqueueOptions) -> EnqueuedJob:
@@ -556,3 +568,12 @@ def queue_settings(conn: Executor, queue: str | None = None) -> list[QueueSettin
     .. versionadded:: 0.1.0
     """
     return _run(conn, _flow_calls.settings(queue))
+
+
+def lock_queue_settings(conn: Executor, queue: str) -> QueueSettings:
+    """The queue's settings, its row locked until the caller's transaction ends (inserted with no
+    settings when it had none). For pgqueue's own callers (``pgqueue limit``, which changes some
+    limits and keeps the others): two of them on one queue take turns instead of losing one's
+    change.
+    """
+    return _run(conn, _flow_calls.lock_settings(queue))

@@ -118,6 +118,17 @@ def _one_job() -> dict[str, ColumnElement[Any]]:
 
 ENQUEUE: Insert = insert(jobs).values(_one_job()).returning(jobs.c.id)
 
+
+def _concurrency_key() -> ColumnElement[Any]:
+    return bindparam("concurrency_key", type_=Text)
+
+
+#: ENQUEUE of a job with a ``concurrency_key`` (parameter ``concurrency_key``): a job without one
+#: keeps ENQUEUE's statement and its prepared plan.
+ENQUEUE_KEYED: Insert = (
+    insert(jobs).values({**_one_job(), "concurrency_key": _concurrency_key()}).returning(jobs.c.id)
+)
+
 #: The predicate of ``jobs_unique_key_idx``, spelled as the index spells it: the arbiter of
 #: ``ON CONFLICT`` and the key lookups must match it for the planner to use the index.
 LIVE_KEY = text("unique_key IS NOT NULL AND status IN ('queued', 'running')")
@@ -132,6 +143,20 @@ ENQUEUE_UNIQUE: Insert = (
     .returning(jobs.c.id)
 )
 
+#: ENQUEUE_UNIQUE with a ``concurrency_key``.
+ENQUEUE_UNIQUE_KEYED: Insert = (
+    pg_insert(jobs)
+    .values(
+        {
+            **_one_job(),
+            "unique_key": bindparam("key", type_=Text),
+            "concurrency_key": _concurrency_key(),
+        }
+    )
+    .on_conflict_do_nothing(index_elements=["queue", "unique_key"], index_where=LIVE_KEY)
+    .returning(jobs.c.id)
+)
+
 
 def _batch_insert(*keys: str) -> Any:
     """``INSERT ... SELECT`` over ``jsonb_array_elements(:batch_json) WITH ORDINALITY``; ``ORDER BY
@@ -141,7 +166,8 @@ def _batch_insert(*keys: str) -> Any:
     of 1,000 payloads cost a third of ``enqueue_many``'s time in the driver's escaping of each
     element (profiled), and the JSON text is ~30% faster end to end. Each element is a payload;
     with ``keys`` (the ``unique_key`` column) it is a ``[payload, key]`` pair, the key a string or
-    ``null``.
+    ``null``; with ``unique_key`` and ``concurrency_key`` it is ``[payload, unique key,
+    concurrency key]``, in the order of ``keys``.
     """
     batch = (
         func.jsonb_array_elements(cast(bindparam("batch_json", type_=Text), JSONB))
@@ -158,7 +184,7 @@ def _batch_insert(*keys: str) -> Any:
         bindparam("attempt_budget", type_=Integer),
         _headers(),
         _priority(),
-        *(element.op("->>")(literal_column("1")) for _ in keys),
+        *(element.op("->>")(literal_column(str(place))) for place in range(1, len(keys) + 1)),
     ).order_by(batch.c.ord)
     return (pg_insert(jobs) if keys else insert(jobs)).from_select(columns, rows)
 
@@ -171,6 +197,18 @@ ENQUEUE_MANY: Insert = _batch_insert().returning(jobs.c.id)
 #: (ids in input order, as ENQUEUE_MANY).
 ENQUEUE_MANY_UNIQUE: Insert = (
     _batch_insert("unique_key")
+    .on_conflict_do_nothing(index_elements=["queue", "unique_key"], index_where=LIVE_KEY)
+    .returning(jobs.c.id, jobs.c.unique_key)
+)
+
+#: ENQUEUE_MANY with one ``concurrency_key`` (or NULL) per payload: each element is ``[payload,
+#: key]``.
+ENQUEUE_MANY_KEYED: Insert = _batch_insert("concurrency_key").returning(jobs.c.id)
+
+#: ENQUEUE_MANY_UNIQUE with a ``concurrency_key`` per payload: each element is ``[payload,
+#: unique key, concurrency key]``.
+ENQUEUE_MANY_UNIQUE_KEYED: Insert = (
+    _batch_insert("unique_key", "concurrency_key")
     .on_conflict_do_nothing(index_elements=["queue", "unique_key"], index_where=LIVE_KEY)
     .returning(jobs.c.id, jobs.c.unique_key)
 )
@@ -666,9 +704,13 @@ __all__ = [
     "COMPLETE_MANY",
     "CURRENT_LOCK_TIMEOUT",
     "ENQUEUE",
+    "ENQUEUE_KEYED",
     "ENQUEUE_MANY",
+    "ENQUEUE_MANY_KEYED",
     "ENQUEUE_MANY_UNIQUE",
+    "ENQUEUE_MANY_UNIQUE_KEYED",
     "ENQUEUE_UNIQUE",
+    "ENQUEUE_UNIQUE_KEYED",
     "EXTEND_LEASE",
     "EXTEND_LEASE_MANY",
     "FAIL",

@@ -357,16 +357,16 @@ def check_unique_key(key: object, *, name: str = "unique_key") -> str:
     return key
 
 
-def check_unique_keys(keys: object, count: int) -> list[str | None]:
-    """One key (or ``None``) per payload of a batch; one bad key rejects the batch."""
+def check_unique_keys(keys: object, count: int, *, name: str = "unique_keys") -> list[str | None]:
+    """One key (or ``None``) per payload of a batch; one bad key rejects the batch. The keys of
+    ``concurrency_key`` follow the rules of unique keys (``name`` says which)."""
     if isinstance(keys, (str, bytes, Mapping)) or not isinstance(keys, Iterable):
-        raise InvalidArgumentTypeError("unique_keys", "a sequence of str or None", keys)
+        raise InvalidArgumentTypeError(name, "a sequence of str or None", keys)
     checked = [
-        None if k is None else check_unique_key(k, name=f"unique_keys[{i}]")
-        for i, k in enumerate(keys)
+        None if k is None else check_unique_key(k, name=f"{name}[{i}]") for i, k in enumerate(keys)
     ]
     if len(checked) != count:
         raise InvalidArgumentError(
-            "unique_keys", f"{len(checked)} keys for {count} payloads: give one per payload"
+            name, f"{len(checked)} keys for {count} payloads: give one per payload"
         )
     return checked

@@ -124,7 +124,11 @@ def enqueue(payload: Any, options: EnqueueOptions) -> Plan[int]:
         found = yield from enqueue_unique(payload, options)
         return found.id
     params = {**options.params, "payload_json": encode_payload(payload)}
-    new_id: int = yield Call(statements.ENQUEUE, params, _scalar_int)
+    stmt = statements.ENQUEUE
+    if options.concurrency_key is not None:
+        params["concurrency_key"] = options.concurrency_key
+        stmt = statements.ENQUEUE_KEYED
+    new_id: int = yield Call(stmt, params, _scalar_int)
     return new_id
 
 
@@ -143,8 +147,12 @@ def enqueue_unique(payload: Any, options: EnqueueOptions) -> Plan[EnqueuedJob]:
     if key is None:  # enqueue_unique(unique_key=None): refused like any key that is no str
         key = check_unique_key(key)
     params = {**options.params, "payload_json": encode_payload(payload), "key": key}
+    stmt = statements.ENQUEUE_UNIQUE
+    if options.concurrency_key is not None:
+        params["concurrency_key"] = options.concurrency_key
+        stmt = statements.ENQUEUE_UNIQUE_KEYED
     for _ in range(_KEY_ROUNDS):
-        inserted: list[int] = yield Call(statements.ENQUEUE_UNIQUE, params, _inserted_ids)
+        inserted: list[int] = yield Call(stmt, params, _inserted_ids)
         if inserted:
             return EnqueuedJob(inserted[0], True)
         holders: dict[str, int] = yield _holders_call(params["queue_name"], [key])
@@ -157,24 +165,39 @@ def enqueue_many(
     payloads: Iterable[Any],
     options: EnqueueOptions,
     unique_keys: Iterable[str | None] | None = None,
+    concurrency_keys: str | Iterable[str | None] | None = None,
 ) -> Plan[list[int]]:
-    """``options`` without a ``unique_key``: a batch's keys are ``unique_keys``, one per payload."""
+    """``options`` without a ``unique_key``: a batch's keys are ``unique_keys``, one per payload.
+
+    ``concurrency_keys`` is one key for every job (as ``options.concurrency_key``), or one key
+    or ``None`` per payload; every key is checked before the statement runs.
+    """
     assert options.unique_key is None, "a batch takes one key per payload, in unique_keys"
     encoded = encode_payloads(payloads)
+    flow = _concurrency_keys(options, concurrency_keys, len(encoded))
     params = {**options.params, "batch_json": _json_array(encoded)}
     if unique_keys is None:
-        stmt = statements.ENQUEUE_MANY if encoded else None
-        new_ids: list[int] = yield Call(stmt, params, _sorted_ids)
+        stmt: Executable | None = statements.ENQUEUE_MANY
+        if flow is not None:
+            stmt = statements.ENQUEUE_MANY_KEYED
+            elements = (
+                f"[{payload},{json.dumps(k)}]" for payload, k in zip(encoded, flow, strict=True)
+            )
+            params["batch_json"] = _json_array(elements)
+        new_ids: list[int] = yield Call(stmt if encoded else None, params, _sorted_ids)
         return new_ids
     keys = check_unique_keys(unique_keys, len(encoded))
     ids: list[int | None] = [None] * len(encoded)
     todo = list(range(len(encoded)))
+    unique_stmt = statements.ENQUEUE_MANY_UNIQUE
+    if flow is not None:
+        unique_stmt = statements.ENQUEUE_MANY_UNIQUE_KEYED
     for _ in range(_KEY_ROUNDS):
         if not todo:
             break
-        pairs = (f"[{encoded[i]},{json.dumps(keys[i])}]" for i in todo)
-        batch = {"batch_json": _json_array(pairs)}
-        rows = yield Call(statements.ENQUEUE_MANY_UNIQUE, {**params, **batch}, _id_key_rows)
+        elements = (_keyed_element(encoded[i], keys[i], flow, i) for i in todo)
+        batch = {"batch_json": _json_array(elements)}
+        rows = yield Call(unique_stmt, {**params, **batch}, _id_key_rows)
         held = _assign_inserted(todo, keys, rows, ids)
         todo = held
         if not held:
@@ -187,6 +210,31 @@ def enqueue_many(
         key = keys[todo[0]] or ""
         raise UniqueKeyError(params["queue_name"], key, "kept changing hands; try again")
     return [int(i) for i in ids if i is not None]
+
+
+def _concurrency_keys(
+    options: EnqueueOptions, keys: str | Iterable[str | None] | None, count: int
+) -> list[str | None] | None:
+    """One checked concurrency key per payload, or ``None`` when no job of the batch has one."""
+    if keys is None:
+        if options.concurrency_key is None:
+            return None
+        return [options.concurrency_key] * count
+    if options.concurrency_key is not None:
+        raise InvalidArgumentError(
+            "concurrency_key", "given twice: in the options and for the batch"
+        )
+    if isinstance(keys, str):
+        return [check_unique_key(keys, name="concurrency_key")] * count
+    checked = check_unique_keys(keys, count, name="concurrency_key")
+    return checked if any(k is not None for k in checked) else None
+
+
+def _keyed_element(payload: str, key: str | None, flow: list[str | None] | None, i: int) -> str:
+    """A unique batch's element: ``[payload, unique key]``, with the concurrency key third."""
+    if flow is None:
+        return f"[{payload},{json.dumps(key)}]"
+    return f"[{payload},{json.dumps(key)},{json.dumps(flow[i])}]"
 
 
 def _assign_inserted(

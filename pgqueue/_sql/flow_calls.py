@@ -50,6 +50,10 @@ def settings(queue: str | None) -> Call[list[QueueSettings]]:
     return Call(statements.SETTINGS, {"queue_name": name}, finish)
 
 
+def lock_settings(queue: str) -> Call[QueueSettings]:
+    return Call(statements.LOCK_SETTINGS, {"queue_name": check_queue(queue)}, _one_setting)
+
+
 def _change_params(queue: str, channel: str) -> dict[str, Any]:
     return {"queue_name": check_queue(queue), "channel": channel, "notify_payload": SETTINGS_HINT}
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
-    Boolean,
     Insert,
     Integer,
     Interval,
@@ -20,9 +19,10 @@ from sqlalchemy import (
     Text,
     Update,
     bindparam,
+    false,
     func,
-    literal,
     select,
+    true,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
@@ -51,10 +51,10 @@ def _notify() -> Any:
 #: ``notify_payload``.
 PAUSE: Insert = (
     pg_insert(queues)
-    .values(queue=bindparam("queue_name", type_=Text), paused=literal(True, Boolean))
+    .values(queue=bindparam("queue_name", type_=Text), paused=true())
     .on_conflict_do_update(
         index_elements=[queues.c.queue],
-        set_={"paused": literal(True, Boolean), "updated_at": func.now()},
+        set_={"paused": true(), "updated_at": func.now()},
         where=queues.c.paused.is_(False),
     )
     .returning(queues.c.queue, _notify())
@@ -65,7 +65,7 @@ PAUSE: Insert = (
 RESUME: Update = (
     queues.update()
     .where(queues.c.queue == bindparam("queue_name", type_=Text), queues.c.paused.is_(True))
-    .values(paused=literal(False, Boolean), updated_at=func.now())
+    .values(paused=false(), updated_at=func.now())
     .returning(queues.c.queue, _notify())
 )
 
@@ -93,4 +93,14 @@ ALL_SETTINGS: Select[Any] = select(*_SETTINGS_COLUMNS).order_by(queues.c.queue)
 #: One queue's settings row (none when it was never paused or limited).
 SETTINGS: Select[Any] = select(*_SETTINGS_COLUMNS).where(
     queues.c.queue == bindparam("queue_name", type_=Text)
+)
+
+#: The queue's row, inserted with no settings when it has none, locked until the end of the
+#: transaction: ``pgqueue limit`` changes some limits and keeps the others, and a second operator
+#: changing the same queue waits instead of overwriting. Returns the settings as they are.
+LOCK_SETTINGS: Insert = (
+    pg_insert(queues)
+    .values(queue=bindparam("queue_name", type_=Text))
+    .on_conflict_do_update(index_elements=[queues.c.queue], set_={"queue": queues.c.queue})
+    .returning(*_SETTINGS_COLUMNS)
 )

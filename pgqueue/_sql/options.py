@@ -35,7 +35,8 @@ class EnqueueOptions:
     raises :class:`~pgqueue.errors.InvalidArgumentError` before any SQL.
 
     The fields and their defaults are the keywords of :func:`pgqueue.repository.enqueue`.
-    ``unique_key`` is for a single job (a batch takes one key per payload).
+    ``unique_key`` is for a single job (a batch takes one key per payload); ``concurrency_key``
+    for a single job or, the same for every job, for a batch.
     """
 
     queue: str = DEFAULT_QUEUE
@@ -45,6 +46,9 @@ class EnqueueOptions:
     headers: Mapping[str, str] | None = None
     priority: int = DEFAULT_PRIORITY
     unique_key: str | None = None
+    #: The key a queue's ``per_key`` limit counts by (a batch may instead take one per payload).
+    #: Not in :attr:`params`: a job without one keeps the statement it had before the key existed.
+    concurrency_key: str | None = None
     #: The enqueue statements' bind parameters for these options, computed once (copy it to add
     #: the payload's).
     params: Mapping[str, Any] = field(init=False, repr=False, compare=False)
@@ -61,4 +65,6 @@ class EnqueueOptions:
         }
         if self.unique_key is not None:
             check_unique_key(self.unique_key)
+        if self.concurrency_key is not None:
+            check_unique_key(self.concurrency_key, name="concurrency_key")
         object.__setattr__(self, "params", params)

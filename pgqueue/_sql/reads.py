@@ -46,7 +46,7 @@ from pgqueue._base.connections import WORKER_PREFIX
 from pgqueue._base.readable import READABLE_FROM, readable
 from pgqueue._base.validation import check_unique_key, encode_payload
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
-from pgqueue.models import JobStatus, jobs_table, workers_table
+from pgqueue.models import JobStatus, jobs_table, queues_table, workers_table
 from pgqueue.statements import status_literal
 
 jobs = jobs_table
@@ -211,6 +211,47 @@ def queue_stats_statement() -> Select[Any]:
         )
         .group_by(jobs.c.queue)
         .order_by(jobs.c.queue)
+    )
+
+
+def queue_overview_statement() -> Select[Any]:
+    """The statement :func:`pgqueue.admin.queue_overview` runs: every queue with queued or
+    running jobs or with stored settings (``jobs_queues``), its pause, limits, ready and running
+    counts, by name.
+
+    Only live jobs are read (``status IN ('queued', 'running')``, the rows of the partial
+    ``jobs_ready_idx`` and ``jobs_lease_idx``), never the finished history: a queue whose jobs
+    have all finished and that has no settings is not listed (``pgqueue stats`` lists it).
+    """
+    queues = queues_table
+    queued = jobs.c.status == status_literal(JobStatus.QUEUED)
+    running = jobs.c.status == status_literal(JobStatus.RUNNING)
+    live = (
+        select(
+            jobs.c.queue,
+            _count(queued, jobs.c.run_at <= func.now()).label("ready"),
+            _count(running).label("running"),
+        )
+        .where(
+            jobs.c.status.in_([status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)])
+        )
+        .group_by(jobs.c.queue)
+        .subquery("live")
+    )
+    name = func.coalesce(queues.c.queue, live.c.queue)
+    return (
+        select(
+            name.label("queue"),
+            func.coalesce(queues.c.paused, literal(False)).label("paused"),
+            queues.c.concurrency,
+            queues.c.per_key,
+            queues.c.rate_limit,
+            queues.c.rate_period,
+            func.coalesce(live.c.ready, 0).label("ready"),
+            func.coalesce(live.c.running, 0).label("running"),
+        )
+        .select_from(queues.outerjoin(live, queues.c.queue == live.c.queue, full=True))
+        .order_by(name)
     )
 
 

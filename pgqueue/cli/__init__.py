@@ -40,6 +40,7 @@ from pgqueue.cli.common import (
     schema_arg,
     translate_error,
 )
+from pgqueue.cli.flow import cmd_limit, cmd_pause, cmd_queues, cmd_resume, rate_arg
 from pgqueue.cli.ops import (
     cmd_cancel,
     cmd_doctor,
@@ -185,6 +186,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="insert nothing while a queued or running job of the queue has this key: "
         "print that job's id instead",
     )
+    p.add_argument(
+        "--concurrency-key",
+        metavar="KEY",
+        help="the key the queue's per-key limit counts by (e.g. a tenant id)",
+    )
     p.add_argument("--json", action="store_true", help='print {"id": N, "inserted": true|false}')
 
     statuses = [s.value for s in JobStatus]
@@ -266,6 +272,37 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("cancel", cmd_cancel, "fail queued or running jobs for good, marked cancelled")
     p.add_argument("ids", type=job_id, nargs="+", metavar="ID")
+
+    p = add("queues", cmd_queues, "each queue's pause, limits, ready and running jobs")
+    p.add_argument("--json", action="store_true")
+
+    p = add("pause", cmd_pause, "stop the workers claiming a queue's jobs (until resume)")
+    p.add_argument("queue")
+
+    p = add("resume", cmd_resume, "let the workers claim a paused queue's jobs again")
+    p.add_argument("queue")
+
+    p = add("limit", cmd_limit, "set a queue's concurrency, per-key and rate limits")
+    p.add_argument("queue")
+    p.add_argument(
+        "--concurrency",
+        type=positive_int,
+        metavar="N",
+        help="at most N of the queue's jobs running at once, over every worker",
+    )
+    p.add_argument(
+        "--per-key",
+        type=positive_int,
+        metavar="N",
+        help="at most N running jobs with the same --concurrency-key",
+    )
+    p.add_argument(
+        "--rate",
+        type=rate_arg,
+        metavar="LIMIT/PERIOD",
+        help="at most LIMIT jobs started per PERIOD, e.g. 10/1s or 100/5m",
+    )
+    p.add_argument("--clear", action="store_true", help="remove every limit (then set those given)")
 
     p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue-sa[web])")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

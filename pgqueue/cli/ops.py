@@ -41,8 +41,9 @@ from pgqueue.models import JobStatus
 
 
 def _enqueue_options(args: argparse.Namespace) -> EnqueueOptions:
-    """The command's flags as one checked value; a bad ``--priority`` or ``--unique-key`` is
-    one line naming the flag (the other flags' errors name the option, as the API's do)."""
+    """The command's flags as one checked value; a bad ``--priority``, ``--unique-key`` or
+    ``--concurrency-key`` is one line naming the flag (the other flags' errors name the option,
+    as the API's do)."""
     try:
         priority = int(args.priority)
     except ValueError as exc:
@@ -54,12 +55,13 @@ def _enqueue_options(args: argparse.Namespace) -> EnqueueOptions:
             max_attempts=args.max_attempts,
             priority=priority,
             unique_key=args.unique_key,
+            concurrency_key=args.concurrency_key,
         )
     except InvalidArgumentError as exc:
         if exc.argument == "priority":
             raise _bad_priority(args.priority) from exc
-        if exc.argument == "unique_key":
-            raise UserError(f"--unique-key {exc.problem}") from exc
+        if exc.argument in ("unique_key", "concurrency_key"):
+            raise UserError(f"--{exc.argument.replace('_', '-')} {exc.problem}") from exc
         raise
 
 

@@ -1,5 +1,5 @@
 """The POST actions: retry and cancel a job or the jobs selected on the list, retry a queue's
-failed jobs, purge its done jobs (after a confirmation page).
+failed jobs, purge its done jobs (after a confirmation page), pause and resume a queue.
 
 Each runs the repository function the CLI runs, in a short transaction of its own, and answers
 with a redirect (303) back to the page it came from. In order, before anything changes: a
@@ -157,6 +157,28 @@ async def queue_retry_failed(request: Request) -> Response:
         return error_page(request, refused.status, str(refused))
     requeued = await _write(request, lambda conn: repository.retry_failed(conn, queue=queue))
     return redirect(url(request, "overview", query={"done": "retried-failed", "n": len(requeued)}))
+
+
+async def queue_pause(request: Request) -> Response:
+    """Pause the queue (workers follow within about a second); back to the overview."""
+    return await _queue_switch(request, repository.pause, "paused", "already-paused")
+
+
+async def queue_resume(request: Request) -> Response:
+    """Take the paused queue up again; back to the overview."""
+    return await _queue_switch(request, repository.resume, "resumed", "not-paused")
+
+
+async def _queue_switch(
+    request: Request, switch: Callable[[Connection, str], bool], changed: str, unchanged: str
+) -> Response:
+    try:
+        await _checked_form(request)
+        queue = _queue(request)
+    except Refused as refused:
+        return error_page(request, refused.status, str(refused))
+    done = await _write(request, lambda conn: switch(conn, queue))
+    return redirect(url(request, "overview", query={"done": changed if done else unchanged}))
 
 
 #: The field a purge's confirmation page adds; without it a purge deletes nothing.

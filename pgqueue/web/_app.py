@@ -62,6 +62,18 @@ def _routes() -> list[Route | Mount]:
             methods=["POST"],
             name="queue_purge",
         ),
+        Route(
+            "/queues/{queue:path}/pause",
+            _actions.queue_pause,
+            methods=["POST"],
+            name="queue_pause",
+        ),
+        Route(
+            "/queues/{queue:path}/resume",
+            _actions.queue_resume,
+            methods=["POST"],
+            name="queue_resume",
+        ),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
 

@@ -46,6 +46,11 @@ MESSAGES = {
     "are, and not while another transaction holds their row).",
     "purged": "{n} done job(s) deleted.",
     "purged-more": "{n} done job(s) deleted; more remain: purge again.",
+    "paused": "Queue paused: workers claim none of its jobs until it is resumed (running jobs "
+    "finish; enqueueing still works).",
+    "already-paused": "The queue was already paused: nothing changed.",
+    "resumed": "Queue resumed: workers claim its jobs again.",
+    "not-paused": "The queue was not paused: nothing changed.",
 }
 
 

@@ -18,7 +18,8 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from pgqueue import admin, doctor
+from pgqueue import admin, doctor, repository
+from pgqueue.flow import QueueSettings
 from pgqueue.web._chart import MINUTES, DepthChart, FinishedChart, depth_chart, finished_charts
 
 #: How long the doctor's findings are reused before the checks run again.
@@ -40,6 +41,24 @@ class Overview:
     finished: dict[str, FinishedChart]
     depth: dict[str, DepthChart | None]
     minutes: int = MINUTES
+
+
+#: The counts of a queue that has settings (``jobs_queues``) and no job.
+_NO_JOBS = dict.fromkeys(
+    ("ready", "scheduled", "running", "expired_leases", "done", "failed", "cancelled"), 0
+)
+
+
+def _with_settings(
+    queues: list[dict[str, Any]], stored: list[QueueSettings]
+) -> list[dict[str, Any]]:
+    """Each queue's counts with its ``settings`` (pause and limits), and a row of zeros for a
+    queue that has settings and no job (a paused queue stays on the page to be resumed)."""
+    by_name = {s.queue: s for s in stored}
+    rows = [{**q, "settings": by_name.pop(q["queue"], QueueSettings(q["queue"]))} for q in queues]
+    for name, setting in by_name.items():
+        rows.append({"queue": name, **_NO_JOBS, "oldest_ready_age_s": None, "settings": setting})
+    return sorted(rows, key=lambda row: str(row["queue"]))
 
 
 class DepthHistory:
@@ -91,7 +110,7 @@ class OverviewSource:
     def read(self) -> Overview:
         """One read-only transaction (rolled back): counts, vacuum, chart, cached findings."""
         with self._engine.connect() as conn:
-            queues = admin.queue_stats(conn)
+            queues = _with_settings(admin.queue_stats(conn), repository.queue_settings(conn))
             table = admin.table_stats(conn)
             snapshot = admin.oldest_snapshot(conn)
             finished = finished_charts(admin.finished_per_minute(conn))

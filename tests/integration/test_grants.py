@@ -210,3 +210,44 @@ def test_each_column_of_the_producers_select_is_needed(
 def _reap(engine: Engine) -> list[int]:
     with engine.begin() as conn:
         return [r.id for r in pgqueue.reap_expired(conn)]
+
+
+def test_flow_control_privileges_of_each_role(roles: dict[str, URL], engine: Engine) -> None:
+    """The worker reads a queue's settings and can update its row (the claim moves the rate
+    window); the monitor reads them; the producer enqueues with a concurrency key and reads no
+    settings; changing settings of a queue without a row is the owner's (or an operator's)."""
+    with engine.begin() as conn:
+        pgqueue.set_queue_limits(conn, "api", concurrency=2, rate=pgqueue.Rate(5, timedelta(1)))
+    producer = create_engine(roles["producer"])
+    worker = create_engine(roles["worker"])
+    monitor = create_engine(roles["monitor"])
+    try:
+        with producer.begin() as conn:
+            pgqueue.enqueue(conn, {}, queue="api", concurrency_key="tenant-1")
+            pgqueue.enqueue_many(conn, [1, 2], queue="api", concurrency_key=["t1", None])
+        assert _denied(producer, "SELECT * FROM jobs_queues")
+        assert _denied(producer, "SELECT concurrency_key FROM jobs")
+        for reader in (worker, monitor):
+            with reader.connect() as conn:
+                (settings,) = pgqueue.queue_settings(conn)
+            assert (settings.queue, settings.concurrency) == ("api", 2)
+        with worker.begin() as conn:
+            conn.execute(
+                text(
+                    "UPDATE jobs_queues SET window_start = now(), window_count = window_count + 1 "
+                    "WHERE queue = 'api'"
+                )
+            )
+            assert pgqueue.resume(conn, "api") is False  # an UPDATE of the existing row
+        assert _denied(monitor, "UPDATE jobs_queues SET window_count = 0")
+        assert _denied(worker, "INSERT INTO jobs_queues (queue) VALUES ('new')")
+        with worker.connect() as conn, pytest.raises(exc.ProgrammingError):
+            pgqueue.pause(conn, "new")
+        with engine.begin() as conn:  # the owner
+            assert pgqueue.pause(conn, "new") is True
+        with engine.connect() as conn:
+            keys = conn.execute(text("SELECT concurrency_key FROM jobs ORDER BY id")).scalars()
+            assert list(keys) == ["tenant-1", "t1", None]
+    finally:
+        for each in (producer, worker, monitor):
+            each.dispose()

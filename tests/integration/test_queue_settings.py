@@ -202,3 +202,102 @@ def test_a_schema_of_its_own_notifies_its_channel(engine: Engine, db_url: URL) -
     finally:
         raw.close()
     assert _rows(engine) == []
+
+
+# -- concurrency_key on every enqueue path ------------------------------------------------------
+
+
+def _keys(engine: Engine) -> list[tuple[Any, ...]]:
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT payload, unique_key, concurrency_key FROM jobs ORDER BY id")
+        )
+        return [tuple(r) for r in rows]
+
+
+def test_every_enqueue_path_stores_the_concurrency_key(q: Runner) -> None:
+    q.run("enqueue", "plain")
+    q.run("enqueue", "one", concurrency_key="tenant-1")
+    q.run("enqueue", "unique", unique_key="u1", concurrency_key="tenant-2")
+    found = q.run("enqueue_unique", "again", unique_key="u1", concurrency_key="tenant-3")
+    assert found.inserted is False  # the key's holder keeps its own concurrency key
+    q.run("enqueue_unique", "u2", unique_key="u2", concurrency_key="tenant-3")
+    q.run("enqueue_many", ["m1", "m2"], concurrency_key="tenant-4")
+    q.run("enqueue_many", ["a1", "a2", "a3"], concurrency_key=["t-a", None, "t-b"])
+    q.run(
+        "enqueue_many",
+        ["k1", "k2"],
+        unique_keys=["uk1", None],
+        concurrency_key=["t-c", "t-d"],
+    )
+    q.run("enqueue_many", ["s1"], unique_keys=["uk2"], concurrency_key="t-e")
+    assert _keys(q.engine) == [
+        ("plain", None, None),
+        ("one", None, "tenant-1"),
+        ("unique", "u1", "tenant-2"),
+        ("u2", "u2", "tenant-3"),
+        ("m1", None, "tenant-4"),
+        ("m2", None, "tenant-4"),
+        ("a1", None, "t-a"),
+        ("a2", None, None),
+        ("a3", None, "t-b"),
+        ("k1", "uk1", "t-c"),
+        ("k2", None, "t-d"),
+        ("s1", "uk2", "t-e"),
+    ]
+
+
+def test_a_held_unique_key_in_a_keyed_batch_returns_its_holder(q: Runner) -> None:
+    (holder,) = q.run("enqueue_many", ["first"], unique_keys=["u"], concurrency_key=["t1"])
+    ids = q.run(
+        "enqueue_many", ["dup", "new"], unique_keys=["u", "v"], concurrency_key=["t2", "t3"]
+    )
+    assert ids[0] == holder
+    assert _keys(q.engine) == [("first", "u", "t1"), ("new", "v", "t3")]
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "argument"),
+    [
+        (op("enqueue", {}, concurrency_key=""), InvalidArgumentError, "concurrency_key"),
+        (op("enqueue", {}, concurrency_key=7), InvalidArgumentTypeError, "concurrency_key"),
+        (op("enqueue", {}, concurrency_key="k" * 1001), InvalidArgumentError, "concurrency_key"),
+        (
+            op("enqueue_unique", {}, unique_key="u", concurrency_key=""),
+            InvalidArgumentError,
+            "concurrency_key",
+        ),
+        (
+            op("enqueue_many", [1, 2], concurrency_key=["a"]),
+            InvalidArgumentError,
+            "concurrency_key",
+        ),
+        (
+            op("enqueue_many", [1, 2], concurrency_key=["a", "b", "c"]),
+            InvalidArgumentError,
+            "concurrency_key",
+        ),
+        (
+            op("enqueue_many", [1, 2], concurrency_key=["a", ""]),
+            InvalidArgumentError,
+            "concurrency_key[1]",
+        ),
+        (
+            op("enqueue_many", [1, 2], unique_keys=["u", "v"], concurrency_key=["a", 3]),
+            InvalidArgumentTypeError,
+            "concurrency_key[1]",
+        ),
+        (
+            op("enqueue_many", [1], concurrency_key=b"a"),
+            InvalidArgumentTypeError,
+            "concurrency_key",
+        ),
+    ],
+)
+def test_a_bad_concurrency_key_writes_nothing(
+    q: Runner, call: Any, error: type[Exception], argument: str
+) -> None:
+    with pytest.raises(error) as raised:
+        q.tx([op("enqueue", {"first": True}), call])
+    assert raised.value.argument == argument  # type: ignore[attr-defined]
+    assert _keys(q.engine) == []

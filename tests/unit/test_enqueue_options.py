@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import pgqueue.aio
-from pgqueue import InvalidArgumentError, InvalidArgumentTypeError, repository
+from pgqueue import InvalidArgumentError, InvalidArgumentTypeError, repository, statements
 from pgqueue._sql import calls
 from pgqueue._sql.options import EnqueueOptions
 from pgqueue.cli.common import UserError
@@ -87,6 +87,10 @@ def test_building_computes_the_bind_parameters_once() -> None:
         ({"priority": 10}, "priority"),
         ({"unique_key": ""}, "unique_key"),
         ({"unique_key": "k" * 1001}, "unique_key"),
+        ({"concurrency_key": ""}, "concurrency_key"),
+        ({"concurrency_key": "k" * 1001}, "concurrency_key"),
+        ({"concurrency_key": "é" * 501}, "concurrency_key"),  # 1,002 bytes
+        ({"concurrency_key": "a\x00b"}, "concurrency_key"),
     ],
 )
 def test_a_bad_option_is_refused_when_the_value_is_built(
@@ -103,6 +107,8 @@ def test_a_bad_option_is_refused_when_the_value_is_built(
         ({"queue": 1}, "queue"),
         ({"max_attempts": "5"}, "max_attempts"),
         ({"priority": True}, "priority"),
+        ({"concurrency_key": 42}, "concurrency_key"),
+        ({"concurrency_key": b"tenant"}, "concurrency_key"),
     ],
 )
 def test_a_mistyped_option_is_refused_when_the_value_is_built(
@@ -124,6 +130,59 @@ def test_the_calls_take_the_value_and_add_only_the_payload() -> None:
     assert "payload_json" not in options.params  # the value's own parameters stay as built
 
 
+def test_a_concurrency_key_chooses_the_keyed_statements_and_no_key_keeps_the_old_ones() -> None:
+    """A job without a key runs the statement (and prepared plan) it ran before the key."""
+    plain = EnqueueOptions(queue="mail")
+    keyed = EnqueueOptions(queue="mail", concurrency_key="tenant-1")
+    assert "concurrency_key" not in keyed.params
+    assert next(calls.enqueue(1, plain)).statement is statements.ENQUEUE
+    call = next(calls.enqueue(1, keyed))
+    assert call.statement is statements.ENQUEUE_KEYED
+    assert call.params["concurrency_key"] == "tenant-1"
+    unique = EnqueueOptions(queue="mail", unique_key="u", concurrency_key="tenant-1")
+    call = next(calls.enqueue_unique(1, unique))
+    assert call.statement is statements.ENQUEUE_UNIQUE_KEYED
+    assert (call.params["key"], call.params["concurrency_key"]) == ("u", "tenant-1")
+    assert next(calls.enqueue_many([1], plain)).statement is statements.ENQUEUE_MANY
+    many = next(calls.enqueue_many([1, 2], keyed))
+    assert many.statement is statements.ENQUEUE_MANY_KEYED
+    assert many.params["batch_json"] == '[[1,"tenant-1"],[2,"tenant-1"]]'
+    aligned = next(calls.enqueue_many([1, 2], plain, concurrency_keys=["a", None]))
+    assert aligned.params["batch_json"] == '[[1,"a"],[2,null]]'
+    none = next(calls.enqueue_many([1, 2], plain, concurrency_keys=[None, None]))
+    assert none.statement is statements.ENQUEUE_MANY  # no key at all: the plain batch
+    both = next(calls.enqueue_many([1, 2], plain, ["u1", None], concurrency_keys=["a", "b"]))
+    assert both.statement is statements.ENQUEUE_MANY_UNIQUE_KEYED
+    assert both.params["batch_json"] == '[[1,"u1","a"],[2,null,"b"]]'
+
+
+@pytest.mark.parametrize(
+    ("keys", "error", "match"),
+    [
+        (["a"], InvalidArgumentError, "concurrency_key: 1 keys for 2 payloads"),
+        (["a", "b", "c"], InvalidArgumentError, "concurrency_key: 3 keys for 2 payloads"),
+        (["a", ""], InvalidArgumentError, r"concurrency_key\[1\]: must not be empty"),
+        (["a", 7], InvalidArgumentTypeError, r"concurrency_key\[1\]: expected str"),
+        (["a", "k" * 1001], InvalidArgumentError, r"concurrency_key\[1\]: 1001 bytes"),
+        ("", InvalidArgumentError, "concurrency_key: must not be empty"),
+        (7, InvalidArgumentTypeError, "concurrency_key: expected a sequence"),
+        ({"a": 1, "b": 2}, InvalidArgumentTypeError, "concurrency_key: expected a sequence"),
+    ],
+)
+def test_a_batchs_concurrency_keys_are_checked_before_the_statement(
+    keys: Any, error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        next(calls.enqueue_many([1, 2], EnqueueOptions(), concurrency_keys=keys))
+    with pytest.raises(error, match=match):
+        next(calls.enqueue_many([1, 2], EnqueueOptions(), ["u", "v"], concurrency_keys=keys))
+
+
+def test_a_batchs_key_given_twice_is_refused() -> None:
+    with pytest.raises(InvalidArgumentError, match="concurrency_key: given twice"):
+        next(calls.enqueue_many([1], EnqueueOptions(concurrency_key="a"), concurrency_keys="b"))
+
+
 def test_enqueue_unique_without_a_key_is_refused_as_before() -> None:
     with pytest.raises(InvalidArgumentTypeError, match="unique_key: expected str, got NoneType"):
         next(calls.enqueue_unique({}, EnqueueOptions()))
@@ -131,7 +190,7 @@ def test_enqueue_unique_without_a_key_is_refused_as_before() -> None:
 
 def _args(**flags: Any) -> argparse.Namespace:
     defaults = {"queue": "mail", "delay": None, "max_attempts": 5, "priority": "0"}
-    return argparse.Namespace(**{**defaults, "unique_key": None, **flags})
+    return argparse.Namespace(**{**defaults, "unique_key": None, "concurrency_key": None, **flags})
 
 
 def test_the_command_line_builds_one_value_from_its_flags() -> None:
@@ -139,6 +198,8 @@ def test_the_command_line_builds_one_value_from_its_flags() -> None:
     assert built == EnqueueOptions(
         queue="mail", delay=timedelta(seconds=9), priority=7, unique_key="u:1"
     )
+    keyed = _enqueue_options(_args(concurrency_key="tenant-42"))
+    assert keyed == EnqueueOptions(queue="mail", concurrency_key="tenant-42")
 
 
 @pytest.mark.parametrize(
@@ -147,6 +208,8 @@ def test_the_command_line_builds_one_value_from_its_flags() -> None:
         ({"priority": "high"}, "--priority must be an integer from 0 to 9 (higher runs first)"),
         ({"priority": "10"}, "--priority must be an integer from 0 to 9 (higher runs first)"),
         ({"unique_key": ""}, "--unique-key must not be empty"),
+        ({"concurrency_key": ""}, "--concurrency-key must not be empty"),
+        ({"concurrency_key": "k" * 1001}, "--concurrency-key 1001 bytes, more than 1000"),
     ],
 )
 def test_the_command_line_names_its_flag_when_the_value_refuses_it(

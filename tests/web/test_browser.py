@@ -47,7 +47,7 @@ if CHROMIUM is None:
 from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
 
 #: The buttons of the actions, which a read-only dashboard never shows.
-ACTION_BUTTONS = re.compile("retry|cancel|purge", re.IGNORECASE)
+ACTION_BUTTONS = re.compile("retry|cancel|purge|pause|resume", re.IGNORECASE)
 #: Bound on every wait for the page (the machine may be busy with other tests).
 WAIT_MS = 20_000
 

@@ -56,7 +56,7 @@ def test_every_link_and_form_works_under_the_prefix(
     assert links, "no link found"
     for link in links:
         assert link.startswith("/queue/"), link
-        if "/retry" in link or "/cancel" in link or "/purge" in link:
+        if any(verb in link for verb in ("/retry", "/cancel", "/purge", "/pause", "/resume")):
             continue  # forms: posted below
         assert client.get(link).status_code == 200, link
     assert f"/queue/jobs/{job_id}/retry" in links
@@ -68,6 +68,11 @@ def test_every_link_and_form_works_under_the_prefix(
     assert response.status_code == 303
     assert response.headers["location"] == f"/queue/jobs/{job_id}?done=retried"
     assert row(engine, job_id)["status"] == "queued"
+    assert "/queue/queues/email/pause" in links
+    paused = client.post(
+        "/queue/queues/email/pause", data={"csrf_token": token.group(1)}, follow_redirects=False
+    )
+    assert (paused.status_code, paused.headers["location"]) == (303, "/queue/?done=paused")
     assert client.get("/queue/nowhere").status_code == 404
 
 

@@ -9,10 +9,18 @@ import pytest
 from sqlalchemy import Engine
 from starlette.testclient import TestClient
 
+import pgqueue
 from pgqueue.web import create_app
 from tests.web.conftest import MakeClient, csrf_token, failed_job, row
 
-ACTIONS = ["/jobs/{id}/retry", "/jobs/{id}/cancel", "/queues/q/retry-failed", "/queues/q/purge"]
+ACTIONS = [
+    "/jobs/{id}/retry",
+    "/jobs/{id}/cancel",
+    "/queues/q/retry-failed",
+    "/queues/q/purge",
+    "/queues/q/pause",
+    "/queues/q/resume",
+]
 
 
 def _basic(user: str, password: str) -> dict[str, str]:
@@ -30,6 +38,8 @@ def test_a_post_without_a_token_is_403_and_changes_nothing(
     assert response.status_code == 403
     assert "CSRF token" in response.text
     assert row(engine, job_id)["status"] == "failed"
+    with engine.connect() as conn:
+        assert pgqueue.queue_settings(conn) == []
 
 
 @pytest.mark.parametrize("path", ACTIONS)
@@ -147,3 +157,5 @@ def test_read_only_shows_no_form_and_refuses_every_post(
         assert response.status_code == 403, path
     assert row(engine, failed)["status"] == "failed"
     assert 'method="post"' in writable.get(f"/jobs/{failed}").text
+    with engine.connect() as conn:
+        assert pgqueue.queue_settings(conn) == []  # no pause, no resume went through

@@ -1,0 +1,97 @@
+"""The flow-control commands: ``pgqueue queues``, ``pause``, ``resume`` and ``limit``.
+
+Each runs in one short transaction; ``pause``, ``resume`` and ``limit`` notify the workers on
+commit (:mod:`pgqueue.flow`), so running workers follow within about a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pgqueue import admin, repository
+from pgqueue.cli.common import UserError, emit, emit_json, note, table, transaction
+from pgqueue.errors import PgQueueError
+from pgqueue.flow import Rate, describe_limits
+
+
+def rate_arg(value: str) -> Rate:
+    """``--rate 10/1s``: a :class:`pgqueue.Rate`, or argparse's one-line error."""
+    try:
+        return Rate.parse(value)
+    except PgQueueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("rate: ")) from exc
+
+
+def _rate_json(rate: Rate | None) -> dict[str, float] | None:
+    return None if rate is None else {"limit": rate.limit, "period_s": rate.period.total_seconds()}
+
+
+def cmd_queues(args: argparse.Namespace) -> int:
+    """One line per queue that has queued or running jobs or stored settings: its name, whether
+    it is paused, its limits, and its ready and running jobs."""
+    with transaction(args) as conn:
+        rows = admin.queue_overview(conn)
+    if args.json:
+        emit_json([{**r, "rate": _rate_json(r["rate"])} for r in rows])
+        return 0
+    table(
+        ["queue", "state", "limits", "ready", "running"],
+        [
+            (
+                r["queue"],
+                "paused" if r["paused"] else "-",
+                describe_limits(r["concurrency"], r["per_key"], r["rate"]),
+                r["ready"],
+                r["running"],
+            )
+            for r in rows
+        ],
+    )
+    if not rows:
+        emit("(no queue with live jobs or settings)")
+    return 0
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    """Pause a queue: workers claim none of its jobs until ``pgqueue resume`` (running jobs
+    finish; enqueueing still works)."""
+    with transaction(args) as conn:
+        changed = repository.pause(conn, args.queue)
+    if changed:
+        emit(f"paused queue {args.queue!r}")
+    else:
+        note(f"queue {args.queue!r} was already paused")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    """Take a paused queue up again."""
+    with transaction(args) as conn:
+        changed = repository.resume(conn, args.queue)
+    if changed:
+        emit(f"resumed queue {args.queue!r}")
+    else:
+        note(f"queue {args.queue!r} was not paused")
+    return 0
+
+
+def cmd_limit(args: argparse.Namespace) -> int:
+    """Change a queue's limits: the flags given are set, the others kept; ``--clear`` removes
+    every limit first (``--clear --rate 10/1s``: the rate alone)."""
+    given = {
+        name: getattr(args, name)
+        for name in ("concurrency", "per_key", "rate")
+        if getattr(args, name) is not None
+    }
+    if not given and not args.clear:
+        raise UserError("name at least one of --concurrency, --per-key, --rate, or --clear")
+    with transaction(args) as conn:
+        current = repository.lock_queue_settings(conn, args.queue)
+        kept: dict[str, Any] = {}
+        if not args.clear:
+            kept = {"concurrency": current.concurrency, "per_key": current.per_key}
+            kept["rate"] = current.rate
+        now = repository.set_queue_limits(conn, args.queue, **{**kept, **given})
+    emit(f"queue {args.queue!r}: {now.limits_text}")
+    return 0
