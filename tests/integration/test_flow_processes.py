@@ -70,13 +70,7 @@ def spawn(db_url: URL) -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 def _enqueue(engine: Engine, payloads: list[Any], queue: str, key: str | None = None) -> list[int]:
     with engine.begin() as conn:
-        ids = pgqueue.enqueue_many(conn, payloads, queue=queue)
-        if key is not None:
-            conn.execute(
-                text("UPDATE jobs SET concurrency_key = :k WHERE id = ANY(:ids)"),
-                {"k": key, "ids": ids},
-            )
-    return ids
+        return pgqueue.enqueue_many(conn, payloads, queue=queue, concurrency_key=key)
 
 
 def _done(engine: Engine, queue: str) -> int:
