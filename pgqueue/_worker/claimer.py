@@ -183,13 +183,18 @@ class Claimer:
         next_poll = 0.0
         next_reap = time.monotonic() + (0.0 if until_empty else opts.reap_interval)
         next_refresh = 0.0  # the settings are read before the first claim
+        was_idle = False
         while not rt.stop.is_set():
             pulse.step()
             now = time.monotonic()
-            if now >= next_refresh or self._refresh_requested:
+            # Scale-to-zero: an idle worker sends nothing but its stretched poll, so it re-reads
+            # the settings only when told (a notification, a reconnect) and when it wakes up.
+            idle = bool(self.idle_interval())
+            woke, was_idle = was_idle and not idle, idle
+            if (now >= next_refresh and not idle) or woke or self._refresh_requested:
                 self._refresh_requested = False
                 self._refresh_settings()
-                next_refresh = time.monotonic() + max(REFRESH_INTERVAL, self.idle_interval())
+                next_refresh = time.monotonic() + REFRESH_INTERVAL
                 if not self._flow.known:
                     rt.stop.wait(1.0)  # never claim before knowing what is paused
                     continue
@@ -224,7 +229,9 @@ class Claimer:
                 pulse.waiting()
                 if self.idle():
                     self._replay.release()  # scale-to-zero: nothing held while idle
-                wake_at = min(next_poll, next_reap, next_refresh)
+                wake_at = min(next_poll, next_reap)
+                if not self.idle():
+                    wake_at = min(wake_at, next_refresh)
                 unpark = self._flow.next_unpark()
                 if unpark is not None:
                     wake_at = min(wake_at, unpark)
