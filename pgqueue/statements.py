@@ -232,8 +232,12 @@ KEY_HOLDERS: Select[Any] = select(jobs.c.id, jobs.c.unique_key).where(
 # -- claim -----------------------------------------------------------------------------------------
 
 
-def _ready_ids(limit: int, *, skip_locked: bool) -> Any:
+def _ready_ids(limit: int, *, skip_locked: bool, take: ColumnElement[Any] | None = None) -> Any:
     """Up to ``limit`` ready ids, highest priority first, oldest ``run_at`` first within one.
+
+    ``take`` (an expression) cuts the outer limit below ``limit``: the limited claim of a queue
+    with flow limits (:mod:`pgqueue._sql.limited_claim`) passes its budget, computed in the
+    statement. Only the rows taken are locked (each level's LockRows runs as the outer Limit pulls).
 
     One bounded range scan of ``jobs_ready_idx`` per priority level, from the queue's highest
     queued priority down to 0 (a ``LATERAL`` subquery per level, each Limit over LockRows over an
@@ -271,7 +275,8 @@ def _ready_ids(limit: int, *, skip_locked: bool) -> Any:
         .with_for_update(skip_locked=skip_locked)
         .lateral("ready")
     )
-    return select(level.c.id).select_from(levels.join(level, true())).limit(limit_literal)
+    outer = limit_literal if take is None else take
+    return select(level.c.id).select_from(levels.join(level, true())).limit(outer)
 
 
 def _claimant() -> ColumnElement[Any]:
@@ -283,6 +288,17 @@ def _claimant() -> ColumnElement[Any]:
         bindparam("locked_by", None, type_=Text),
         func.nullif(application_name, literal_column("''", Text)),
     )
+
+
+def claim_values() -> dict[str, Any]:
+    """SET clause of every claim (the plain and the limited one): running, leased, recorded."""
+    return {
+        "status": status_literal(JobStatus.RUNNING),
+        "attempts": jobs.c.attempts + 1,
+        "locked_until": _lease_end(),
+        "locked_by": _claimant(),
+        "locked_at": func.now(),
+    }
 
 
 @lru_cache(maxsize=64)
@@ -300,13 +316,7 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
     return (
         jobs.update()
         .where(jobs.c.id == nxt.c.id)
-        .values(
-            status=status_literal(JobStatus.RUNNING),
-            attempts=jobs.c.attempts + 1,
-            locked_until=_lease_end(),
-            locked_by=_claimant(),
-            locked_at=func.now(),
-        )
+        .values(claim_values())
         .returning(
             jobs.c.id,
             jobs.c.queue,

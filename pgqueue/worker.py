@@ -53,7 +53,7 @@ from pgqueue.jobs import (
 from pgqueue.listener import Listener
 from pgqueue.periodic import Periodic, check_definitions
 from pgqueue.retry_policy import RetryPolicy
-from pgqueue.schema import CANCEL_HINT, channel_for, schema_of
+from pgqueue.schema import CANCEL_HINT, SETTINGS_HINT, channel_for, schema_of
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -375,6 +375,8 @@ class Worker:
                 def on_notify(payload: str) -> None:
                     if payload == CANCEL_HINT:
                         heartbeat.poke()
+                    elif payload == SETTINGS_HINT:
+                        claimer.on_settings_changed()
                     else:
                         claimer.on_notify(payload)
 
@@ -526,6 +528,7 @@ class Worker:
             idle_after=self.idle_after,
             lock_timeout_ms=int(self.lock_timeout * 1000),
             worker_name=name,
+            enforces_limits=self.mode == "lease",
         )
 
     # -- signals ----------------------------------------------------------------------------------

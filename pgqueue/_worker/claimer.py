@@ -21,9 +21,16 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
+from pgqueue._sql.limited_claim import ClaimState, QueueFlow
+from pgqueue._worker.flow import REFRESH_INTERVAL, FlowGate
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.reaper import reap
-from pgqueue._worker.replay import Replay, claim_replayed
+from pgqueue._worker.replay import (
+    Replay,
+    claim_replayed,
+    limited_claim_replayed,
+    settings_replayed,
+)
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.transient import retrying
 from pgqueue._worker.window import Lane
@@ -33,6 +40,11 @@ log = logging.getLogger("pgqueue.worker")
 
 #: ``claim(queue, limit)``: the jobs claimed, or ``None`` once a transient error gave up.
 Claim = Callable[[str, int], list[ClaimedJob] | None]
+#: ``claim_limited(queue, limit, per_key)``: the limited claim's jobs and what it left, or ``None``.
+LimitedClaim = Callable[[str, int, bool], tuple[list[ClaimedJob], ClaimState] | None]
+#: ``read_settings(queues)``: the flow settings of the worker's queues, or ``None`` on a
+#: transient error (the last ones stay).
+ReadSettings = Callable[[list[str]], Mapping[str, QueueFlow] | None]
 
 
 class Intake(Protocol):
@@ -62,6 +74,11 @@ class ClaimerOptions:
     lock_timeout_ms: int
     #: Recorded in ``jobs.locked_by`` by every claim (``_base.connections.worker_name``).
     worker_name: str | None = None
+    #: Whether this worker's claims can hold a queue's flow limits: lease mode's can (the
+    #: claim commits at once, so its jobs are counted as ``running``); transaction mode's
+    #: cannot (its jobs are ``running`` only inside their open transaction, invisible to other
+    #: workers' counts), so it leaves queues with limits alone.
+    enforces_limits: bool = True
 
 
 class Claimer:
@@ -69,6 +86,9 @@ class Claimer:
 
     ``claim`` makes one claim; the default is the replayed claim on ``engine`` (the unit tests
     pass their own, so the queue choice and the claim sizes are tested without a database).
+    ``claim_limited`` and ``read_settings`` are the flow control's seams
+    (:mod:`pgqueue._worker.flow`): by default the limited claim and the settings read on
+    ``engine``, but with a ``claim`` of its own and no ``read_settings`` no queue has settings.
     """
 
     def __init__(
@@ -80,6 +100,8 @@ class Claimer:
         intake: Intake,
         *,
         claim: Claim | None = None,
+        claim_limited: LimitedClaim | None = None,
+        read_settings: ReadSettings | None = None,
     ) -> None:
         self._rt = runtime
         self._engine = engine
@@ -88,6 +110,13 @@ class Claimer:
         self._intake = intake
         self._replay = Replay(engine)  # the claim's connection, held between claims
         self._claim = claim or self._claim_replayed
+        self._claim_limited = claim_limited or self._limited_replayed
+        if read_settings is None:
+            read_settings = self._settings_replayed if claim is None else (lambda queues: {})
+        self._read_settings = read_settings
+        self._flow = FlowGate()  # under the runtime's lock
+        self._refresh_requested = False
+        self._warned_limits: set[str] = set()
         # All under the runtime's lock.
         self._ready: dict[str, None] = {}  # queues worth a claim, in round-robin order
         self._notified: dict[str, None] = {}
@@ -106,9 +135,16 @@ class Claimer:
                 self._notified[queue] = None
                 self._rt.claimer_wakeup.notify_all()
 
+    def on_settings_changed(self) -> None:
+        """A queue's flow settings changed (a notification): read them again now."""
+        with self._rt.lock:
+            self._refresh_requested = True
+            self._rt.claimer_wakeup.notify_all()
+
     def on_listen_connected(self) -> None:
         with self._rt.lock:
             self._poll_requested = True  # whatever was sent while we were away is gone
+            self._refresh_requested = True
             self._rt.claimer_wakeup.notify_all()
 
     def queue_had_job(self, queue: str) -> None:
@@ -146,9 +182,22 @@ class Claimer:
         rt, opts, pulse = self._rt, self._opts, self.pulse
         next_poll = 0.0
         next_reap = time.monotonic() + (0.0 if until_empty else opts.reap_interval)
+        next_refresh = 0.0  # the settings are read before the first claim
+        was_idle = False
         while not rt.stop.is_set():
             pulse.step()
             now = time.monotonic()
+            # Scale-to-zero: an idle worker sends nothing but its stretched poll, so it re-reads
+            # the settings only when told (a notification, a reconnect) and when it wakes up.
+            idle = bool(self.idle_interval())
+            woke, was_idle = was_idle and not idle, idle
+            if (now >= next_refresh and not idle) or woke or self._refresh_requested:
+                self._refresh_requested = False
+                self._refresh_settings()
+                next_refresh = time.monotonic() + REFRESH_INTERVAL
+                if not self._flow.known:
+                    rt.stop.wait(1.0)  # never claim before knowing what is paused
+                    continue
             if now >= next_poll or self._poll_requested:
                 self._poll_requested = False
                 if now >= next_reap:
@@ -166,7 +215,8 @@ class Claimer:
             with rt.lock:
                 if rt.stop.is_set():
                     return
-                if until_empty and not self._ready and self._intake.in_flight() == 0:
+                parked = self._flow.any_parked()
+                if until_empty and not self._ready and self._intake.in_flight() == 0 and not parked:
                     # Everything claimed is finished: stop once a whole poll found nothing.
                     if self._claimed_since_poll == 0:
                         return
@@ -179,7 +229,13 @@ class Claimer:
                 pulse.waiting()
                 if self.idle():
                     self._replay.release()  # scale-to-zero: nothing held while idle
-                rt.claimer_wakeup.wait(max(0.0, min(next_poll, next_reap) - time.monotonic()))
+                wake_at = min(next_poll, next_reap)
+                if not self.idle():
+                    wake_at = min(wake_at, next_refresh)
+                unpark = self._flow.next_unpark()
+                if unpark is not None:
+                    wake_at = min(wake_at, unpark)
+                rt.claimer_wakeup.wait(max(0.0, wake_at - time.monotonic()))
 
     def _next_poll_interval(self) -> float:
         opts = self._opts
@@ -198,22 +254,50 @@ class Claimer:
             with self._rt.lock:
                 self._ready.update(dict.fromkeys(self._lanes))
 
+    def _refresh_settings(self) -> None:
+        settings = retrying(
+            lambda: self._read_settings(list(self._lanes)), what="reading the queues' settings"
+        )
+        if settings is None:
+            return  # a transient error: the settings known so far stay
+        with self._rt.lock:
+            for queue in self._flow.update(settings):
+                self._ready.setdefault(queue, None)
+            self._rt.claimer_wakeup.notify_all()
+
     def _next_queue(self) -> str | None:
-        """The first queue in line whose lane has room for a claim. Lock held."""
-        intake = self._intake
+        """The first queue in line whose lane has room for a claim and whose flow settings let
+        it be claimed (not paused, not parked at a limit). Lock held."""
+        intake, flow = self._intake, self._flow
         for queue in self._ready:
-            if intake.worth_claim(self._lanes[queue]):
+            if flow.claimable(queue) and intake.worth_claim(self._lanes[queue]):
+                if not self._opts.enforces_limits and flow.settings(queue).limited:
+                    self._warn_limits(queue)
+                    continue
                 return queue
         return None
+
+    def _warn_limits(self, queue: str) -> None:
+        if queue not in self._warned_limits:
+            self._warned_limits.add(queue)
+            log.warning(
+                "queue %s has flow limits, which a transaction-mode worker cannot hold: "
+                "not claiming from it (run a lease-mode worker for it)",
+                queue,
+            )
 
     def _claim_round(self) -> None:
         """Visit ready queues round-robin while there is capacity: one claim per visit."""
         rt = self._rt
         while not rt.stop.is_set():
             with rt.lock:
+                if self._refresh_requested:
+                    return  # the settings changed: the loop reads them before the next claim
                 for q in self._notified:
                     self._ready.setdefault(q, None)
                 self._notified.clear()
+                for q in self._flow.unpark(time.monotonic(), rt.finished):
+                    self._ready.setdefault(q, None)
                 queue = self._next_queue()
                 if queue is None:
                     return
@@ -222,18 +306,48 @@ class Claimer:
                 limit = self._intake.take(queue, lane)
                 if not limit:
                     continue  # the lane claims for itself
-            claimed = self._claim(queue, limit)
+                flow = self._flow.settings(queue)
+            state: ClaimState | None = None
+            if flow.limited:
+                answer = self._claim_limited(queue, limit, flow.per_key is not None)
+                claimed, state = (None, None) if answer is None else answer
+            else:
+                claimed = self._claim(queue, limit)
             with rt.lock:
                 if claimed is None:
                     self._ready.setdefault(queue, None)
                 else:
-                    if len(claimed) == limit:
+                    parked = (
+                        state is not None
+                        and len(claimed) < limit
+                        and self._flow.claimed(queue, state, time.monotonic(), rt.finished)
+                    )
+                    if len(claimed) == limit and not parked:
                         self._ready[queue] = None  # more may be waiting: back of the line
                     self._claimed_since_poll += rt.accept(lane, claimed)
             if claimed is None:
                 self.pulse.waiting()
                 rt.stop.wait(1.0)
                 return
+
+    def _limited_replayed(
+        self, queue: str, limit: int, per_key: bool
+    ) -> tuple[list[ClaimedJob], ClaimState] | None:
+        return retrying(
+            lambda: limited_claim_replayed(
+                self._replay,
+                queue=queue,
+                limit=limit,
+                lease=self._opts.lease,
+                per_key=per_key,
+                lock_timeout_ms=self._opts.lock_timeout_ms,
+                locked_by=self.name,
+            ),
+            what=f"claim on queue {queue}",
+        )
+
+    def _settings_replayed(self, queues: list[str]) -> Mapping[str, QueueFlow]:
+        return settings_replayed(self._replay, queues)
 
     def _claim_replayed(self, queue: str, limit: int) -> list[ClaimedJob] | None:
         # One statement in autocommit: committed before it returns, without the BEGIN and COMMIT

@@ -33,11 +33,21 @@ from sqlalchemy import Connection, Engine
 
 from pgqueue._base.urls import error_line
 from pgqueue._sql.calls import Call, claim
+from pgqueue._sql.limited_claim import (
+    ClaimState,
+    QueueFlow,
+    limited_claim,
+    lock_queue,
+    queue_settings,
+    queue_state,
+)
 from pgqueue.results import ClaimedJob
 
 log = logging.getLogger("pgqueue.worker")
 
 T = TypeVar("T")
+U = TypeVar("U")
+V = TypeVar("V")
 
 #: SQLAlchemy logs statements through this logger when it is at INFO (``echo`` sets it too).
 _ENGINE_LOG = logging.getLogger("sqlalchemy.engine.Engine")
@@ -65,6 +75,8 @@ class Replay:
         self._held_since = 0.0
         self._replayed_here = 0  # on the held connection
         self._sent: dict[Hashable, _Sent] = {}
+        self._sent_locked: dict[Hashable, tuple[_Sent, ...]] = {}
+        self._locked_cursors: list[psycopg.Cursor[Any]] | None = None
         #: Calls answered by the driver alone (the tests' and the benchmarks' evidence).
         self.replayed = 0
 
@@ -101,10 +113,81 @@ class Replay:
             self._sent[key] = _Sent(result.context.statement, result.context.parameters[0])
         return answer
 
+    def read(self, call: Call[T]) -> T:
+        """Run ``call`` through SQLAlchemy on the held connection, not remembered (a read the loop
+        makes about once a second, whose parameters may be lists)."""
+        conn = self._connection()
+        try:
+            assert call.statement is not None
+            return call.finish(conn.execute(call.statement, call.params))
+        except BaseException:
+            self.release()
+            raise
+
+    def run_locked(self, lock: Call[Any], call: Call[T], after: Call[U]) -> tuple[T, U]:
+        """``lock``, ``call`` and ``after`` in one transaction, in one round trip once replayed.
+
+        The limited claim (:mod:`pgqueue._sql.limited_claim`): ``lock`` takes the queue's row
+        lock, ``call`` claims (its snapshot taken after the lock was granted: it starts only once
+        ``lock`` returned) and ``after`` reads what the claim left. Replayed as a psycopg
+        pipeline (``BEGIN``, the three, ``COMMIT`` sent together); the first run, a watched
+        engine and another driver go through SQLAlchemy in a transaction of their own.
+        """
+        calls = (lock, call, after)
+        key = tuple((c.statement, tuple(sorted(c.params.items()))) for c in calls)
+        conn = self._connection()
+        sent = self._sent_locked.get(key)
+        if sent is not None and self._cursor is not None and not self._watched(conn):
+            driver = self._cursor.connection
+            cursors = self._pipeline_cursors(driver)
+            try:
+                with driver.pipeline():
+                    cursors[0].execute("BEGIN")
+                    for cursor, text in zip(cursors, sent, strict=True):
+                        cursor.execute(text.sql, text.params)
+                    cursors[0].execute("COMMIT")
+                claimed_rows = cursors[1].fetchall()
+                after_rows = cursors[2].fetchall()
+            except psycopg.Error as exc:
+                log.debug(
+                    "replayed limited claim failed (%s); again through SQLAlchemy", error_line(exc)
+                )
+                self.release(invalidate=True)
+            else:
+                self.replayed += 1
+                self._replayed_here += 1
+                assert call.from_rows is not None
+                assert after.from_rows is not None
+                return call.from_rows(claimed_rows), after.from_rows(after_rows)
+        texts: list[_Sent] = []
+
+        def execute(tx: Connection, one: Call[V]) -> V:
+            assert one.statement is not None
+            result = tx.execute(one.statement, one.params)
+            texts.append(_Sent(result.context.statement, result.context.parameters[0]))
+            return one.finish(result)
+
+        with self._engine.begin() as tx:
+            execute(tx, lock)
+            claimed = execute(tx, call)
+            left = execute(tx, after)
+        if self._driver_ok:
+            if len(self._sent_locked) >= _MAX_REMEMBERED:
+                self._sent_locked.clear()
+            self._sent_locked[key] = tuple(texts)
+        return claimed, left
+
+    def _pipeline_cursors(self, driver: psycopg.Connection[Any]) -> list[psycopg.Cursor[Any]]:
+        """Three cursors of the held connection: each statement's rows stay on its own."""
+        if self._locked_cursors is None or self._locked_cursors[0].connection is not driver:
+            self._locked_cursors = [driver.cursor(row_factory=namedtuple_row) for _ in range(3)]
+        return self._locked_cursors
+
     def release(self, *, invalidate: bool = False) -> None:
         """Give the held connection back to the pool (``invalidate``: close it for good)."""
         conn, self._conn = self._conn, None
         cursor, self._cursor = self._cursor, None
+        locked, self._locked_cursors = self._locked_cursors, None
         if conn is None:
             return
         log.debug(
@@ -114,8 +197,9 @@ class Replay:
         )
         self._replayed_here = 0
         try:
-            if cursor is not None:
-                cursor.close()
+            for one in [cursor, *(locked or [])]:
+                if one is not None:
+                    one.close()
             if invalidate:
                 conn.invalidate()
             conn.close()
@@ -150,3 +234,27 @@ def claim_replayed(
     """The worker's claim: :func:`pgqueue.repository.claim` in autocommit, on the replay's held
     connection, replayed on the driver after the first run (``locked_by``: the worker's name)."""
     return replay.run(claim(queue, limit, lease, locked_by))
+
+
+def limited_claim_replayed(
+    replay: Replay,
+    *,
+    queue: str,
+    limit: int,
+    lease: timedelta,
+    per_key: bool,
+    lock_timeout_ms: int,
+    locked_by: str | None = None,
+) -> tuple[list[ClaimedJob], ClaimState]:
+    """The claim of a queue with flow limits: lock its settings row, claim within the limits,
+    read what is left (:mod:`pgqueue._sql.limited_claim`), one transaction."""
+    return replay.run_locked(
+        lock_queue(queue, lock_timeout_ms),
+        limited_claim(queue, limit, lease, locked_by, per_key=per_key),
+        queue_state(queue),
+    )
+
+
+def settings_replayed(replay: Replay, queues: list[str]) -> dict[str, QueueFlow]:
+    """The flow settings of the worker's queues, one statement."""
+    return replay.read(queue_settings(queues))

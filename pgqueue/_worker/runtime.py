@@ -79,6 +79,9 @@ class Runtime:
         #: Whether a failed attempt's log line carries its traceback (``Worker(log_tracebacks)``).
         self.log_tracebacks = log_tracebacks
         self.last_work = time.monotonic()
+        #: Jobs whose end was recorded: a queue parked at a flow limit is claimed again once this
+        #: moves (one of this worker's jobs left ``running``, so a slot may be free).
+        self.finished = 0
 
     # -- claims -----------------------------------------------------------------------------------
 
@@ -157,6 +160,7 @@ class Runtime:
 
     def record(self, held: Held, outcome: Outcome, detail: str) -> None:
         """Count, log and tell hooks of one job's end. Lock held."""
+        self.finished += 1
         traceback = held.traceback if self.log_tracebacks else None
         count_and_log(self.stats, held.job, outcome, detail, traceback)
         if self.hooks is not None:

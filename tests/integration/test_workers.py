@@ -168,6 +168,8 @@ def test_a_worker_that_cannot_write_its_row_warns_once_and_works(
             conn.execute(text(f"DROP ROLE IF EXISTS {role}"))
             conn.execute(text(f"CREATE ROLE {role} LOGIN"))
             conn.execute(text(f"GRANT SELECT, INSERT, UPDATE ON jobs TO {role}"))
+            # What a worker reads since #23 (its queues' flow settings); jobs_workers stays denied.
+            conn.execute(text(f"GRANT SELECT, UPDATE ON jobs_queues TO {role}"))
         target = create_engine(db_url.set(username=role, password=None))
     caplog.set_level(logging.WARNING, logger="pgqueue.worker")
     try:
@@ -179,6 +181,7 @@ def test_a_worker_that_cannot_write_its_row_warns_once_and_works(
             target.dispose()
             with engine.begin() as conn:
                 conn.execute(text(f"REVOKE ALL ON jobs FROM {role}"))
+                conn.execute(text(f"REVOKE ALL ON jobs_queues FROM {role}"))
                 conn.execute(text(f"DROP ROLE {role}"))
     assert stats.done == 3
     warnings = [r.getMessage() for r in caplog.records if "jobs_workers" in r.getMessage()]

@@ -1,0 +1,354 @@
+"""The worker's side of flow control (#23): its queues' settings, and the claim of a limited queue.
+
+A queue without limits keeps :func:`pgqueue.statements.claim_statement` untouched (one statement,
+no join, no lock of ``jobs_queues``). A queue with a ``concurrency``, ``per_key`` or ``rate``
+limit is claimed in one short transaction of three statements, sent in one round trip (a psycopg
+pipeline, :meth:`pgqueue._worker.replay.Replay.run_locked`):
+
+1. :data:`LOCK_QUEUE` locks the queue's ``jobs_queues`` row (``FOR UPDATE``): every limited claim
+   of the queue, on any worker, waits here for the one before it to commit.
+2. :func:`limited_claim_statement` counts and claims. Under READ COMMITTED a statement sees one
+   snapshot, taken when it starts; this one starts after the lock was granted, so it sees every
+   claim committed before (a lock taken inside the counting statement would not: its snapshot
+   would predate the claims it waited for). It counts the queue's ``running`` rows (and, for
+   ``per_key``, each key's), claims at most what the limits leave, and moves the rate window in
+   the same statement. Nothing is counted outside the rows: a killed worker's jobs stay
+   ``running``, and counted, until the reaper requeues them at lease expiry, and no longer.
+3. :data:`QUEUE_STATE` reads what the claim left (still paused or limited, how many run, how
+   much of the rate window is used and how long it has to go, whether ready jobs remain), so the
+   worker knows whether to wait for the limit rather than for new jobs.
+
+The rate window is fixed: it starts at the first claim after the previous one ended
+(``window_start``, on the database clock) and lasts ``rate_period``; ``window_count`` counts the
+jobs claimed in it. At most ``rate_limit`` jobs start in one window; a burst at the end of one
+window and another at the start of the next can start ``2 * rate_limit`` within one period.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    Integer,
+    Select,
+    Text,
+    bindparam,
+    case,
+    exists,
+    func,
+    literal,
+    literal_column,
+    null,
+    select,
+)
+
+from pgqueue._sql.calls import Call, claim
+from pgqueue.models import JobStatus, jobs_table, queues_table
+from pgqueue.results import ClaimedJob
+from pgqueue.statements import (
+    _ready_ids,
+    _statement_lock_timeout,
+    claim_statement,
+    claim_values,
+    status_literal,
+)
+
+jobs = jobs_table
+
+queues = queues_table
+
+#: ``int`` as the limits' stand-in for "no limit" where a comparison needs a number.
+_NO_LIMIT = literal_column("2147483647", Integer)
+_ZERO = literal_column("0", Integer)
+
+
+def _queue() -> Any:
+    return bindparam("queue_name", type_=Text)
+
+
+def _running(*, keyed: bool = False) -> Any:
+    """The queue's running jobs (``keyed``: those with a ``concurrency_key``)."""
+    where = [jobs.c.queue == _queue(), jobs.c.status == status_literal(JobStatus.RUNNING)]
+    if keyed:
+        where.append(jobs.c.concurrency_key.is_not(None))
+    return select(func.count()).select_from(jobs).where(*where)
+
+
+def _window_end() -> Any:
+    return queues.c.window_start + queues.c.rate_period
+
+
+def _window_open() -> Any:
+    """The rate window still runs: started, and not yet ``rate_period`` old."""
+    return queues.c.window_start.is_not(None) & (_window_end() > func.now())
+
+
+#: The flow settings of the worker's queues (``queue_names``): read at start and about every
+#: second after. A queue without a row has no settings. Returns ``queue, paused, concurrency,
+#: per_key, rate_limit``.
+QUEUE_SETTINGS: Select[Any] = select(
+    queues.c.queue,
+    queues.c.paused,
+    queues.c.concurrency,
+    queues.c.per_key,
+    queues.c.rate_limit,
+).where(queues.c.queue == func.any(bindparam("queue_names", type_=ARRAY(Text))))
+
+#: Step 1: the queue's row, locked until the claim's transaction ends. ``lock_timeout``
+#: (milliseconds as text) bounds the wait, set before the lock is taken (a one-time filter).
+LOCK_QUEUE: Select[Any] = (
+    select(queues.c.queue)
+    .where(queues.c.queue == _queue(), _statement_lock_timeout())
+    .with_for_update()
+)
+
+#: Step 3: what the claim left. Returns ``paused, concurrency, per_key, rate_limit, running,
+#: window_count`` (of the window still open, else 0), ``window_left`` (its seconds to go, NULL
+#: when none is open) and ``ready`` (a ready job remains). No row: the queue has no settings.
+QUEUE_STATE: Select[Any] = select(
+    queues.c.paused,
+    queues.c.concurrency,
+    queues.c.per_key,
+    queues.c.rate_limit,
+    _running().scalar_subquery().label("running"),
+    case((_window_open(), queues.c.window_count), else_=0).label("window_count"),
+    case(
+        (_window_open(), func.extract("epoch", _window_end() - func.now())),
+        else_=null(),
+    ).label("window_left"),
+    exists()
+    .where(
+        jobs.c.queue == _queue(),
+        jobs.c.status == status_literal(JobStatus.QUEUED),
+        jobs.c.run_at <= func.now(),
+    )
+    .label("ready"),
+).where(queues.c.queue == _queue())
+
+
+@lru_cache(maxsize=64)
+def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
+    """Step 2: claim up to ``limit`` ready jobs of a limited queue, within its limits.
+
+    Parameters as :func:`pgqueue.statements.claim_statement` (``queue_name``, ``lease``,
+    ``locked_by``); returns the same columns. The budget is ``least(limit, concurrency -
+    running, rate_limit - window_count)`` (a missing limit drops out of ``least``), 0 when the
+    queue is paused or has no settings row. ``per_key`` (the variant for a queue with that
+    limit): each key's ready jobs are ranked after its running ones, and only ranks up to
+    ``per_key`` are candidates, so a key with a long backlog takes its share and the next keys'
+    first jobs come in the same claim (no head-of-line blocking); jobs without a key are not
+    limited by it. That variant reads every ready job of the queue once per claim (a window
+    over them); the plain variant walks ``jobs_ready_idx`` as the unlimited claim does.
+    """
+    q = queues
+    fresh = q.c.rate_limit.is_not(None) & ~_window_open()
+    settings = (
+        select(
+            q.c.concurrency,
+            q.c.per_key,
+            q.c.rate_limit,
+            fresh.label("fresh"),
+            q.c.window_count,
+        )
+        .where(q.c.queue == _queue(), ~q.c.paused)
+        .cte("settings")
+        .prefix_with("MATERIALIZED")
+    )
+    limit_literal = literal(limit, Integer, literal_execute=True)
+    used = case((settings.c.fresh, _ZERO), else_=settings.c.window_count)
+    budget = func.greatest(
+        _ZERO,
+        func.least(
+            limit_literal,
+            settings.c.concurrency - _running().scalar_subquery(),
+            settings.c.rate_limit - used,
+        ),
+    )
+    take = func.coalesce(select(budget).select_from(settings).scalar_subquery(), _ZERO)
+    if per_key:
+        picked_ids = _per_key_ids(settings, take)
+    else:
+        picked_ids = select(_ready_ids(limit, skip_locked=True, take=take).subquery().c.id)
+    picked = picked_ids.cte("picked").prefix_with("MATERIALIZED")
+    claimed = (
+        jobs.update()
+        # = ANY(ARRAY(...)): probes jobs_pkey per id; a join on the CTE, whose row count the
+        # planner cannot know (the budget is computed), hash-joined a seq scan of jobs.
+        .where(jobs.c.id == func.any(func.array(select(picked.c.id).scalar_subquery())))
+        .values(claim_values())
+        .returning(*claim_statement(limit).exported_columns)
+        .cte("claimed")
+    )
+    count = select(func.count()).select_from(claimed).scalar_subquery()
+    fresh_now = settings_value(settings.c.fresh)
+    window = (
+        q.update()
+        .where(
+            q.c.queue == _queue(),
+            settings_value(settings.c.rate_limit).is_not(None),
+            exists().select_from(claimed),
+        )
+        .values(
+            window_start=case((fresh_now, func.now()), else_=q.c.window_start),
+            window_count=case((fresh_now, _ZERO), else_=q.c.window_count) + count,
+        )
+        .cte("window")
+    )
+    return select(*claimed.c).add_cte(window)
+
+
+def settings_value(column: Any) -> Any:
+    """``(SELECT column FROM settings)``: one value of the one-row CTE, without a join."""
+    return select(column).scalar_subquery()
+
+
+def _per_key_ids(settings: Any, take: Any) -> Select[Any]:
+    """Ready ids within ``per_key``, in claim order, at most ``take``, locked (SKIP LOCKED)."""
+    per_key = func.coalesce(settings_value(settings.c.per_key), _NO_LIMIT)
+    held = (
+        select(jobs.c.concurrency_key, func.count().label("running"))
+        .where(
+            jobs.c.queue == _queue(),
+            jobs.c.status == status_literal(JobStatus.RUNNING),
+            jobs.c.concurrency_key.is_not(None),
+        )
+        .group_by(jobs.c.concurrency_key)
+        .cte("held")
+        .prefix_with("MATERIALIZED")
+    )
+    running = func.coalesce(held.c.running, _ZERO)
+    rank = func.row_number().over(
+        partition_by=jobs.c.concurrency_key,
+        order_by=(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id),
+    )
+    ranked = (
+        select(
+            jobs.c.id,
+            jobs.c.concurrency_key,
+            jobs.c.priority,
+            jobs.c.run_at,
+            (rank + running).label("rank"),
+        )
+        .select_from(jobs.outerjoin(held, held.c.concurrency_key == jobs.c.concurrency_key))
+        .where(
+            jobs.c.queue == _queue(),
+            jobs.c.status == status_literal(JobStatus.QUEUED),
+            jobs.c.run_at <= func.now(),
+            running < per_key,  # a key already at its limit is left out before the sort
+        )
+        .cte("ranked")
+        .prefix_with("MATERIALIZED")
+    )
+    chosen = (
+        select(ranked.c.id)
+        .where(ranked.c.concurrency_key.is_(None) | (ranked.c.rank <= per_key))
+        .order_by(ranked.c.priority.desc(), ranked.c.run_at, ranked.c.id)
+        .limit(take)
+    )
+    return (
+        select(jobs.c.id)
+        .where(
+            jobs.c.id == func.any(func.array(chosen.scalar_subquery())),
+            jobs.c.status == status_literal(JobStatus.QUEUED),
+        )
+        .with_for_update(skip_locked=True)
+    )
+
+
+# -- as calls --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueFlow:
+    """One queue's flow settings as a worker follows them (no row: :data:`UNLIMITED`)."""
+
+    paused: bool = False
+    concurrency: int | None = None
+    per_key: int | None = None
+    rate_limit: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        """Claims of this queue take the limited path (lock, count, claim)."""
+        limits = (self.concurrency, self.per_key, self.rate_limit)
+        return any(limit is not None for limit in limits)
+
+
+UNLIMITED = QueueFlow()
+
+
+@dataclass(frozen=True)
+class ClaimState:
+    """What a limited claim left: the queue's settings then, and whether it is at a limit."""
+
+    flow: QueueFlow
+    #: The claim stopped at a limit while ready jobs remain: wait for a job to finish (or
+    #: ``wait`` seconds, for a spent rate window) rather than for a new job.
+    at_limit: bool
+    #: Seconds until the rate window ends, when the window's budget is spent; else ``None``.
+    wait: float | None = None
+
+
+def queue_settings(queues_of_worker: Sequence[str]) -> Call[dict[str, QueueFlow]]:
+    """The settings of ``queues_of_worker`` (a queue without a row is absent: unlimited)."""
+    return Call(
+        QUEUE_SETTINGS,
+        {"queue_names": list(queues_of_worker)},
+        lambda result: _settings(result.all() if result is not None else []),
+        from_rows=_settings,
+    )
+
+
+def _settings(rows: Iterable[Any]) -> dict[str, QueueFlow]:
+    return {
+        r.queue: QueueFlow(bool(r.paused), r.concurrency, r.per_key, r.rate_limit) for r in rows
+    }
+
+
+def lock_queue(queue: str, lock_timeout_ms: int) -> Call[None]:
+    return Call(
+        LOCK_QUEUE,
+        {"queue_name": queue, "lock_timeout": str(lock_timeout_ms)},
+        lambda result: None,
+        from_rows=lambda rows: None,
+    )
+
+
+def limited_claim(
+    queue: str, limit: int, lease: timedelta, locked_by: str | None, *, per_key: bool
+) -> Call[list[ClaimedJob]]:
+    """:func:`pgqueue._sql.calls.claim`'s parameters (validated there), the limited statement."""
+    plain = claim(queue, limit, lease, locked_by)
+    return Call(
+        limited_claim_statement(limit, per_key=per_key),
+        plain.params,
+        plain.finish,
+        from_rows=plain.from_rows,
+    )
+
+
+def queue_state(queue: str) -> Call[ClaimState]:
+    return Call(
+        QUEUE_STATE,
+        {"queue_name": queue},
+        lambda result: _state(result.all() if result is not None else []),
+        from_rows=_state,
+    )
+
+
+def _state(rows: Iterable[Any]) -> ClaimState:
+    row = next(iter(rows), None)
+    if row is None:
+        return ClaimState(UNLIMITED, at_limit=False)
+    flow = QueueFlow(bool(row.paused), row.concurrency, row.per_key, row.rate_limit)
+    rate_spent = row.rate_limit is not None and row.window_count >= row.rate_limit
+    full = row.concurrency is not None and row.running >= row.concurrency
+    # per_key: ready jobs left after a claim that took fewer than asked are of keys at their limit.
+    at_limit = bool(row.ready) and (rate_spent or full or row.per_key is not None)
+    wait = float(row.window_left) if rate_spent and row.window_left is not None else None
+    return ClaimState(flow, at_limit=at_limit and not flow.paused, wait=wait)

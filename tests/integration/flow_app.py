@@ -1,0 +1,75 @@
+"""A worker process for the flow control tests: ``python flow_app.py``, settings in the environment.
+
+PGQUEUE_APP_URL (database URL), PGQUEUE_APP_CONCURRENCY (handler threads, default 4),
+PGQUEUE_APP_LEASE and PGQUEUE_APP_REAP (seconds, default 30 and 15), PGQUEUE_APP_POLL (seconds,
+default 1), PGQUEUE_APP_PREFETCH (default: the worker's adaptive one).
+
+Queues ``flow`` and ``other``, one handler: it marks itself live (a committed row in
+``flow_live``), then records in ``flow_log`` its job, attempt, pid, key, the database clock, how
+many handlers were live and how many jobs of its queue (and of its key) were ``running`` in the
+table at that moment,
+works ``payload["sleep"]`` seconds (default 0), and unmarks itself. A handler counts the live
+rows after its own row committed, so of handlers that run at once the last to count sees them
+all: the peak of ``flow_log.live`` is the peak of handlers running together.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import time
+
+from sqlalchemy import create_engine, text
+
+import pgqueue
+
+
+def main() -> int:
+    logging.basicConfig(level=os.environ.get("PGQUEUE_APP_LOG", "WARNING"), stream=sys.stderr)
+    env = os.environ
+    concurrency = int(env.get("PGQUEUE_APP_CONCURRENCY", "4"))
+    engine = create_engine(env["PGQUEUE_APP_URL"], pool_size=concurrency + 4, max_overflow=4)
+
+    def handler(job: pgqueue.JobContext) -> None:
+        with engine.begin() as conn:
+            conn.execute(
+                text("INSERT INTO flow_live VALUES (:j, :a)"), {"j": job.id, "a": job.attempts}
+            )
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "INSERT INTO flow_log SELECT :j, :a, :p, :q, j.concurrency_key,"
+                    " clock_timestamp(), (SELECT count(*) FROM flow_live),"
+                    " (SELECT count(*) FROM jobs r WHERE r.queue = :q AND r.status = 'running'),"
+                    " (SELECT count(*) FROM jobs r WHERE r.queue = :q AND r.status = 'running'"
+                    "  AND r.concurrency_key = j.concurrency_key)"
+                    " FROM jobs j WHERE j.id = :j"
+                ),
+                {"j": job.id, "a": job.attempts, "p": os.getpid(), "q": job.queue},
+            )
+        time.sleep(float((job.payload or {}).get("sleep", 0)))
+        with engine.begin() as conn:
+            conn.execute(
+                text("DELETE FROM flow_live WHERE job_id = :j AND attempts = :a"),
+                {"j": job.id, "a": job.attempts},
+            )
+
+    prefetch = env.get("PGQUEUE_APP_PREFETCH")
+    worker = pgqueue.Worker(
+        engine,
+        {"flow": handler, "other": handler},
+        concurrency=concurrency,
+        poll_interval=float(env.get("PGQUEUE_APP_POLL", "1")),
+        prefetch=None if prefetch is None else int(prefetch),
+        lease=float(env.get("PGQUEUE_APP_LEASE", "30")),
+        reap_interval=float(env.get("PGQUEUE_APP_REAP", "15")),
+    )
+    print("ready", flush=True)
+    worker.run()
+    engine.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,79 @@
+"""The claimer's flow bookkeeping (:mod:`pgqueue._worker.flow`) and the limited claim's shape."""
+
+from __future__ import annotations
+
+from sqlalchemy.dialects import postgresql
+
+from pgqueue._sql.limited_claim import (
+    UNLIMITED,
+    ClaimState,
+    QueueFlow,
+    limited_claim_statement,
+)
+from pgqueue._worker.flow import LIMIT_POLL, FlowGate
+from pgqueue.statements import claim_statement
+
+LIMITED = QueueFlow(concurrency=4)
+
+
+def test_a_paused_queue_is_not_claimable_until_resumed() -> None:
+    gate = FlowGate()
+    assert gate.update({"a": QueueFlow(paused=True)}) == []
+    assert not gate.claimable("a")
+    assert gate.claimable("b")  # no row: unpaused, unlimited
+    assert gate.update({}) == ["a"]  # resumed (its row gone): worth a claim now
+    assert gate.claimable("a")
+    assert gate.settings("a") == UNLIMITED
+
+
+def test_a_queue_at_its_limit_waits_for_a_finished_job_or_the_short_poll() -> None:
+    gate = FlowGate()
+    gate.update({"a": LIMITED})
+    assert gate.claimed("a", ClaimState(LIMITED, at_limit=True), now=10.0, finished=3)
+    assert not gate.claimable("a")
+    assert list(gate.unpark(now=10.1, finished=3)) == []
+    assert gate.next_unpark() == 10.0 + LIMIT_POLL
+    assert list(gate.unpark(now=10.1, finished=4)) == ["a"]  # one of ours finished
+    assert gate.claimable("a")
+    gate.claimed("a", ClaimState(LIMITED, at_limit=True), now=20.0, finished=4)
+    assert list(gate.unpark(now=20.0 + LIMIT_POLL, finished=4)) == ["a"]
+
+
+def test_a_spent_rate_window_waits_for_its_end_whatever_finishes() -> None:
+    gate = FlowGate()
+    rate = QueueFlow(rate_limit=10)
+    gate.claimed("a", ClaimState(rate, at_limit=True, wait=0.7), now=5.0, finished=0)
+    assert list(gate.unpark(now=5.5, finished=9)) == []
+    assert list(gate.unpark(now=5.7, finished=9)) == ["a"]
+
+
+def test_a_short_claim_not_at_a_limit_parks_nothing() -> None:
+    gate = FlowGate()
+    assert not gate.claimed("a", ClaimState(LIMITED, at_limit=False), now=0.0, finished=0)
+    assert gate.claimable("a")
+    assert not gate.any_parked()
+
+
+def test_a_change_of_limits_unparks_the_queue() -> None:
+    gate = FlowGate()
+    gate.update({"a": LIMITED})
+    gate.claimed("a", ClaimState(LIMITED, at_limit=True), now=0.0, finished=0)
+    assert gate.update({"a": QueueFlow(concurrency=8)}) == ["a"]
+    assert gate.claimable("a")
+
+
+def _sql(statement: object) -> str:
+    return str(statement.compile(dialect=postgresql.dialect()))  # type: ignore[attr-defined]
+
+
+def test_the_unlimited_claim_never_reads_the_settings_table() -> None:
+    assert "jobs_queues" not in _sql(claim_statement(100))
+
+
+def test_the_limited_claim_counts_and_claims_in_one_statement() -> None:
+    for per_key in (False, True):
+        sql = _sql(limited_claim_statement(100, per_key=per_key))
+        assert "FOR UPDATE SKIP LOCKED" in sql
+        assert "UPDATE jobs SET status='running'" in sql
+        assert "UPDATE jobs_queues SET window_start" in sql  # the rate window, same statement
+        assert ("row_number() OVER (PARTITION BY jobs.concurrency_key" in sql) is per_key
