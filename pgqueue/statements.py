@@ -245,7 +245,8 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
 
     Parameters: ``queue_name``, ``lease``, ``locked_by`` (the claiming worker's name, or NULL for
     the connection's ``application_name``; also sets ``locked_at``). Returns ``id, queue,
-    payload, attempts, run_at, headers, priority``.
+    payload, attempts, run_at, headers, priority, task`` (``task``: the name of the task the job
+    runs, NULL for a queue-keyed job).
     The CTE is ``MATERIALIZED`` so the planner keeps LockRows inside it (per priority level:
     Limit over LockRows over an index scan of ``jobs_ready_idx``). ``skip_locked=False`` is the
     serialising variant of R5, kept for the demo and the tests.
@@ -269,6 +270,7 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
             jobs.c.run_at,
             jobs.c.headers,
             jobs.c.priority,
+            jobs.c.task,
         )
     )
 
@@ -289,6 +291,33 @@ def _done_values() -> dict[str, Any]:
 
 
 COMPLETE: Update = jobs.update().where(_guard()).values(_done_values()).returning(jobs.c.id)
+
+
+def _result_values(result: ColumnElement[Any], progress: ColumnElement[Any]) -> dict[str, Any]:
+    """``result`` and ``progress`` of a completion that carries them: both JSON texts (NULL:
+    no result; no progress since the last one written, which stays)."""
+    return {
+        "result": cast(result, JSONB),
+        "progress": func.coalesce(cast(progress, JSONB), jobs.c.progress),
+    }
+
+
+#: COMPLETE that also writes what the handler or task returned (``result_json``, JSON text or
+#: NULL) and the progress it set last (``progress_json``, NULL keeps the stored one): the same
+#: one statement, so a result costs no round trip of its own (#22). Returns the id when it matched.
+COMPLETE_WITH_RESULT: Update = (
+    jobs.update()
+    .where(_guard())
+    .values(
+        {
+            **_done_values(),
+            **_result_values(
+                bindparam("result_json", type_=Text), bindparam("progress_json", type_=Text)
+            ),
+        }
+    )
+    .returning(jobs.c.id)
+)
 
 #: R11: ``least(cap, base * 2^attempts)`` seconds; 20 s, 40 s, 80 s, 160 s with the defaults.
 _backoff_seconds = func.least(
@@ -510,6 +539,23 @@ def _batched_update(mine: Any, values: dict[str, Any]) -> Update:
 #: R10 for a batch: ``done`` for every job still ours. Returns the ids that matched.
 COMPLETE_MANY: Update = _batched_update(_locked_batch(), _done_values()).returning(jobs.c.id)
 
+_completed_batch = _locked_batch(
+    ("result", bindparam("batch_results", type_=ARRAY(Text))),
+    ("progress", bindparam("batch_progress", type_=ARRAY(Text))),
+)
+
+#: COMPLETE_MANY that also writes each job's result and last progress (``batch_results``,
+#: ``batch_progress``: JSON texts, NULL elements for none), in the same one statement (#22). The
+#: completer sends COMPLETE_MANY itself for a batch that carries neither (handlers that return
+#: ``None``), so that path sends nothing more than before. Returns the ids that matched.
+COMPLETE_MANY_WITH_RESULTS: Update = _batched_update(
+    _completed_batch,
+    {
+        **_done_values(),
+        **_result_values(_completed_batch.c.result, _completed_batch.c.progress),
+    },
+).returning(jobs.c.id)
+
 _failed_batch = _locked_batch(
     ("error", bindparam("batch_errors", type_=ARRAY(Text))),
     ("retry", bindparam("batch_retry", type_=ARRAY(Boolean))),
@@ -535,6 +581,19 @@ SNOOZE_MANY: Update = _batched_update(
 #: R14 for a batch (``lease``): the heartbeat. A job missing from the result is no longer ours.
 EXTEND_LEASE_MANY: Update = _batched_update(
     _locked_batch(), {"locked_until": _lease_end()}
+).returning(jobs.c.id)
+
+_progress_batch = _locked_batch(("progress", bindparam("batch_progress", type_=ARRAY(Text))))
+
+#: EXTEND_LEASE_MANY that also writes the progress running jobs set since the last beat
+#: (``batch_progress``: JSON texts, NULL keeps a job's stored progress): many ``set_progress``
+#: calls between two beats cost no write of their own, the rows are updated by the beat anyway.
+EXTEND_LEASE_MANY_WITH_PROGRESS: Update = _batched_update(
+    _progress_batch,
+    {
+        "locked_until": _lease_end(),
+        "progress": func.coalesce(cast(_progress_batch.c.progress, JSONB), jobs.c.progress),
+    },
 ).returning(jobs.c.id)
 
 #: Give claimed jobs that never started back to the queue without charging the attempt.
@@ -654,6 +713,8 @@ __all__ = [
     "CANCELLED_ERROR",
     "COMPLETE",
     "COMPLETE_MANY",
+    "COMPLETE_MANY_WITH_RESULTS",
+    "COMPLETE_WITH_RESULT",
     "CURRENT_LOCK_TIMEOUT",
     "ENQUEUE",
     "ENQUEUE_MANY",
@@ -661,6 +722,7 @@ __all__ = [
     "ENQUEUE_UNIQUE",
     "EXTEND_LEASE",
     "EXTEND_LEASE_MANY",
+    "EXTEND_LEASE_MANY_WITH_PROGRESS",
     "FAIL",
     "FAIL_MANY",
     "KEY_HOLDERS",
