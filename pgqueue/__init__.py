@@ -47,6 +47,7 @@ from pgqueue.results import (
 )
 from pgqueue.retry_policy import RetryPolicy
 from pgqueue.schema import channel_for, use_schema
+from pgqueue.tasks import Task
 from pgqueue.worker import Worker
 
 __version__ = "0.1.0"
@@ -75,6 +76,7 @@ __all__ = [
     "Registry",
     "RetryPolicy",
     "Snooze",
+    "Task",
     "UniqueKeyError",
     "Worker",
     "WorkerHooks",

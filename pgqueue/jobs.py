@@ -10,13 +10,13 @@ take their types from this module (``pgqueue.JobContext``, ``pgqueue.Registry``,
 from __future__ import annotations
 
 import enum
-import inspect
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Protocol
+from types import MappingProxyType
+from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from sqlalchemy import Connection, Engine
 
@@ -24,6 +24,11 @@ from pgqueue._base.validation import check_queue, check_snooze_delay, encode_pay
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, NoCurrentJobError
 from pgqueue.periodic import Periodic
 from pgqueue.results import ClaimedJob
+from pgqueue.retry_policy import RetryPolicy
+from pgqueue.tasks import Task, is_async_callable
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: What a handler is: called with the job; an exception fails the job. Its return value is stored
 #: in ``jobs.result`` when it is JSON (any other is ignored, with a log line). An ``async def``
@@ -217,10 +222,7 @@ class Snooze(Exception):
 
 def is_async_handler(handler: object) -> bool:
     """A coroutine function (or an object whose ``__call__`` is one): runs on the event loop."""
-    if inspect.iscoroutinefunction(handler):
-        return True
-    call = getattr(handler, "__call__", None)  # noqa: B004 (a callable instance's method)
-    return call is not None and inspect.iscoroutinefunction(call)
+    return is_async_callable(handler)
 
 
 def check_handlers(handlers: object, *, allow_empty: bool = False) -> dict[str, Handler]:
@@ -240,9 +242,10 @@ def check_handlers(handlers: object, *, allow_empty: bool = False) -> dict[str, 
 
 
 class Registry(Mapping[str, Handler]):
-    """A decorator-style way to build the ``{queue: handler}`` mapping a :class:`Worker` takes.
+    """A decorator-style way to build the ``{queue: handler}`` mapping a :class:`Worker` takes,
+    and the typed tasks it runs by name.
 
-    Sync and ``async def`` handlers mix freely. Example::
+    Sync and ``async def`` handlers and tasks mix freely. Example::
 
         registry = pgqueue.Registry()
 
@@ -251,6 +254,9 @@ class Registry(Mapping[str, Handler]):
 
         @registry.handler("webhooks")
         async def call_webhook(job: pgqueue.JobContext) -> None: ...
+
+        @registry.task(queue="reports", max_attempts=3)
+        def build_report(account_id: int, *, month: str) -> dict[str, str]: ...
 
         registry.periodic("nightly-report", "0 3 * * *", "reports", timezone="Europe/Paris")
 
@@ -265,6 +271,7 @@ class Registry(Mapping[str, Handler]):
     def __init__(self) -> None:
         self._handlers: dict[str, Handler] = {}
         self._periodic: dict[str, Periodic] = {}
+        self._tasks: dict[str, Task[..., Any]] = {}
 
     def periodic(
         self,
@@ -311,6 +318,82 @@ class Registry(Mapping[str, Handler]):
             return func
 
         return register
+
+    @overload
+    def task(self, name: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self,
+        name: str | None = None,
+        *,
+        queue: str = ...,
+        priority: int = ...,
+        max_attempts: int = ...,
+        retry: RetryPolicy | None = ...,
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self,
+        name: str | Callable[..., Any] | None = None,
+        *,
+        queue: str = "default",
+        priority: int = 0,
+        max_attempts: int = 5,
+        retry: RetryPolicy | None = None,
+    ) -> Task[..., Any] | Callable[[Callable[..., Any]], Task[..., Any]]:
+        """Register the decorated function (sync or ``async def``) as a :class:`pgqueue.Task`.
+
+        Use it bare (``@registry.task``) or with options (``@registry.task(queue="emails")``).
+        The options are checked here, at import time, not at the first enqueue.
+
+        Args:
+            name: The task's name, stored in ``jobs.task`` and matched by the worker; default
+                ``"<module>.<qualname>"`` of the function. Keep it stable across deploys: a
+                worker that does not know a job's name fails the attempt.
+            queue: The queue its jobs wait in. Default ``"default"``.
+            priority: Its jobs' default priority, 0-9. Default 0.
+            max_attempts: Its jobs' default attempt budget. Default 5.
+            retry: Its retry policy, or ``None`` for the worker's. Default ``None``.
+
+        Returns:
+            The task (bare use), or the decorator that makes it.
+
+        Raises:
+            InvalidArgumentError: a task of that name is already registered here, or a bad
+                option.
+
+        .. versionadded:: 0.1.0
+        """
+        if callable(name):
+            return self._add_task(Task(name))
+
+        def register(func: Callable[..., Any]) -> Task[..., Any]:
+            made = Task(
+                func,
+                name=name,
+                queue=queue,
+                priority=priority,
+                max_attempts=max_attempts,
+                retry=retry,
+            )
+            return self._add_task(made)
+
+        return register
+
+    def _check_free(self, name: str) -> None:
+        if name in self._tasks:
+            raise InvalidArgumentError("name", f"a task named {name!r} is already registered")
+
+    def _add_task(self, task: Task[P, R]) -> Task[P, R]:
+        self._check_free(task.name)
+        self._tasks[task.name] = task
+        return task
+
+    @property
+    def tasks(self) -> Mapping[str, Task[..., Any]]:
+        """The tasks registered with :meth:`task`, by name (read-only)."""
+        return MappingProxyType(self._tasks)
 
     def __getitem__(self, queue: str) -> Handler:
         return self._handlers[queue]

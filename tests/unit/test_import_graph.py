@@ -57,7 +57,7 @@ PACKAGE_IMPORTERS = {"pgqueue.cli": "--version", "pgqueue.contrib.otel": "the tr
 LAYERS: tuple[tuple[str, str], ...] = (
     ("values: the errors, the table, the results", "errors models results storage"),
     ("the ground floor: helpers that know nothing of jobs (imports errors only)", "_base.*"),
-    ("definitions users build, and their checks", "schema periodic retry_policy jobs hooks"),
+    ("definitions users build, and their checks", "schema periodic retry_policy tasks jobs hooks"),
     ("SQL as data, grants and revisions", "statements _sql.* admin grants migrations.*"),
     ("the runners and services on a connection", "repository aio pooler listener health doctor"),
     ("the worker's machinery (not the worker, the package, the CLI, the dashboard)", "_worker.*"),
