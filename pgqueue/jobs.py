@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -394,6 +394,19 @@ class Registry(Mapping[str, Handler]):
     def tasks(self) -> Mapping[str, Task[..., Any]]:
         """The tasks registered with :meth:`task`, by name (read-only)."""
         return MappingProxyType(self._tasks)
+
+    def only(self, queues: Iterable[str]) -> Registry:
+        """A registry of this one's handlers and tasks of ``queues`` alone (every periodic
+        definition kept): what ``pgqueue worker --queues`` runs.
+
+        .. versionadded:: 0.1.0
+        """
+        wanted = set(queues)
+        subset = Registry()
+        subset._handlers = {q: h for q, h in self._handlers.items() if q in wanted}
+        subset._tasks = {n: t for n, t in self._tasks.items() if t.queue in wanted}
+        subset._periodic = dict(self._periodic)
+        return subset
 
     def __getitem__(self, queue: str) -> Handler:
         return self._handlers[queue]

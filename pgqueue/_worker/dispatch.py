@@ -29,7 +29,7 @@ def _lane(target: Target) -> Lane:
     return Lane.ASYNC if target.is_async else Lane.THREADS
 
 
-def _task_call(task: Task[Any, Any]) -> Callable[[JobContext], object]:
+def _task_call(task: Task[..., Any]) -> Callable[[JobContext], object]:
     """The task's function behind the decoding of its job's payload into arguments."""
     func = task.func
     if task.is_async:
@@ -66,7 +66,7 @@ class Dispatch:
     def __init__(
         self,
         handlers: Mapping[str, Handler],
-        tasks: Mapping[str, Task[Any, Any]] | None = None,
+        tasks: Mapping[str, Task[..., Any]] | None = None,
         *,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
@@ -129,11 +129,8 @@ class Dispatch:
 
     def lane_of(self, job: JobContext, claimed_for: Lane) -> Lane:
         """The lane ``job`` runs in; a job that cannot run stays where it was claimed for."""
-        if job.task is None:
-            handler = self._handlers.get(job.queue)
-        else:
-            handler = self._tasks.get(job.task)
-        return claimed_for if handler is None else _lane(handler)
+        known = self._handlers.get(job.queue) if job.task is None else self._tasks.get(job.task)
+        return claimed_for if known is None else _lane(known)
 
     def split(self, lane: Lane, jobs: list[JobContext]) -> list[tuple[Lane, list[JobContext]]]:
         """The jobs of one claim (one queue) by the lane each runs in: as claimed, unless the
@@ -146,9 +143,9 @@ class Dispatch:
         return list(by_lane.items())
 
 
-def registry_tasks(handlers: object) -> Mapping[str, Task[Any, Any]]:
+def registry_tasks(handlers: object) -> Mapping[str, Task[..., Any]]:
     """The tasks of a :class:`pgqueue.Registry` given as a worker's (or a drain's) handlers."""
-    return getattr(handlers, "tasks", None) or {} if isinstance(handlers, Registry) else {}
+    return handlers.tasks if isinstance(handlers, Registry) else {}
 
 
 def as_dispatch(handlers: Mapping[str, Handler] | Dispatch) -> Dispatch:

@@ -2,9 +2,10 @@
 
 Every ``lease / 3`` (or at once when :meth:`Heartbeat.poke` says a job was cancelled) it extends
 all held leases in one statement, which also writes the progress the jobs set since the last beat
-(:meth:`pgqueue.JobContext.set_progress`: coalesced, the last value of each job). A job the extension misses was completed by its handler's own
-transaction, cancelled, or reaped and perhaps claimed by another worker; one more statement tells
-which, and the runtime stops the handler of a job that is no longer worth running. It is a thread
+(:meth:`pgqueue.JobContext.set_progress`: coalesced, the last value of each job). A job the
+extension misses was completed by its handler's own transaction, cancelled, or reaped and perhaps
+claimed by another worker; one more statement tells which, and the runtime stops the handler of a
+job that is no longer worth running. It is a thread
 of its own, so it keeps beating while handlers block, run CPU-bound Python or await.
 
 It has its own stop signal, not the worker's: after a stop the handlers still running get the
