@@ -539,20 +539,63 @@ def _batched_update(mine: Any, values: dict[str, Any]) -> Update:
 #: R10 for a batch: ``done`` for every job still ours. Returns the ids that matched.
 COMPLETE_MANY: Update = _batched_update(_locked_batch(), _done_values()).returning(jobs.c.id)
 
-_completed_batch = _locked_batch(
-    ("result", bindparam("batch_results", type_=ARRAY(Text))),
-    ("progress", bindparam("batch_progress", type_=ARRAY(Text))),
-)
 
-#: COMPLETE_MANY that also writes each job's result and last progress (``batch_results``,
-#: ``batch_progress``: JSON texts, NULL elements for none), in the same one statement (#22). The
+def _json_element(index: int) -> ColumnElement[Any]:
+    return literal_column(str(index))
+
+
+def _locked_json_batch() -> Any:
+    """:func:`_locked_batch` with one JSON array text, ``batch_json``, beside the id and attempts
+    arrays: its n-th element is the n-th job's ``[result]`` or ``[result, progress]`` (``result``
+    JSON ``null`` for none; no second element for no new progress), joined by position. The
+    values travel as one text: as an array of 500 texts of 1 KB the driver's quoting of each
+    element cost ~25x the text's (measured: 55 ms against 2 ms for the elements, 0.4 ms for the
+    one text), on the completer's thread. The ids stay an array: the planner then probes
+    ``jobs_pkey`` per id, where a join on ids read from the JSON hash-joined a scan of the table.
+    """
+    batch = (
+        func.unnest(_batch_ids(), _batch_attempts())
+        .table_valued("id", "attempts", with_ordinality="ord")
+        .render_derived(name="batch")
+    )
+    values = (
+        func.jsonb_array_elements(cast(bindparam("batch_json", type_=Text), JSONB))
+        .table_valued(column("element", JSONB), with_ordinality="ord")
+        .render_derived(name="batch_values")
+    )
+    element = values.c.element
+    result = func.nullif(
+        element.op("->", return_type=JSONB)(_json_element(0)), literal_column("'null'::jsonb")
+    )
+    progress = element.op("->", return_type=JSONB)(_json_element(1))
+    return (
+        select(jobs.c.id, jobs.c.attempts, result.label("result"), progress.label("progress"))
+        .select_from(
+            jobs.join(
+                batch, (jobs.c.id == batch.c.id) & (jobs.c.attempts == batch.c.attempts)
+            ).join(values, values.c.ord == batch.c.ord)
+        )
+        .where(_still_running(), _statement_lock_timeout())
+        .order_by(jobs.c.id)
+        .with_for_update(of=jobs)
+        .cte("mine")
+        .prefix_with("MATERIALIZED")
+    )
+
+
+_completed_batch = _locked_json_batch()
+
+#: COMPLETE_MANY that also writes each job's result and last progress, in the same one statement
+#: (#22): parameters ``batch_ids``, ``batch_attempts``, ``batch_json`` (see
+#: :func:`_locked_json_batch`) and ``lock_timeout``. The
 #: completer sends COMPLETE_MANY itself for a batch that carries neither (handlers that return
 #: ``None``), so that path sends nothing more than before. Returns the ids that matched.
 COMPLETE_MANY_WITH_RESULTS: Update = _batched_update(
     _completed_batch,
     {
         **_done_values(),
-        **_result_values(_completed_batch.c.result, _completed_batch.c.progress),
+        "result": _completed_batch.c.result,
+        "progress": func.coalesce(_completed_batch.c.progress, jobs.c.progress),
     },
 ).returning(jobs.c.id)
 

@@ -393,12 +393,17 @@ BatchCompletion = tuple[int, int, str | None, str | None]
 def complete_many_with_results(
     completions: Sequence[BatchCompletion], lock_timeout_ms: int | None = None
 ) -> Call[set[int]]:
+    """One JSON array text for the batch (the results are JSON texts already: joined, not
+    re-encoded)."""
+    elements = (
+        f"[{'null' if c[2] is None else c[2]}" + ("]" if c[3] is None else f",{c[3]}]")
+        for c in completions
+    )
     params = {
         "lock_timeout": _ms(lock_timeout_ms),
         "batch_ids": [c[0] for c in completions],
         "batch_attempts": [c[1] for c in completions],
-        "batch_results": [c[2] for c in completions],
-        "batch_progress": [c[3] for c in completions],
+        "batch_json": _json_array(elements),
     }
     stmt = statements.COMPLETE_MANY_WITH_RESULTS if completions else None
     return Call(stmt, params, _id_set)
