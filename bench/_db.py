@@ -75,15 +75,12 @@ def fill(url: URL, n: int, status: str = "queued", task: str | None = None) -> N
     ``queued`` jobs are due now; ``done`` ones are finished history (one attempt spent). With
     ``task``, jobs of that task as its producer writes them (``{"args": [i], "kwargs": {}}``).
     """
-    payload = (
-        "jsonb_build_object('i', i)"
-        if task is None
-        else "jsonb_build_object('args', jsonb_build_array(i), 'kwargs', '{}'::jsonb)"
-    )
     with admin_connect(url) as conn:
         conn.execute(
             "INSERT INTO jobs (queue, payload, status, attempts, task) "
-            f"SELECT %(queue)s, {payload}, %(status)s, %(attempts)s, %(task)s "
+            "SELECT %(queue)s, CASE WHEN %(task)s::text IS NULL THEN jsonb_build_object('i', i) "
+            "ELSE jsonb_build_object('args', jsonb_build_array(i), 'kwargs', '{}'::jsonb) END, "
+            "%(status)s, %(attempts)s, %(task)s "
             "FROM generate_series(1, %(n)s) AS i",
             {
                 "queue": QUEUE,

@@ -50,12 +50,60 @@ def run(url: Any, jobs: int, rounds: int, timeout: float = 600.0) -> dict[str, A
     return {"jobs": jobs, "rounds": per_round, "median_jobs_per_s": medians, "ratios": ratios}
 
 
+def cpu_per_job(n: int = 20_000) -> dict[str, float]:
+    """Microseconds of CPU (``time.process_time``) the worker's own Python spends per job on the
+    path tasks change, without a database: the handler or task call through the executor
+    (dispatch, argument decoding, ``current_job``, the result's encoding) and the completer's
+    parameters for a flush of 500 (``None`` results: the plain ``COMPLETE_MANY``'s; 1 KB ones:
+    the JSON array text). Less noisy than the drains on a loaded machine.
+    """
+    import time
+
+    from bench.drain_worker import REGISTRY, noop
+    from pgqueue._sql import calls
+    from pgqueue._worker.dispatch import Dispatch
+    from pgqueue._worker.executors import call_sync
+    from pgqueue._worker.window import Held, Lane
+    from pgqueue.jobs import JobContext
+
+    dispatch = Dispatch({"bench": noop}, REGISTRY.tasks)
+    jobs = {
+        "sync-noop": JobContext(1, "bench", {"i": 1}, 1),
+        "task-noop": JobContext(1, "bench", {"args": [1], "kwargs": {}}, 1, task="bench.noop"),
+        "task-1kb": JobContext(1, "bench", {"args": [1], "kwargs": {}}, 1, task="bench.kb"),
+    }
+    out: dict[str, float] = {}
+    for kind, job in jobs.items():
+        held = [Held(job, Lane.THREADS, 0.0) for _ in range(n)]
+        t0 = time.process_time()
+        for h in held:
+            call_sync(dispatch.target(h.job), h, None)
+        out[f"{kind} call"] = (time.process_time() - t0) / n * 1e6
+        batch = [(i, 1, held[0].result, None) for i in range(500)]
+        rounds = max(1, n // 500)
+        t0 = time.process_time()
+        for _ in range(rounds):
+            if held[0].result is None:
+                calls.complete_many([(i, 1) for i in range(500)], 1000)
+            else:
+                calls.complete_many_with_results(batch, 1000)
+        out[f"{kind} flush params"] = (time.process_time() - t0) / (rounds * 500) * 1e6
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tasks", description=__doc__)
     parser.add_argument("--url", help="a PostgreSQL server URL (default: the embedded one)")
     parser.add_argument("--jobs", type=int, default=20_000, help="jobs per drain (20,000)")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds (5)")
+    parser.add_argument(
+        "--cpu", action="store_true", help="only the CPU per job of the worker's Python path"
+    )
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.cpu:
+        for key, us in cpu_per_job().items():
+            print(f"{key:>24}: {us:6.2f} us CPU per job")
+        return 0
     with _db.server(args.url) as (server_url, _), _db.throwaway_database(server_url) as url:
         out = run(url, args.jobs, args.rounds)
     for key, median in out["median_jobs_per_s"].items():

@@ -156,6 +156,6 @@ def test_set_progress_keeps_the_last_value_numbered_until_it_is_written() -> Non
     ctx.set_progress("again")
     ctx.progress_written(50)  # an older write landing late changes nothing
     assert ctx.pending_progress() == (101, '"again"')
-    with pytest.raises(pgqueue.InvalidPayloadError, match="^progress: not storable as jsonb"):
+    with pytest.raises(pgqueue.InvalidPayloadError, match=r"^progress: not storable as jsonb"):
         ctx.set_progress(object())
     assert ctx.pending_progress() == (101, '"again"')  # a refused value leaves the last one
