@@ -69,17 +69,26 @@ def analyze(url: URL) -> None:
         conn.execute("VACUUM ANALYZE jobs")
 
 
-def fill(url: URL, n: int, status: str = "queued") -> None:
+def fill(url: URL, n: int, status: str = "queued", task: str | None = None) -> None:
     """``n`` jobs in one ``INSERT ... SELECT generate_series`` (trigger on), then VACUUM ANALYZE.
 
-    ``queued`` jobs are due now; ``done`` ones are finished history (one attempt spent).
+    ``queued`` jobs are due now; ``done`` ones are finished history (one attempt spent). With
+    ``task``, jobs of that task as its producer writes them (``{"args": [i], "kwargs": {}}``).
     """
     with admin_connect(url) as conn:
         conn.execute(
-            "INSERT INTO jobs (queue, payload, status, attempts) "
-            "SELECT %(queue)s, jsonb_build_object('i', i), %(status)s, %(attempts)s "
+            "INSERT INTO jobs (queue, payload, status, attempts, task) "
+            "SELECT %(queue)s, CASE WHEN %(task)s::text IS NULL THEN jsonb_build_object('i', i) "
+            "ELSE jsonb_build_object('args', jsonb_build_array(i), 'kwargs', '{}'::jsonb) END, "
+            "%(status)s, %(attempts)s, %(task)s "
             "FROM generate_series(1, %(n)s) AS i",
-            {"queue": QUEUE, "n": n, "status": status, "attempts": 0 if status == "queued" else 1},
+            {
+                "queue": QUEUE,
+                "n": n,
+                "status": status,
+                "attempts": 0 if status == "queued" else 1,
+                "task": task,
+            },
         )
     analyze(url)
 

@@ -17,7 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
 from bench import _db, _sql
-from bench.drain_worker import SLEEP_S
+from bench.drain_worker import SLEEP_S, TASKS
 from pgqueue._base.urls import to_libpq_url
 
 #: Jobs per claim of the raw limit (the issue's "claim 10, complete the 10").
@@ -45,7 +45,7 @@ def run_worker(
     the worker process logs (its warnings) goes to this process's stderr.
     """
     _db.reset(url)
-    _db.fill(url, n)
+    _db.fill(url, n, task=TASKS.get(handler))
     url_text = url.render_as_string(hide_password=False)
     cmd = [
         sys.executable,

@@ -69,6 +69,26 @@ async def async_sleep(job: pgqueue.JobContext) -> None:
     await asyncio.sleep(SLEEP_S)
 
 
+#: A 1 KB JSON result (its JSON text is 1,024 bytes).
+KB_RESULT = {"data": "x" * 1013}
+
+REGISTRY = pgqueue.Registry()
+
+
+@REGISTRY.task(queue="bench", name="bench.noop")
+def task_noop(i: int) -> None:
+    """The no-op task."""
+
+
+@REGISTRY.task(queue="bench", name="bench.kb")
+def task_kb(i: int) -> dict[str, str]:
+    """A task returning 1 KB."""
+    return KB_RESULT
+
+
+#: The task each ``task-*`` kind runs: the name its jobs carry in ``jobs.task``.
+TASKS = {"task-noop": "bench.noop", "task-1kb": "bench.kb"}
+
 HANDLERS: dict[str, Handler] = {
     "sync-noop": noop,
     "async-noop": async_noop,
@@ -95,7 +115,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("concurrency", type=int)
     parser.add_argument("batch_size", nargs="?", type=_size, default=None)
     parser.add_argument("prefetch", nargs="?", type=_size, default=None)
-    parser.add_argument("--handler", choices=list(HANDLERS), default="sync-noop")
+    parser.add_argument("--handler", choices=[*HANDLERS, *TASKS], default="sync-noop")
     parser.add_argument("--async-concurrency", type=_size, default=None)
     return parser.parse_args(argv)
 
@@ -115,7 +135,7 @@ def main(argv: list[str]) -> int:
     engine = create_engine(args.url, pool_size=args.concurrency + 5, max_overflow=10)
     worker = pgqueue.Worker(
         engine,
-        {"bench": HANDLERS[args.handler]},
+        REGISTRY if args.handler in TASKS else {"bench": HANDLERS[args.handler]},
         concurrency=args.concurrency,
         **_options(args),
         listen=False,

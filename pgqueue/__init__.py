@@ -16,7 +16,7 @@ from pgqueue.errors import (
 )
 from pgqueue.flow import QueueSettings, Rate
 from pgqueue.hooks import WorkerHooks
-from pgqueue.jobs import JobContext, Outcome, Registry, Snooze, WorkerStats
+from pgqueue.jobs import JobContext, Outcome, Registry, Snooze, WorkerStats, current_job
 from pgqueue.models import Job, JobStatus, metadata
 from pgqueue.periodic import Periodic
 from pgqueue.pooler import pooled_engine_options
@@ -93,6 +93,7 @@ __all__ = [
     "channel_for",
     "claim",
     "complete",
+    "current_job",
     "enqueue",
     "enqueue_many",
     "enqueue_unique",

@@ -23,12 +23,17 @@ class InvalidArgumentError(PgQueueError, ValueError):
 class InvalidPayloadError(InvalidArgumentError):
     """A payload cannot be stored as PostgreSQL ``jsonb``.
 
+    Also raised for the other JSON values pgqueue stores (``argument`` names which: a job's
+    progress, a task's result).
+
     Attributes:
         index: Position of the bad payload in an ``enqueue_many`` batch, else ``None``.
     """
 
-    def __init__(self, problem: str, *, index: int | None = None) -> None:
-        where = "payload" if index is None else f"payloads[{index}]"
+    def __init__(
+        self, problem: str, *, index: int | None = None, argument: str = "payload"
+    ) -> None:
+        where = argument if index is None else f"{argument}s[{index}]"
         super().__init__(where, problem)
         self.index = index
 
@@ -53,3 +58,60 @@ class UniqueKeyError(PgQueueError):
         super().__init__(f"unique key {key!r} of queue {queue!r}: {problem}")
         self.queue = queue
         self.key = key
+
+
+class NoCurrentJobError(PgQueueError, LookupError):
+    """:func:`pgqueue.current_job` was called outside a running job's handler or task.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self) -> None:
+        super().__init__(
+            "current_job(): no job is running here (call it from inside a task or handler "
+            "that a pgqueue worker or pgqueue.testing.drain runs, on its own thread or task)"
+        )
+
+
+class UnknownTaskError(PgQueueError):
+    """A claimed job names a task the worker's registry does not have (a rolling deploy: an
+    older worker took a job of a newer task). Never raised to callers: the attempt fails with this
+    as its ``last_error`` and is retried as usual, so a worker that knows the task runs it.
+
+    Attributes:
+        task: The unknown task's name.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, task: str, queue: str) -> None:
+        super().__init__(
+            f"unknown task {task!r} (queue {queue!r}): this worker's registry has no task of "
+            "that name; the attempt fails and is retried"
+        )
+        self.task = task
+
+
+class NoHandlerError(PgQueueError):
+    """A claimed queue-keyed job (no task) is on a queue for which the worker runs tasks only.
+    Never raised to callers: the attempt fails with this as its ``last_error`` and is retried as
+    usual (a worker with a handler for the queue may take it).
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, queue: str) -> None:
+        super().__init__(
+            f"no handler for queue {queue!r}: this worker runs tasks of that queue only, and the "
+            "job names no task; the attempt fails and is retried"
+        )
+        self.queue = queue
+
+
+class InvalidResultError(PgQueueError):
+    """A task returned a value that is not JSON, or whose JSON is larger than
+    ``Worker(max_result_bytes=...)``. Never raised to callers: the job fails for good (no retry:
+    the same code returns the same kind of value) with this as its ``last_error``.
+
+    .. versionadded:: 0.1.0
+    """

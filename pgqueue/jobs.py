@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import timedelta
 from types import MappingProxyType
@@ -20,8 +21,8 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload
 from sqlalchemy import Connection, Engine
 
 from pgqueue._base.events import stopping_event
-from pgqueue._base.validation import check_queue, check_snooze_delay
-from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
+from pgqueue._base.validation import check_queue, check_snooze_delay, encode_payload
+from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, NoCurrentJobError
 from pgqueue.periodic import Periodic
 from pgqueue.results import ClaimedJob
 from pgqueue.retry_policy import RetryPolicy
@@ -30,9 +31,9 @@ from pgqueue.tasks import Task, is_async_callable
 P = ParamSpec("P")
 R = TypeVar("R")
 
-#: What a handler is: called with the job, its return value ignored, an exception fails the job.
-#: An ``async def`` handler (a coroutine function) runs on the worker's event loop instead of a
-#: thread.
+#: What a handler is: called with the job; an exception fails the job. Its return value is stored
+#: in ``jobs.result`` when it is JSON (any other is ignored, with a log line). An ``async def``
+#: handler (a coroutine function) runs on the worker's event loop instead of a thread.
 Handler = Callable[["JobContext"], object]
 
 
@@ -62,6 +63,9 @@ class JobContext:
         headers: What the producer passed as ``enqueue(..., headers=...)`` (for example a trace
             context), or ``None``.
         priority: The job's priority, 0-9 (higher runs first).
+        task: The name of the task the job runs (``jobs.task``), ``None`` for a queue-keyed job.
+
+    Inside a running handler or task, :func:`pgqueue.current_job` returns this object.
 
     .. versionadded:: 0.1.0
     """
@@ -76,9 +80,49 @@ class JobContext:
     connection: Connection | None = None
     headers: Mapping[str, str] | None = None
     priority: int = 0
+    task: str | None = None
+    #: ``(number, JSON text)`` of the last :meth:`set_progress`, ``None`` before the first. One
+    #: tuple assigned at once, so the heartbeat's thread reads a number and its text together.
+    _progress: tuple[int, str] | None = field(default=None, init=False, repr=False)
+    #: The number of the last progress written to the row (by a heartbeat or the completion).
+    _progress_written: int = field(default=0, init=False, repr=False)
 
     def __repr__(self) -> str:
-        return f"JobContext(id={self.id}, queue={self.queue!r}, attempts={self.attempts})"
+        task = "" if self.task is None else f", task={self.task!r}"
+        return f"JobContext(id={self.id}, queue={self.queue!r}{task}, attempts={self.attempts})"
+
+    def set_progress(self, value: Any) -> None:
+        """Record how far the job got: any JSON value, stored in ``jobs.progress``.
+
+        The value is encoded here (so a bad one raises at the call) and written by the worker's
+        next heartbeat (every ``lease / 3``, 10 s by default), in the statement that extends the
+        leases anyway: many calls between two beats cost one write of the last value, and a call
+        costs the caller only the JSON encoding. A job that ends first has its last progress
+        written by its completion (a failed or snoozed attempt keeps what the heartbeat wrote).
+        In ``mode="transaction"`` and in :func:`pgqueue.testing.drain` on a connection, the
+        job's row is its own transaction's until it commits: the progress is written with the
+        completion, and readers see the last value once the job is done.
+
+        Raises:
+            InvalidPayloadError: the value cannot be stored as ``jsonb`` (``progress: ...``).
+
+        .. versionadded:: 0.1.0
+        """
+        text = encode_payload(value, argument="progress")
+        previous = self._progress
+        self._progress = (1 if previous is None else previous[0] + 1, text)
+
+    def pending_progress(self) -> tuple[int, str] | None:
+        """The last progress set and not yet written, as ``(number, JSON text)``, else ``None``."""
+        progress = self._progress
+        if progress is None or progress[0] <= self._progress_written:
+            return None
+        return progress
+
+    def progress_written(self, number: int) -> None:
+        """The progress numbered ``number`` (from :meth:`pending_progress`) is on the row now."""
+        if number > self._progress_written:
+            self._progress_written = number
 
     @classmethod
     def of(cls, claimed: ClaimedJob, connection: Connection | None = None) -> JobContext:
@@ -91,7 +135,44 @@ class JobContext:
             connection=connection,
             headers=claimed.headers,
             priority=claimed.priority,
+            task=claimed.task,
         )
+
+
+#: The job whose handler or task runs in this thread or coroutine: set around each call by the
+#: worker's executors (a thread pool's thread, or the job's own asyncio task, which copies the
+#: context it was created in, so concurrent coroutines each see their own job).
+current_job_var: ContextVar[JobContext | None] = ContextVar("pgqueue.current_job", default=None)
+
+
+def current_job() -> JobContext:
+    """The :class:`JobContext` of the job running here, from inside its task or handler.
+
+    Works in sync handlers (each runs on a worker thread that sets it around the call) and in
+    ``async def`` ones (each job's coroutine runs in its own asyncio task and context), and in
+    :func:`pgqueue.testing.drain`. It is what a task, which receives its arguments rather than the
+    job, reads the job's id, attempts, ``stopping``, headers or :meth:`JobContext.set_progress`
+    from::
+
+        @registry.task(queue="reports")
+        def build_report(month: str) -> dict[str, int]:
+            job = pgqueue.current_job()
+            for i, part in enumerate(parts(month)):
+                job.set_progress({"done": i})
+                ...
+
+    A thread or task the handler starts itself sees the job only if it copies the context
+    (``contextvars.copy_context().run``, ``asyncio.create_task`` does).
+
+    Raises:
+        NoCurrentJobError: no job is running here (a :class:`pgqueue.PgQueueError`).
+
+    .. versionadded:: 0.1.0
+    """
+    job = current_job_var.get()
+    if job is None:
+        raise NoCurrentJobError()
+    return job
 
 
 class Snooze(Exception):
@@ -145,10 +226,13 @@ def is_async_handler(handler: object) -> bool:
     return is_async_callable(handler)
 
 
-def check_handlers(handlers: object) -> dict[str, Handler]:
-    """The worker's ``handlers`` argument: a non-empty ``{queue: callable}`` mapping."""
-    if not isinstance(handlers, Mapping) or not handlers:
-        raise InvalidArgumentError("handlers", "give a non-empty {queue: handler} mapping")
+def check_handlers(handlers: object, *, allow_empty: bool = False) -> dict[str, Handler]:
+    """The worker's ``handlers`` argument: a non-empty ``{queue: callable}`` mapping (empty
+    too with ``allow_empty``: a :class:`Registry` of tasks only)."""
+    if not isinstance(handlers, Mapping) or not (handlers or allow_empty):
+        raise InvalidArgumentError(
+            "handlers", "give a non-empty {queue: handler} mapping, or a Registry with tasks"
+        )
     checked: dict[str, Handler] = {}
     for queue, func in handlers.items():
         check_queue(queue)
@@ -313,6 +397,19 @@ class Registry(Mapping[str, Handler]):
         """The tasks registered with :meth:`task`, by name (read-only)."""
         return MappingProxyType(self._tasks)
 
+    def only(self, queues: Iterable[str]) -> Registry:
+        """A registry of this one's handlers and tasks of ``queues`` alone (every periodic
+        definition kept): what ``pgqueue worker --queues`` runs.
+
+        .. versionadded:: 0.1.0
+        """
+        wanted = set(queues)
+        subset = Registry()
+        subset._handlers = {q: h for q, h in self._handlers.items() if q in wanted}
+        subset._tasks = {n: t for n, t in self._tasks.items() if t.queue in wanted}
+        subset._periodic = dict(self._periodic)
+        return subset
+
     def __getitem__(self, queue: str) -> Handler:
         return self._handlers[queue]
 
@@ -390,5 +487,6 @@ __all__ = [
     "WorkerStats",
     "WorkerView",
     "check_handlers",
+    "current_job",
     "is_async_handler",
 ]

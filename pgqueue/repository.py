@@ -213,6 +213,19 @@ def complete(conn: Executor, job_id: int, attempts: int) -> bool:
     return _run(conn, _calls.complete(job_id, attempts))
 
 
+def complete_with_result(
+    conn: Executor,
+    job_id: int,
+    attempts: int,
+    result_json: str | None,
+    progress_json: str | None = None,
+) -> bool:
+    """:func:`complete` that also stores the job's result and last progress, JSON texts the
+    worker encoded and checked (``None``: no result; keep the stored progress). For the worker's
+    one-job writes (transaction mode, ``pgqueue.testing.drain``)."""
+    return _run(conn, _calls.complete_with_result(job_id, attempts, result_json, progress_json))
+
+
 def extend_lease(
     conn: Executor, job_id: int, attempts: int, lease: timedelta = DEFAULT_LEASE
 ) -> bool:
@@ -419,6 +432,17 @@ def complete_many(
     return _run(conn, _calls.complete_many(held, lock_timeout_ms))
 
 
+def complete_many_with_results(
+    conn: Executor,
+    completions: Sequence[_calls.BatchCompletion],
+    *,
+    lock_timeout_ms: int | None = None,
+) -> set[int]:
+    """:func:`complete_many` for ``(job_id, attempts, result_json, progress_json)``: each job's
+    result and last progress written by the same one statement (``lock_timeout_ms`` likewise)."""
+    return _run(conn, _calls.complete_many_with_results(completions, lock_timeout_ms))
+
+
 def fail_many(
     conn: Executor,
     failures: Sequence[_calls.BatchFailure],
@@ -448,6 +472,16 @@ def extend_leases(
 ) -> set[int]:
     """R14 for a batch: the ids whose lease now ends at ``now() + lease``; the rest are lost."""
     return _run(conn, _calls.extend_leases(held, lease))
+
+
+def extend_leases_with_progress(
+    conn: Executor,
+    held: Sequence[tuple[int, int, str | None]],
+    lease: timedelta = DEFAULT_LEASE,
+) -> set[int]:
+    """:func:`extend_leases` for ``(job_id, attempts, progress_json)``: the heartbeat's one
+    statement also writes the progress each job set since the last beat (``None``: keep it)."""
+    return _run(conn, _calls.extend_leases_with_progress(held, lease))
 
 
 def release_many(conn: Executor, held: Sequence[tuple[int, int]]) -> set[int]:

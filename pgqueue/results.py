@@ -14,7 +14,8 @@ class ClaimedJob:
     """A job this caller now holds. ``attempts`` is the token every later update must present.
 
     ``headers`` is what the producer passed as ``enqueue(..., headers=...)``, or ``None``
-    (``.. versionadded:: 0.1.0``); ``priority`` its priority, 0-9.
+    (``.. versionadded:: 0.1.0``); ``priority`` its priority, 0-9; ``task`` the name of the
+    task the job runs (``jobs.task``), ``None`` for a queue-keyed job.
     """
 
     id: int
@@ -23,6 +24,7 @@ class ClaimedJob:
     attempts: int
     headers: Mapping[str, str] | None = None
     priority: int = 0
+    task: str | None = None
 
 
 @dataclass(frozen=True)

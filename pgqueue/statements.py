@@ -307,7 +307,8 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
 
     Parameters: ``queue_name``, ``lease``, ``locked_by`` (the claiming worker's name, or NULL for
     the connection's ``application_name``; also sets ``locked_at``). Returns ``id, queue,
-    payload, attempts, run_at, headers, priority``.
+    payload, attempts, run_at, headers, priority, task`` (``task``: the name of the task the job
+    runs, NULL for a queue-keyed job).
     The CTE is ``MATERIALIZED`` so the planner keeps LockRows inside it (per priority level:
     Limit over LockRows over an index scan of ``jobs_ready_idx``). ``skip_locked=False`` is the
     serialising variant of R5, kept for the demo and the tests.
@@ -325,6 +326,7 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
             jobs.c.run_at,
             jobs.c.headers,
             jobs.c.priority,
+            jobs.c.task,
         )
     )
 
@@ -345,6 +347,33 @@ def _done_values() -> dict[str, Any]:
 
 
 COMPLETE: Update = jobs.update().where(_guard()).values(_done_values()).returning(jobs.c.id)
+
+
+def _result_values(result: ColumnElement[Any], progress: ColumnElement[Any]) -> dict[str, Any]:
+    """``result`` and ``progress`` of a completion that carries them: both JSON texts (NULL:
+    no result; no progress since the last one written, which stays)."""
+    return {
+        "result": cast(result, JSONB),
+        "progress": func.coalesce(cast(progress, JSONB), jobs.c.progress),
+    }
+
+
+#: COMPLETE that also writes what the handler or task returned (``result_json``, JSON text or
+#: NULL) and the progress it set last (``progress_json``, NULL keeps the stored one): the same
+#: one statement, so a result costs no round trip of its own (#22). Returns the id when it matched.
+COMPLETE_WITH_RESULT: Update = (
+    jobs.update()
+    .where(_guard())
+    .values(
+        {
+            **_done_values(),
+            **_result_values(
+                bindparam("result_json", type_=Text), bindparam("progress_json", type_=Text)
+            ),
+        }
+    )
+    .returning(jobs.c.id)
+)
 
 #: R11: ``least(cap, base * 2^attempts)`` seconds; 20 s, 40 s, 80 s, 160 s with the defaults.
 _backoff_seconds = func.least(
@@ -566,6 +595,66 @@ def _batched_update(mine: Any, values: dict[str, Any]) -> Update:
 #: R10 for a batch: ``done`` for every job still ours. Returns the ids that matched.
 COMPLETE_MANY: Update = _batched_update(_locked_batch(), _done_values()).returning(jobs.c.id)
 
+
+def _json_element(index: int) -> ColumnElement[Any]:
+    return literal_column(str(index))
+
+
+def _locked_json_batch() -> Any:
+    """:func:`_locked_batch` with one JSON array text, ``batch_json``, beside the id and attempts
+    arrays: its n-th element is the n-th job's ``[result]`` or ``[result, progress]`` (``result``
+    JSON ``null`` for none; no second element for no new progress), joined by position. The
+    values travel as one text: as an array of 500 texts of 1 KB the driver's quoting of each
+    element cost ~25x the text's (measured: 55 ms against 2 ms for the elements, 0.4 ms for the
+    one text), on the completer's thread. The ids stay an array: the planner then probes
+    ``jobs_pkey`` per id, where a join on ids read from the JSON hash-joined a scan of the table.
+    """
+    batch = (
+        func.unnest(_batch_ids(), _batch_attempts())
+        .table_valued("id", "attempts", with_ordinality="ord")
+        .render_derived(name="batch")
+    )
+    values = (
+        func.jsonb_array_elements(cast(bindparam("batch_json", type_=Text), JSONB))
+        .table_valued(column("element", JSONB), with_ordinality="ord")
+        .render_derived(name="batch_values")
+    )
+    element = values.c.element
+    result = func.nullif(
+        element.op("->", return_type=JSONB)(_json_element(0)), literal_column("'null'::jsonb")
+    )
+    progress = element.op("->", return_type=JSONB)(_json_element(1))
+    return (
+        select(jobs.c.id, jobs.c.attempts, result.label("result"), progress.label("progress"))
+        .select_from(
+            jobs.join(
+                batch, (jobs.c.id == batch.c.id) & (jobs.c.attempts == batch.c.attempts)
+            ).join(values, values.c.ord == batch.c.ord)
+        )
+        .where(_still_running(), _statement_lock_timeout())
+        .order_by(jobs.c.id)
+        .with_for_update(of=jobs)
+        .cte("mine")
+        .prefix_with("MATERIALIZED")
+    )
+
+
+_completed_batch = _locked_json_batch()
+
+#: COMPLETE_MANY that also writes each job's result and last progress, in the same one statement
+#: (#22): parameters ``batch_ids``, ``batch_attempts``, ``batch_json`` (see
+#: :func:`_locked_json_batch`) and ``lock_timeout``. The
+#: completer sends COMPLETE_MANY itself for a batch that carries neither (handlers that return
+#: ``None``), so that path sends nothing more than before. Returns the ids that matched.
+COMPLETE_MANY_WITH_RESULTS: Update = _batched_update(
+    _completed_batch,
+    {
+        **_done_values(),
+        "result": _completed_batch.c.result,
+        "progress": func.coalesce(_completed_batch.c.progress, jobs.c.progress),
+    },
+).returning(jobs.c.id)
+
 _failed_batch = _locked_batch(
     ("error", bindparam("batch_errors", type_=ARRAY(Text))),
     ("retry", bindparam("batch_retry", type_=ARRAY(Boolean))),
@@ -591,6 +680,19 @@ SNOOZE_MANY: Update = _batched_update(
 #: R14 for a batch (``lease``): the heartbeat. A job missing from the result is no longer ours.
 EXTEND_LEASE_MANY: Update = _batched_update(
     _locked_batch(), {"locked_until": _lease_end()}
+).returning(jobs.c.id)
+
+_progress_batch = _locked_batch(("progress", bindparam("batch_progress", type_=ARRAY(Text))))
+
+#: EXTEND_LEASE_MANY that also writes the progress running jobs set since the last beat
+#: (``batch_progress``: JSON texts, NULL keeps a job's stored progress): many ``set_progress``
+#: calls between two beats cost no write of their own, the rows are updated by the beat anyway.
+EXTEND_LEASE_MANY_WITH_PROGRESS: Update = _batched_update(
+    _progress_batch,
+    {
+        "locked_until": _lease_end(),
+        "progress": func.coalesce(cast(_progress_batch.c.progress, JSONB), jobs.c.progress),
+    },
 ).returning(jobs.c.id)
 
 #: Give claimed jobs that never started back to the queue without charging the attempt.
@@ -726,6 +828,8 @@ __all__ = [
     "CANCELLED_ERROR",
     "COMPLETE",
     "COMPLETE_MANY",
+    "COMPLETE_MANY_WITH_RESULTS",
+    "COMPLETE_WITH_RESULT",
     "CURRENT_LOCK_TIMEOUT",
     "ENQUEUE",
     "ENQUEUE_KEYED",
@@ -737,6 +841,7 @@ __all__ = [
     "ENQUEUE_UNIQUE_KEYED",
     "EXTEND_LEASE",
     "EXTEND_LEASE_MANY",
+    "EXTEND_LEASE_MANY_WITH_PROGRESS",
     "FAIL",
     "FAIL_MANY",
     "KEY_HOLDERS",

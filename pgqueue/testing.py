@@ -17,6 +17,7 @@ and reports what ran and what failed::
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,10 +37,11 @@ from pgqueue._base.validation import (
     encode_payload,
 )
 from pgqueue._sql import reads
+from pgqueue._worker.dispatch import Dispatch, registry_tasks
 from pgqueue._worker.executors import run_in_savepoint, run_inline, settle
 from pgqueue._worker.window import Held, Lane
 from pgqueue.errors import InvalidArgumentError
-from pgqueue.jobs import Handler, JobContext, Outcome, Snooze, is_async_handler
+from pgqueue.jobs import Handler, JobContext, Outcome, Snooze
 from pgqueue.repository import Executor
 from pgqueue.results import ClaimedJob
 from pgqueue.retry_policy import RetryPolicy
@@ -173,6 +175,12 @@ class DrainedJob:
             ``"queued"`` (a retry is scheduled, or its handler raised :class:`pgqueue.Snooze`),
             ``"failed"`` (attempts spent, or cancelled
             meanwhile) or ``"lost"`` (no longer this drain's: reaped and taken elsewhere).
+        task: The name of the task it ran, ``None`` for a queue-keyed job.
+        result: What its task or handler returned, as stored in ``jobs.result`` (decoded from
+            the JSON the worker wrote: a tuple comes back a list); ``None`` when it returned
+            ``None``, a handler's value was not JSON, or it did not succeed.
+
+    .. versionadded:: 0.1.0
     """
 
     id: int
@@ -181,6 +189,8 @@ class DrainedJob:
     attempts: int
     status: str
     error: BaseException | None = None
+    task: str | None = None
+    result: Any = None
 
 
 @dataclass(frozen=True)
@@ -212,6 +222,15 @@ class DrainResult:
         """Jobs whose handler raised :class:`pgqueue.Snooze`."""
         return [j for j in self.ran if isinstance(j.error, Snooze)]
 
+    @property
+    def results(self) -> dict[int, Any]:
+        """``{job id: result}`` of the jobs that succeeded, in the order they ran: what each
+        task (or handler) returned, as ``jobs.result`` holds it.
+
+        .. versionadded:: 0.1.0
+        """
+        return {j.id: j.result for j in self.ran if j.error is None}
+
 
 def drain(
     conn_or_engine: Engine | Connection | Session,
@@ -228,27 +247,41 @@ def drain(
     ``pgqueue.Snooze(0)`` (queued again at once; ``max_jobs`` bounds a handler that always
     snoozes).
 
+    Tasks run as the worker runs them: give a :class:`pgqueue.Registry` as ``handlers`` and each
+    job runs the task its ``jobs.task`` names (its result stored in ``jobs.result`` by the
+    completion, as the worker stores it, and returned in :attr:`DrainedJob.result` and
+    :attr:`DrainResult.results`), the queue's handler a queue-keyed job; a job of a task the
+    registry lacks fails its attempt as in a worker::
+
+        result = pgqueue.testing.drain(engine, registry)
+        assert result.results == {job_id: {"sent": "reset"}}
+
     Args:
         conn_or_engine: An ``Engine`` runs in lease mode, like the worker: claim and commit, call
             the handler, then complete or fail and commit. A ``Connection`` or ``Session``
             runs everything in the caller's open transaction without committing; each handler
             runs in a savepoint that is rolled back when it raises.
         handlers: ``{queue: handler}``, the same handlers a :class:`pgqueue.Worker` takes (they
-            receive a :class:`pgqueue.JobContext`; ``connection`` is set in transaction mode).
+            receive a :class:`pgqueue.JobContext`; ``connection`` is set in transaction mode),
+            or a :class:`pgqueue.Registry` of handlers and tasks.
             They run through the worker's own executor: ``async def`` handlers too (each in
             ``asyncio.run``, so call ``drain`` outside a running event loop), the same
-            ``last_error`` text and ``errors`` entry (with the traceback), and a handler that
-            completed its own job counts as done.
-        queues: The queues to drain. Default: every queue of ``handlers``.
+            ``last_error`` text and ``errors`` entry (with the traceback), the same results
+            (``max_result_bytes`` at its default), and a handler that completed its own job
+            counts as done. :func:`pgqueue.current_job` answers inside them.
+        queues: The queues to drain. Default: every queue of ``handlers`` (and of its tasks).
         max_jobs: Stop after this many jobs. Default 1000.
 
     Raises:
-        InvalidArgumentError: for a queue without a handler, before any SQL.
+        InvalidArgumentError: for a queue without a handler or task, before any SQL.
     """
-    names = [check_queue(q) for q in (handlers if queues is None else queues)]
-    missing = [q for q in names if q not in handlers]
+    dispatch = Dispatch(handlers, registry_tasks(handlers))
+    served = dispatch.queue_lanes
+    names = [check_queue(q) for q in (served if queues is None else queues)]
+    missing = [q for q in names if q not in served]
     if missing:
-        raise InvalidArgumentError("queues", f"no handler for {', '.join(map(repr, missing))}")
+        names_text = ", ".join(map(repr, missing))
+        raise InvalidArgumentError("queues", f"no handler for {names_text} (nor a task's queue)")
     check_positive_int("max_jobs", max_jobs)
     result = DrainResult()
     progress = True
@@ -258,37 +291,39 @@ def drain(
             if len(result.ran) >= max_jobs:
                 break
             if isinstance(conn_or_engine, Engine):
-                drained = _run_leased(conn_or_engine, queue, handlers[queue])
+                drained = _run_leased(conn_or_engine, queue, dispatch)
             else:
-                drained = _run_in_transaction(conn_or_engine, queue, handlers[queue])
+                drained = _run_in_transaction(conn_or_engine, queue, dispatch)
             if drained is not None:
                 result.ran.append(drained)
                 progress = True
     return result
 
 
-def _run_leased(engine: Engine, queue: str, handler: Handler) -> DrainedJob | None:
+def _run_leased(engine: Engine, queue: str, dispatch: Dispatch) -> DrainedJob | None:
     with engine.begin() as conn:
         claimed = repository.claim(conn, queue=queue, limit=1)
     if not claimed:
         return None
     held = _held(claimed[0], None)
-    error = run_inline(handler, held, is_async_handler(handler))
+    target = dispatch.target(held.job)
+    error = run_inline(target, held)
     with engine.begin() as conn:
-        outcome, _ = settle(conn, held, error, RetryPolicy())
-    return _drained(claimed[0], outcome, error)
+        outcome, _ = settle(conn, held, error, target.retry or RetryPolicy())
+    return _drained(claimed[0], outcome, error, held)
 
 
 def _run_in_transaction(
-    conn: Connection | Session, queue: str, handler: Handler
+    conn: Connection | Session, queue: str, dispatch: Dispatch
 ) -> DrainedJob | None:
     claimed = repository.claim(conn, queue=queue, limit=1)
     if not claimed:
         return None
     held = _held(claimed[0], conn.connection() if isinstance(conn, Session) else conn)
-    run = partial(run_inline, handler, held, is_async_handler(handler))
-    error, outcome, _ = run_in_savepoint(conn, held, run, RetryPolicy())
-    return _drained(claimed[0], outcome, error)
+    target = dispatch.target(held.job)
+    run = partial(run_inline, target, held)
+    error, outcome, _ = run_in_savepoint(conn, held, run, target.retry or RetryPolicy())
+    return _drained(claimed[0], outcome, error, held)
 
 
 def _held(job: ClaimedJob, connection: Connection | None) -> Held:
@@ -307,5 +342,10 @@ _STATUS = {
 }
 
 
-def _drained(job: ClaimedJob, outcome: Outcome, error: BaseException | None) -> DrainedJob:
-    return DrainedJob(job.id, job.queue, job.payload, job.attempts, _STATUS[outcome], error)
+def _drained(
+    job: ClaimedJob, outcome: Outcome, error: BaseException | None, held: Held
+) -> DrainedJob:
+    stored = None if error is not None or held.result is None else json.loads(held.result)
+    return DrainedJob(
+        job.id, job.queue, job.payload, job.attempts, _STATUS[outcome], error, job.task, stored
+    )

@@ -28,7 +28,9 @@ from pgqueue._base.urls import mask_url
 from pgqueue._base.validation import MAX_INT32, check_port, check_positive_int, check_seconds
 from pgqueue._worker.claimer import Claimer, ClaimerOptions, Intake
 from pgqueue._worker.completer import FLUSH_SIZE, Completer
+from pgqueue._worker.dispatch import Dispatch, registry_tasks
 from pgqueue._worker.event_loop import AsyncLane
+from pgqueue._worker.executors import DEFAULT_MAX_RESULT_BYTES
 from pgqueue._worker.heartbeat import Heartbeat
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.registration import Registration
@@ -48,7 +50,6 @@ from pgqueue.jobs import (
     Registry,
     WorkerStats,
     check_handlers,
-    is_async_handler,
 )
 from pgqueue.listener import Listener
 from pgqueue.periodic import Periodic, check_definitions
@@ -86,9 +87,12 @@ class Worker:
         engine: Used for short transactions (claims, batched completions, heartbeats, reaping):
             lease mode needs 3 connections (claimer, completer, heartbeat/reaper), transaction
             mode ``concurrency + 2``; add what the handlers themselves take from the same engine.
-        handlers: ``{queue: handler}`` (or a :class:`Registry`); the worker claims from these
-            queues only. A handler takes one :class:`JobContext`; sync and ``async def``
-            handlers mix freely.
+        handlers: ``{queue: handler}``, or a :class:`Registry` of handlers and tasks; the
+            worker claims from these queues (and those of the registry's tasks) only. A handler
+            takes one :class:`JobContext`; a task its arguments. Sync and ``async def`` ones mix
+            freely. A job is run by the task its ``jobs.task`` names, else by its queue's
+            handler; a job naming a task this worker does not know (a rolling deploy) fails the
+            attempt with ``last_error`` naming the task, and is retried as usual.
         concurrency: Handler threads, for sync handlers. Default 4.
         async_concurrency: Coroutines that may run at once on the worker's event loop (one
             thread), for ``async def`` handlers; the loop starts only when there is one.
@@ -148,6 +152,11 @@ class Worker:
         health_host: The address the health server binds. Default ``127.0.0.1``.
         stuck_after: Seconds one loop (claimer, completer, heartbeat) may spend in a single step
             before :meth:`liveness` reports it stuck. Default 60.
+        max_result_bytes: The largest JSON text a result may be (``jobs.result``). A task
+            whose return value is not JSON, or larger, fails for good (no retry: the same code
+            returns the same kind of value) with ``last_error`` saying so; a queue handler's
+            such value is not stored (logged once per handler), the job is done. Default
+            1,000,000.
         log_tracebacks: Write a failed attempt's traceback (masked, trimmed like the one stored
             in the job's ``errors``) on the lines after its log line: the retry's at WARNING,
             the final failure's at ERROR. Default True; False logs the one-line error only (the
@@ -188,8 +197,12 @@ class Worker:
         health_host: str = DEFAULT_HOST,
         stuck_after: timedelta | float = DEFAULT_STUCK_AFTER,
         log_tracebacks: bool = True,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
-        self.handlers = check_handlers(handlers)
+        tasks = registry_tasks(handlers)
+        self.handlers = check_handlers(handlers, allow_empty=bool(tasks))
+        self.max_result_bytes = check_positive_int("max_result_bytes", max_result_bytes)
+        self._dispatch = Dispatch(self.handlers, tasks, max_result_bytes=self.max_result_bytes)
         self.periodic = check_definitions(
             [
                 *(periodic if periodic is not None else ()),
@@ -198,15 +211,14 @@ class Worker:
         )
         if mode not in ("lease", "transaction"):
             raise InvalidArgumentError("mode", f"must be 'lease' or 'transaction', got {mode!r}")
-        self._lanes = {
-            q: Lane.ASYNC if is_async_handler(h) else Lane.THREADS for q, h in self.handlers.items()
-        }
-        async_queues = [q for q, lane in self._lanes.items() if lane is Lane.ASYNC]
-        if mode == "transaction" and async_queues:
+        #: The lane each queue is claimed for (a mixed queue's jobs go to their own lanes).
+        self._lanes = self._dispatch.queue_lanes
+        async_names = self._dispatch.async_names()
+        if mode == "transaction" and async_names:
             raise InvalidArgumentError(
                 "mode",
-                "transaction mode runs sync handlers only; async handlers for "
-                + ", ".join(map(repr, async_queues)),
+                "transaction mode runs sync handlers and tasks only; async ones for "
+                + ", ".join(async_names),
             )
         if prefetch is not None and (
             isinstance(prefetch, bool) or not isinstance(prefetch, int) or prefetch < 0
@@ -293,7 +305,7 @@ class Worker:
                 self._running = False
             raise
         self._until_empty = until_empty
-        lanes = set(self._lanes.values())
+        lanes = self._dispatch.lanes
         lock_timeout_ms = int(self.lock_timeout * 1000)
         # Computed per run: the pid of the process that runs it (a spawned child has its own).
         name = worker_name()
@@ -311,14 +323,14 @@ class Worker:
 
         runtime = self._runtime(completer, wake_async)
         if Lane.ASYNC in lanes:
-            coroutines = AsyncLane(runtime, self.handlers, self.async_concurrency)
+            coroutines = AsyncLane(runtime, self._dispatch, self.async_concurrency)
         restore = self._install_signals()
         threads: ThreadLane | TransactionLane
         intake: Intake
         if self.mode == "transaction":  # the one place the mode is chosen: its lane
             threads = intake = TransactionLane(
                 runtime,
-                self.handlers,
+                self._dispatch,
                 self.concurrency,
                 engine=self.engine,
                 lease=self.lease,
@@ -327,7 +339,7 @@ class Worker:
             )
         else:
             threads = ThreadLane(
-                runtime, self.handlers, self.concurrency if Lane.THREADS in lanes else 0
+                runtime, self._dispatch, self.concurrency if Lane.THREADS in lanes else 0
             )
             intake = runtime.window
         claimer = Claimer(runtime, self.engine, self._lanes, self._claimer_options(name), intake)
@@ -348,7 +360,7 @@ class Worker:
         listener: Listener | None = None
         log.info(
             "worker started: queues=%s mode=%s concurrency=%s async_concurrency=%s lease=%s url=%s",
-            ",".join(self.handlers),
+            ",".join(self._lanes),
             self.mode,
             self.concurrency if Lane.THREADS in lanes else "-",
             self.async_concurrency if coroutines is not None else "-",
@@ -357,7 +369,7 @@ class Worker:
         )
         if self._hooks is not None:
             self._hooks.worker_started(self)
-        registration = Registration(self.engine, name, list(self.handlers))
+        registration = Registration(self.engine, name, list(self._lanes))
         try:
             registration.add()
             completer.start()
@@ -440,6 +452,14 @@ class Worker:
                 runtime.work_ready.notify_all()
 
     @property
+    def queues(self) -> tuple[str, ...]:
+        """The queues this worker claims from: its handlers' and its registry's tasks'.
+
+        .. versionadded:: 0.1.0
+        """
+        return tuple(self._lanes)
+
+    @property
     def idle(self) -> bool:
         """True while scale-to-zero backs off (``idle_poll_interval`` set, no work for a while).
 
@@ -492,7 +512,7 @@ class Worker:
     _current: Runtime | None = None
 
     def _runtime(self, completer: Completer, wake_async: Callable[[], None]) -> Runtime:
-        lanes = set(self._lanes.values())
+        lanes = self._dispatch.lanes
         slots = {Lane.THREADS: self.concurrency, Lane.ASYNC: self.async_concurrency}
         prefetch = {Lane.THREADS: self.prefetch, Lane.ASYNC: self._async_prefetch}
         window = ClaimWindow(
@@ -511,6 +531,7 @@ class Worker:
             completer=completer,
             wake_async=wake_async,
             log_tracebacks=self.log_tracebacks,
+            split=self._dispatch.split,
         )
         self._current = runtime
         # A stop asked before this run was published (while the health server started, or

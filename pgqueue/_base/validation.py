@@ -46,8 +46,11 @@ _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
-def encode_payload(payload: Any, *, index: int | None = None) -> str:
-    """Serialise a payload to JSON text that PostgreSQL's jsonb accepts unchanged."""
+def encode_payload(payload: Any, *, index: int | None = None, argument: str = "payload") -> str:
+    """Serialise a payload to JSON text that PostgreSQL's jsonb accepts unchanged.
+
+    ``argument`` names the value in the error (a job's ``progress``, a task's ``result``).
+    """
     try:
         text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
     except RecursionError:
@@ -55,13 +58,17 @@ def encode_payload(payload: Any, *, index: int | None = None) -> str:
         # and the caller's own stack is what ran out.
         if not nested_deeper_than(payload, MAX_JSON_DEPTH):
             raise
-        raise InvalidPayloadError(_too_deep(), index=index) from None
+        raise InvalidPayloadError(_too_deep(), index=index, argument=argument) from None
     except (TypeError, ValueError) as exc:
-        raise InvalidPayloadError(f"not storable as jsonb ({exc})", index=index) from exc
+        raise InvalidPayloadError(
+            f"not storable as jsonb ({exc})", index=index, argument=argument
+        ) from exc
     if json_nested_deeper_than(text, MAX_JSON_DEPTH):
-        raise InvalidPayloadError(_too_deep(), index=index)
+        raise InvalidPayloadError(_too_deep(), index=index, argument=argument)
     if "\\u0000" in text and _NUL_ESCAPE.search(text):
-        raise InvalidPayloadError("contains the character U+0000, which jsonb rejects", index=index)
+        raise InvalidPayloadError(
+            "contains the character U+0000, which jsonb rejects", index=index, argument=argument
+        )
     return text
 
 

@@ -291,6 +291,16 @@ def complete(job_id: int, attempts: int) -> Call[bool]:
     return Call(statements.COMPLETE, _guard_params(job_id, attempts), _matched)
 
 
+def complete_with_result(
+    job_id: int, attempts: int, result_json: str | None, progress_json: str | None
+) -> Call[bool]:
+    """``result_json``/``progress_json``: JSON texts the worker encoded (and checked) itself."""
+    params = {"result_json": result_json, "progress_json": progress_json}
+    return Call(
+        statements.COMPLETE_WITH_RESULT, {**params, **_guard_params(job_id, attempts)}, _matched
+    )
+
+
 def extend_lease(job_id: int, attempts: int, lease: timedelta) -> Call[bool]:
     lease = check_duration("lease", lease, allow_zero=False)
     return Call(
@@ -423,8 +433,47 @@ def complete_many(
     return _batch(statements.COMPLETE_MANY, held, {"lock_timeout": _ms(lock_timeout_ms)})
 
 
+#: One completion of a batch that carries values: ``(job_id, claimed_attempts, result_json,
+#: progress_json)``, the JSON texts encoded by the worker (``None``: no result; no new progress).
+BatchCompletion = tuple[int, int, str | None, str | None]
+
+
+def complete_many_with_results(
+    completions: Sequence[BatchCompletion], lock_timeout_ms: int | None = None
+) -> Call[set[int]]:
+    """One JSON array text for the batch (the results are JSON texts already: joined, not
+    re-encoded)."""
+    elements = (
+        f"[{'null' if c[2] is None else c[2]}" + ("]" if c[3] is None else f",{c[3]}]")
+        for c in completions
+    )
+    params = {
+        "lock_timeout": _ms(lock_timeout_ms),
+        "batch_ids": [c[0] for c in completions],
+        "batch_attempts": [c[1] for c in completions],
+        "batch_json": _json_array(elements),
+    }
+    stmt = statements.COMPLETE_MANY_WITH_RESULTS if completions else None
+    return Call(stmt, params, _id_set)
+
+
 def extend_leases(held: Sequence[tuple[int, int]], lease: timedelta) -> Call[set[int]]:
     return _batch(statements.EXTEND_LEASE_MANY, held, {"lease": lease, "lock_timeout": None})
+
+
+def extend_leases_with_progress(
+    held: Sequence[tuple[int, int, str | None]], lease: timedelta
+) -> Call[set[int]]:
+    """``held``: ``(job_id, claimed_attempts, progress_json)``, ``None`` for no new progress."""
+    params = {
+        "lease": lease,
+        "lock_timeout": None,
+        "batch_ids": [h[0] for h in held],
+        "batch_attempts": [h[1] for h in held],
+        "batch_progress": [h[2] for h in held],
+    }
+    stmt = statements.EXTEND_LEASE_MANY_WITH_PROGRESS if held else None
+    return Call(stmt, params, _id_set)
 
 
 def release_many(held: Sequence[tuple[int, int]]) -> Call[set[int]]:
@@ -582,7 +631,8 @@ def claimed_jobs(rows: Iterable[Any]) -> list[ClaimedJob]:
     # UPDATE ... RETURNING promises no order: restore the claim's order.
     ordered = sorted(rows, key=lambda r: (-r.priority, r.run_at, r.id))
     return [
-        ClaimedJob(r.id, r.queue, r.payload, r.attempts, r.headers, r.priority) for r in ordered
+        ClaimedJob(r.id, r.queue, r.payload, r.attempts, r.headers, r.priority, r.task)
+        for r in ordered
     ]
 
 

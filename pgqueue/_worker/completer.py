@@ -208,9 +208,7 @@ class Flush:
 
     def __call__(self, conn: Connection) -> list[tuple[Held, Outcome, str]]:
         if self._matched is None:
-            self._matched = repository.complete_many(
-                conn, keys(self._done), lock_timeout_ms=self._lock_timeout_ms
-            )
+            self._matched = self._complete(conn)
         for index, (policy, group) in enumerate(self._groups):
             if index not in self._failures:
                 self._failures[index] = repository.fail_many(
@@ -240,6 +238,26 @@ class Flush:
             else (held, outcome, detail)
             for held, outcome, detail in decided
         ]
+
+    def _complete(self, conn: Connection) -> set[int]:
+        """The batch's completions in one statement: with results and progress when one of its
+        jobs has either, else the plain one (handlers that return ``None``: nothing more sent)."""
+        done = self._done
+        progress = [h.job.pending_progress() for h in done]
+        if all(h.result is None for h in done) and not any(progress):
+            return repository.complete_many(conn, keys(done), lock_timeout_ms=self._lock_timeout_ms)
+        matched = repository.complete_many_with_results(
+            conn,
+            [
+                (h.job.id, h.job.attempts, h.result, None if p is None else p[1])
+                for h, p in zip(done, progress, strict=True)
+            ],
+            lock_timeout_ms=self._lock_timeout_ms,
+        )
+        for h, p in zip(done, progress, strict=True):
+            if p is not None and h.job.id in matched:
+                h.job.progress_written(p[0])
+        return matched
 
     def _decided(self) -> list[tuple[Held, Outcome, str]]:
         """Every job of the batch with what its write's answer means (``LOST``: matched none)."""

@@ -17,6 +17,7 @@ import time
 from collections.abc import Mapping
 from functools import partial
 
+from pgqueue._worker.dispatch import Dispatch, as_dispatch
 from pgqueue._worker.executors import call_async
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.window import Held, Lane
@@ -26,9 +27,11 @@ log = logging.getLogger("pgqueue.worker")
 
 
 class AsyncLane:
-    def __init__(self, runtime: Runtime, handlers: Mapping[str, Handler], limit: int) -> None:
+    def __init__(
+        self, runtime: Runtime, handlers: Mapping[str, Handler] | Dispatch, limit: int
+    ) -> None:
         self._rt = runtime
-        self._handlers = handlers
+        self._dispatch = as_dispatch(handlers)
         self._limit = limit
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="pgqueue-asyncio", daemon=True)
@@ -85,7 +88,7 @@ class AsyncLane:
             self._loop.call_soon_threadsafe(task.cancel)
 
     async def _run_job(self, held: Held) -> None:
-        error = await call_async(self._handlers[held.job.queue], held, self._rt.hooks)
+        error = await call_async(self._dispatch.target(held.job), held, self._rt.hooks)
         self._running -= 1
         self._rt.finish(held, error)
         self._start_pending()

@@ -1,9 +1,11 @@
 """The heartbeat: keeps the leases of every job the worker holds, and learns which it lost.
 
 Every ``lease / 3`` (or at once when :meth:`Heartbeat.poke` says a job was cancelled) it extends
-all held leases in one statement. A job the extension misses was completed by its handler's own
-transaction, cancelled, or reaped and perhaps claimed by another worker; one more statement tells
-which, and the runtime stops the handler of a job that is no longer worth running. It is a thread
+all held leases in one statement, which also writes the progress the jobs set since the last beat
+(:meth:`pgqueue.JobContext.set_progress`: coalesced, the last value of each job). A job the
+extension misses was completed by its handler's own transaction, cancelled, or reaped and perhaps
+claimed by another worker; one more statement tells which, and the runtime stops the handler of a
+job that is no longer worth running. It is a thread
 of its own, so it keeps beating while handlers block, run CPU-bound Python or await.
 
 It has its own stop signal, not the worker's: after a stop the handlers still running get the
@@ -82,8 +84,22 @@ class Heartbeat:
         return not self._stop.is_set() and time.monotonic() < deadline
 
     def beat(self, held: list[Held], deadline: float) -> None:
+        # The progress jobs set since the last beat rides on the lease extension: the same
+        # rows, the same one statement, however many set_progress calls there were.
+        progress = [h.job.pending_progress() for h in held]
+
         def work(conn: Connection) -> tuple[set[int], dict[int, Settled]]:
-            kept = repository.extend_leases(conn, keys(held), self._lease)
+            if any(progress):
+                kept = repository.extend_leases_with_progress(
+                    conn,
+                    [
+                        (h.job.id, h.job.attempts, None if p is None else p[1])
+                        for h, p in zip(held, progress, strict=True)
+                    ],
+                    self._lease,
+                )
+            else:
+                kept = repository.extend_leases(conn, keys(held), self._lease)
             missed = [h for h in held if h.job.id not in kept]
             return kept, repository.settled_among(conn, keys(missed)) if missed else {}
 
@@ -97,6 +113,9 @@ class Heartbeat:
         if result is None:
             return
         kept, settled = result
+        for h, p in zip(held, progress, strict=True):
+            if p is not None and h.job.id in kept:
+                h.job.progress_written(p[0])
         hooks = self._runtime.hooks
         if hooks is not None:
             hooks.lease_extended([h.job for h in held if h.job.id in kept])

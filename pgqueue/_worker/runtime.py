@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from pgqueue._base.tracebacks import format_traceback
-from pgqueue._worker.executors import HandlerCancelled
+from pgqueue._worker.executors import HandlerCancelled, retryable
 from pgqueue._worker.outcomes import OUTCOMES, count_and_log
 from pgqueue._worker.window import ClaimWindow, Held, Lane, State, busy
 from pgqueue.hooks import HookDispatcher
@@ -43,6 +43,9 @@ class Runtime:
         completer: Takes the outcomes of finished jobs.
         wake_async: Called (under the lock) when async jobs are waiting: the event loop's
             wake-up. Default: nothing (no async lane).
+        split: The jobs of one claim by the lane each runs in
+            (:meth:`pgqueue._worker.dispatch.Dispatch.split`: a queue whose tasks run in both
+            lanes). Default: all in the lane they were claimed for.
 
     Attributes:
         lock: Guards the window, the stats, the lanes' bookkeeping and the claimer's queues.
@@ -63,6 +66,8 @@ class Runtime:
         completer: Completer,
         wake_async: Callable[[], None] = lambda: None,
         log_tracebacks: bool = True,
+        split: Callable[[Lane, list[JobContext]], list[tuple[Lane, list[JobContext]]]]
+        | None = None,
     ) -> None:
         # An RLock although nothing re-enters it: a Condition over one tests ownership in C,
         # which measured faster on the per-job wake-ups than over a plain Lock.
@@ -76,6 +81,7 @@ class Runtime:
         self.policy = policies
         self.completer = completer
         self.wake_async = wake_async
+        self._split = split
         #: Whether a failed attempt's log line carries its traceback (``Worker(log_tracebacks)``).
         self.log_tracebacks = log_tracebacks
         self.last_work = time.monotonic()
@@ -92,6 +98,11 @@ class Runtime:
             return 0
         self.last_work = time.monotonic()
         self.stats.claimed += len(jobs)
+        for to, some in [(lane, jobs)] if self._split is None else self._split(lane, jobs):
+            self._accept(to, some)
+        return len(jobs)
+
+    def _accept(self, lane: Lane, jobs: list[JobContext]) -> None:
         for held in self.window.accept(lane, jobs, self.last_work):
             if self.hooks is not None:
                 self.hooks.claimed(held.job)
@@ -105,7 +116,6 @@ class Runtime:
             self.work_ready.notify(len(jobs))
         else:
             self.wake_async()
-        return len(jobs)
 
     def wake_claimer(self) -> None:
         """Capacity changed: wake the claiming loop if a claim is now worth it. Lock held."""
@@ -141,14 +151,18 @@ class Runtime:
             # retryable attempt, so a job that always outlasts the deadline spends its attempts.
             # Its traceback says where it was waiting.
             error = HandlerCancelled("the handler's task was cancelled")
-        policy = self.policy(job.queue)
+        policy = self.policy_of(held)
         self.completer.fail(
             held,
             describe_error(error),
-            retry=policy.should_retry(error),
+            retry=retryable(policy, error),
             policy=policy,
             traceback=held.traceback,
         )
+
+    def policy_of(self, held: Held) -> RetryPolicy:
+        """The retry policy of a job: its task's own, else its queue's."""
+        return held.retry if held.retry is not None else self.policy(held.job.queue)
 
     def report(self, outcomes: list[tuple[Held, Outcome, str]]) -> None:
         """The completer's callback: a batch's outcomes are written (or known to be lost)."""

@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from pgqueue import repository
 from pgqueue._base.urls import error_line
 from pgqueue._sql.driver_errors import is_transient
+from pgqueue._worker.dispatch import Dispatch, as_dispatch
 from pgqueue._worker.executors import call_sync, run_in_savepoint
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.window import Held, Lane, State
@@ -33,9 +34,11 @@ log = logging.getLogger("pgqueue.worker")
 class _HandlerThreads:
     """``concurrency`` daemon threads running :meth:`_loop`."""
 
-    def __init__(self, runtime: Runtime, handlers: Mapping[str, Handler], concurrency: int) -> None:
+    def __init__(
+        self, runtime: Runtime, handlers: Mapping[str, Handler] | Dispatch, concurrency: int
+    ) -> None:
         self._rt = runtime
-        self._handlers = handlers
+        self._dispatch = as_dispatch(handlers)
         self._threads = [
             threading.Thread(target=self._loop, name=f"pgqueue-handler-{i}", daemon=True)
             for i in range(concurrency)
@@ -69,7 +72,7 @@ class ThreadLane(_HandlerThreads):
                 assert held is not None
                 if not window.has_pending(Lane.THREADS):
                     rt.wake_claimer()
-            error = call_sync(self._handlers[held.job.queue], held, rt.hooks)
+            error = call_sync(self._dispatch.target(held.job), held, rt.hooks)
             rt.finish(held, error)
 
 
@@ -86,7 +89,7 @@ class TransactionLane(_HandlerThreads):
     def __init__(
         self,
         runtime: Runtime,
-        handlers: Mapping[str, Handler],
+        handlers: Mapping[str, Handler] | Dispatch,
         concurrency: int,
         *,
         engine: Engine,
@@ -166,8 +169,10 @@ class TransactionLane(_HandlerThreads):
                 held = Held(job, Lane.THREADS, rt.last_work, State.RUNNING)
                 if rt.hooks is not None:
                     rt.hooks.claimed(job)
-                run = partial(call_sync, self._handlers[queue], held, rt.hooks)
-                _, outcome, detail = run_in_savepoint(conn, held, run, rt.policy(queue))
+                target = self._dispatch.target(job)
+                policy = target.retry if target.retry is not None else rt.policy(queue)
+                run = partial(call_sync, target, held, rt.hooks)
+                _, outcome, detail = run_in_savepoint(conn, held, run, policy)
         except Exception as exc:
             if held is None and is_transient(exc):
                 log.warning("claim on queue %s failed: %s", queue, error_line(exc))

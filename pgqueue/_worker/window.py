@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from pgqueue.jobs import JobContext
+from pgqueue.retry_policy import RetryPolicy
 
 #: An adaptive prefetch keeps the jobs claimed ahead to about this many seconds of work.
 TARGET_WAIT = 0.05
@@ -67,6 +68,11 @@ class Held:
     cancel_task: Callable[[], None] | None = field(default=None, repr=False)
     #: The traceback of the handler's exception (formatted, trimmed), for the outcome's log line.
     traceback: str | None = field(default=None, repr=False)
+    #: What its handler or task returned, as the JSON text its completion stores (``None``: it
+    #: returned ``None``, or a handler's value that is not JSON).
+    result: str | None = field(default=None, repr=False)
+    #: The retry policy of the task it ran, when the task has one (else its queue's).
+    retry: RetryPolicy | None = field(default=None, repr=False)
 
     @property
     def key(self) -> tuple[int, int]:

@@ -196,17 +196,21 @@ def _build_worker(args: argparse.Namespace) -> Any:
             postgres_url(target.listen_url, what=f"the listen_url of {args.target}")
         return target
     if isinstance(target, Mapping):
-        handlers: dict[str, Any] = dict(target)
-        definitions = target.periodic_definitions if isinstance(target, Registry) else ()
+        # A Registry is passed as it is: the Worker takes its tasks and periodic definitions.
+        handlers: Mapping[str, Any] = target if isinstance(target, Registry) else dict(target)
         if args.queues:
             wanted = [q.strip() for q in args.queues.split(",") if q.strip()]
-            unknown = [q for q in wanted if q not in handlers]
+            served = [*target, *_task_queues(target)]
+            unknown = [q for q in wanted if q not in served]
             if unknown:
                 raise UserError(
                     f"no handler for queue(s) {', '.join(unknown)} in {args.target} "
-                    f"(it has: {', '.join(handlers)})"
+                    f"(it has: {', '.join(dict.fromkeys(served))})"
                 )
-            handlers = {q: handlers[q] for q in wanted}
+            if isinstance(target, Registry):
+                handlers = target.only(wanted)
+            else:
+                handlers = {q: target[q] for q in wanted}
         kwargs: dict[str, Any] = {}
         for key, value in (
             ("concurrency", args.concurrency),
@@ -226,8 +230,15 @@ def _build_worker(args: argparse.Namespace) -> Any:
             pool_size=concurrency + 4,
             max_overflow=concurrency,
         )
-        return worker_module.Worker(engine, handlers, periodic=definitions, **kwargs)
+        return worker_module.Worker(engine, handlers, **kwargs)
     raise UserError(
         f"{args.target} is a {type(target).__name__}: expected a pgqueue.Worker, "
         "a {queue: handler} mapping or a pgqueue Registry"
     )
+
+
+def _task_queues(target: Mapping[str, Any]) -> list[str]:
+    """The queues of a Registry's tasks (none for a plain mapping)."""
+    if not isinstance(target, Registry):
+        return []
+    return [task.queue for task in target.tasks.values()]

@@ -218,7 +218,10 @@ class PrometheusHooks(WorkerHooks):
         """Run the depth statement for ``worker``'s queues now and set the gauges."""
         stmt = statements.queue_depth_statement(self.depth_limit)
         with worker.engine.connect() as conn:
-            rows = conn.execute(stmt, {"queue_names": list(worker.handlers)}).all()
+            # A worker's queues are its handlers' and its tasks' (``Worker.queues``); a view
+            # without them names its handlers' queues.
+            queues = getattr(worker, "queues", None) or list(worker.handlers)
+            rows = conn.execute(stmt, {"queue_names": list(queues)}).all()
         for row in rows:
             self.ready.labels(row.queue).set(row.ready)
             self.oldest_age.labels(row.queue).set(float(row.oldest_age or 0.0))

@@ -152,3 +152,56 @@ def test_worker_target_errors(tmp_path: Path) -> None:
         assert result.code == 2, target
         assert message in result.err
         assert "Traceback" not in result.err
+
+
+def test_worker_runs_a_registrys_tasks_and_queues_keeps_those_of_its_queues(
+    cli: Cli, db: Engine, tmp_path: Path
+) -> None:
+    """``pgqueue worker app:registry`` runs the registry's tasks by name (#22), claiming their
+    queues; ``--queues`` keeps the handlers and tasks of the queues named."""
+    (tmp_path / "task_app.py").write_text(
+        textwrap.dedent(
+            """
+            import pgqueue
+
+            registry = pgqueue.Registry()
+
+            @registry.task(queue="reports", name="reports.build")
+            def build(month):
+                return {"month": month}
+
+            @registry.task(queue="other", name="other.noop")
+            def noop():
+                return "other"
+            """
+        )
+    )
+    ids = {}
+    with db.begin() as conn:
+        for name, queue, args in [
+            ("reports.build", "reports", ["2026-11"]),
+            ("other.noop", "other", []),
+        ]:
+            ids[name] = pgqueue.enqueue(conn, {"args": args, "kwargs": {}}, queue=queue)
+            conn.execute(
+                text("UPDATE jobs SET task = :t WHERE id = :i"), {"t": name, "i": ids[name]}
+            )
+    only = cli("worker", "task_app:registry", "--queues", "reports", "--burst", cwd=str(tmp_path))
+    assert only.code == 0, only.err
+
+    def result(name: str) -> tuple[str, object]:
+        with db.connect() as conn:
+            row = conn.execute(
+                text("SELECT status, result FROM jobs WHERE id = :i"), {"i": ids[name]}
+            ).one()
+        return row.status, row.result
+
+    assert result("reports.build") == ("done", {"month": "2026-11"})
+    assert result("other.noop") == ("queued", None)  # not a queue of this run
+    every = cli("worker", "task_app:registry", "--burst", cwd=str(tmp_path))
+    assert every.code == 0, every.err
+    assert result("other.noop") == ("done", "other")
+    missing = cli("worker", "task_app:registry", "--queues", "nope", "--burst", cwd=str(tmp_path))
+    assert missing.code == 2
+    assert "no handler for queue(s) nope" in missing.err
+    assert "it has: reports, other" in missing.err
