@@ -11,6 +11,8 @@ from pgqueue.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
     InvalidPayloadError,
+    JobNotFoundError,
+    JobTimeoutError,
     PgQueueError,
     UniqueKeyError,
 )
@@ -28,6 +30,7 @@ from pgqueue.repository import (
     enqueue_unique,
     extend_lease,
     fail,
+    fetch_result,
     periodic_states,
     purge,
     purge_done,
@@ -42,11 +45,13 @@ from pgqueue.results import (
     ClaimedJob,
     EnqueuedJob,
     FailResult,
+    JobResult,
     PeriodicRow,
     ReapedJob,
 )
 from pgqueue.retry_policy import RetryPolicy
-from pgqueue.schema import channel_for, use_schema
+from pgqueue.schema import channel_for, finished_channel_for, use_schema
+from pgqueue.waiting import wait_for
 from pgqueue.worker import Worker
 
 __version__ = "0.1.0"
@@ -66,7 +71,10 @@ __all__ = [
     "InvalidPayloadError",
     "Job",
     "JobContext",
+    "JobNotFoundError",
+    "JobResult",
     "JobStatus",
+    "JobTimeoutError",
     "Outcome",
     "Periodic",
     "PeriodicRow",
@@ -89,6 +97,8 @@ __all__ = [
     "enqueue_unique",
     "extend_lease",
     "fail",
+    "fetch_result",
+    "finished_channel_for",
     "metadata",
     "periodic_states",
     "pooled_engine_options",
@@ -99,4 +109,5 @@ __all__ = [
     "retry",
     "retry_failed",
     "use_schema",
+    "wait_for",
 ]

@@ -21,14 +21,18 @@ job in its own transaction with ``await pgqueue.aio.complete(conn, job.id, job.a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias, TypeVar, Union
 
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from pgqueue import waiting as _waiting
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue._sql.options import EnqueueOptions
@@ -49,6 +53,7 @@ from pgqueue.results import (
     ClaimedJob,
     EnqueuedJob,
     FailResult,
+    JobResult,
     PeriodicRow,
     ReapedJob,
 )
@@ -71,6 +76,7 @@ __all__ = [
     "enqueue_unique",
     "extend_lease",
     "fail",
+    "fetch_result",
     "periodic_states",
     "purge",
     "purge_done",
@@ -79,6 +85,7 @@ __all__ = [
     "retry",
     "retry_failed",
     "snooze",
+    "wait_for",
 ]
 
 
@@ -171,6 +178,11 @@ async def claim(
 async def complete(conn: AsyncExecutor, job_id: int, attempts: int) -> bool:
     """Mark a job ``done`` if still ours; see :func:`pgqueue.repository.complete`."""
     return await _run(conn, _calls.complete(job_id, attempts))
+
+
+async def fetch_result(conn: AsyncExecutor, job_id: int) -> JobResult | None:
+    """A job's status, result, progress and error; see :func:`pgqueue.repository.fetch_result`."""
+    return await _run(conn, _calls.fetch_result(job_id))
 
 
 async def extend_lease(
@@ -273,6 +285,45 @@ async def periodic_states(
 async def remove_periodic(conn: AsyncExecutor, name: str) -> bool:
     """Delete a definition's row; see :func:`pgqueue.repository.remove_periodic`."""
     return await _run(conn, _periodic_calls.remove(name))
+
+
+async def wait_for(
+    engine: AsyncEngine,
+    job_id: int,
+    *,
+    timeout: timedelta | float,
+    poll_interval: timedelta | float = _waiting.DEFAULT_POLL_INTERVAL,
+    listen: bool = True,
+    listen_url: str | URL | None = None,
+) -> JobResult:
+    """Wait until a job is ``done`` or ``failed`` for good; see :func:`pgqueue.wait_for`.
+
+    The reads run on ``engine`` (an ``AsyncEngine``), the sleeps on the event loop: a waiting
+    coroutine holds no connection. The LISTEN connection is the process's shared one, in a
+    thread (:mod:`pgqueue.waiting`).
+
+    .. versionadded:: 0.1.0
+    """
+    _waiting.check_engine(engine, AsyncEngine, "sqlalchemy AsyncEngine")
+    deadline = _waiting.Deadline(job_id, timeout, poll_interval)
+    url = _waiting.listen_target(engine.sync_engine, listen, listen_url)
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+
+    def wake() -> None:  # from the listener thread
+        loop.call_soon_threadsafe(woken.set)
+
+    with _waiting.subscribed(engine.sync_engine, deadline.job_id, wake, url):
+        while True:
+            woken.clear()
+            async with engine.connect() as conn:
+                found = await fetch_result(conn, deadline.job_id)
+            pause = deadline.after(found)
+            if pause is None:
+                assert found is not None
+                return found
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(woken.wait(), pause)
 
 
 async def _run(conn: AsyncExecutor, call: _calls.Call[T]) -> T:

@@ -30,6 +30,7 @@ from pgqueue.results import (
     EnqueuedJob,
     FailResult,
     Fired,
+    JobResult,
     PeriodicRow,
     ReapedJob,
     Settled,
@@ -194,6 +195,19 @@ def claim(
 def complete(conn: Executor, job_id: int, attempts: int) -> bool:
     """Mark a job ``done`` (R10). False when the job is no longer ours (R13): change nothing."""
     return _run(conn, _calls.complete(job_id, attempts))
+
+
+def fetch_result(conn: Executor, job_id: int) -> JobResult | None:
+    """A job's status, result, progress and error as its row holds them now; ``None`` when no
+    job has this id (never enqueued, or purged).
+
+    One ``SELECT`` by primary key in the caller's transaction, of the columns
+    ``pgqueue grants --producer`` grants a producer. ``job_id`` must be an ``int``
+    (:class:`InvalidArgumentTypeError` before any SQL otherwise).
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _calls.fetch_result(job_id))
 
 
 def extend_lease(
