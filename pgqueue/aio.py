@@ -317,6 +317,7 @@ async def wait_for(
         while True:
             woken.clear()
             async with engine.connect() as conn:
+                await conn.execution_options(isolation_level=_waiting.AUTOCOMMIT)
                 found = await fetch_result(conn, deadline.job_id)
             pause = deadline.after(found)
             if pause is None:

@@ -44,6 +44,9 @@ DEFAULT_POLL_INTERVAL = 1.0
 #: one after the other do not each open one.
 LINGER = 5.0
 
+#: The isolation level of a wait's reads: each one statement, in no transaction.
+AUTOCOMMIT = "AUTOCOMMIT"
+
 Wake = Callable[[], None]
 
 
@@ -237,7 +240,8 @@ def wait_for(
     with subscribed(engine, deadline.job_id, woken.set, url):
         while True:
             woken.clear()
-            with engine.connect() as conn:
+            # Autocommit: one round trip per read (no BEGIN, no ROLLBACK when it goes back).
+            with engine.connect().execution_options(isolation_level=AUTOCOMMIT) as conn:
                 found = repository.fetch_result(conn, deadline.job_id)
             pause = deadline.after(found)
             if pause is None:
