@@ -202,7 +202,7 @@ def fetch_result(conn: Executor, job_id: int) -> JobResult | None:
     job has this id (never enqueued, or purged).
 
     One ``SELECT`` by primary key in the caller's transaction, of the columns
-    ``pgqueue grants --producer`` grants a producer. ``job_id`` must be an ``int``
+    ``pgqueue grants --role-producer`` grants a producer. ``job_id`` must be an ``int``
     (:class:`InvalidArgumentTypeError` before any SQL otherwise).
 
     .. versionadded:: 0.1.0

@@ -208,8 +208,9 @@ def wait_for(
     """Block until job ``job_id`` is ``done`` or ``failed`` for good, and return its result.
 
     A failed attempt that will be retried puts the job back to ``queued``: that is not the end,
-    the wait goes on. Each read is one short transaction of its own on ``engine`` (never the
-    caller's), of the columns ``pgqueue grants --producer`` grants.
+    the wait goes on. Each read is one autocommit ``SELECT`` on a connection of ``engine`` (never
+    the caller's transaction; no connection is held while sleeping), of the columns
+    ``pgqueue grants --role-producer`` grants.
 
     Args:
         engine: The application's engine (with :func:`pgqueue.use_schema` if pgqueue lives in a
