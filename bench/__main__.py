@@ -15,7 +15,18 @@ import sqlalchemy
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
-from bench import _db, claim, drain, drain_worker, enqueue, latency, peers, report, scale
+from bench import (
+    _db,
+    claim,
+    drain,
+    drain_worker,
+    enqueue,
+    latency,
+    peers,
+    report,
+    scale,
+    wait_latency,
+)
 from pgqueue._base.urls import mask_url
 
 
@@ -29,6 +40,8 @@ class Sizes:
     enqueue_many: int = 100_000
     latency_samples: int = 200
     latency_rounds: int = 3
+    #: ``wait_for``: samples per round (the rounds are ``latency_rounds``).
+    wait_samples: int = 200
     done_rows: int = 1_000_000
     scale_claims: int = 200
     #: The claim with priorities: ready jobs at 0, future ones at 5-9, a ready backlog at 0-9.
@@ -53,6 +66,7 @@ SMOKE = Sizes(
     enqueue_many=2_000,
     latency_samples=20,
     latency_rounds=1,
+    wait_samples=20,
     done_rows=10_000,
     scale_claims=20,
     claim_ready=100,
@@ -159,6 +173,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             _section("latency", started)
             results["latency"] = latency.run(
                 url, engine, sizes.latency_samples, rounds=sizes.latency_rounds
+            )
+            _section("wait_for latency", started)
+            results["wait_for"] = wait_latency.run(
+                url, sizes.wait_samples, rounds=sizes.latency_rounds
             )
             _section("scale", started)
             results["scale"] = scale.run(

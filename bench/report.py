@@ -125,6 +125,19 @@ def rows(results: dict[str, Any]) -> list[Row]:
                     False,
                 )
             )
+    waited = results.get("wait_for")
+    if waited:
+        for p in ("p50", "p99"):
+            out.append(
+                (
+                    "wait_for",
+                    f"completion commit->wait_for returns {p}, ms (floor: bare LISTEN)",
+                    waited["wait_for"][f"{p}_ms"],
+                    waited["raw"][f"{p}_ms"],
+                    None,
+                    False,
+                )
+            )
     scale = results.get("scale")
     if scale:
         rows_k = f"{scale['done_rows']:,}"

@@ -11,6 +11,8 @@ from pgqueue.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
     InvalidPayloadError,
+    JobNotFoundError,
+    JobTimeoutError,
     PgQueueError,
     UniqueKeyError,
 )
@@ -29,6 +31,7 @@ from pgqueue.repository import (
     enqueue_unique,
     extend_lease,
     fail,
+    fetch_result,
     pause,
     periodic_states,
     purge,
@@ -47,12 +50,14 @@ from pgqueue.results import (
     ClaimedJob,
     EnqueuedJob,
     FailResult,
+    JobResult,
     PeriodicRow,
     ReapedJob,
 )
 from pgqueue.retry_policy import RetryPolicy
-from pgqueue.schema import channel_for, use_schema
+from pgqueue.schema import channel_for, finished_channel_for, use_schema
 from pgqueue.tasks import Task
+from pgqueue.waiting import wait_for
 from pgqueue.worker import Worker
 
 __version__ = "0.1.0"
@@ -72,7 +77,10 @@ __all__ = [
     "InvalidPayloadError",
     "Job",
     "JobContext",
+    "JobNotFoundError",
+    "JobResult",
     "JobStatus",
+    "JobTimeoutError",
     "Outcome",
     "Periodic",
     "PeriodicRow",
@@ -99,6 +107,8 @@ __all__ = [
     "enqueue_unique",
     "extend_lease",
     "fail",
+    "fetch_result",
+    "finished_channel_for",
     "metadata",
     "pause",
     "periodic_states",
@@ -113,4 +123,5 @@ __all__ = [
     "retry_failed",
     "set_queue_limits",
     "use_schema",
+    "wait_for",
 ]

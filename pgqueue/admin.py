@@ -55,6 +55,7 @@ def list_jobs(
     error_contains: str | None = None,
     unique_key: str | None = None,
     with_payload: bool = True,
+    task: str | None = None,
 ) -> list[dict[str, Any]]:
     """The most recent jobs (highest id first), optionally of one queue and one status.
 
@@ -68,7 +69,8 @@ def list_jobs(
     this text (case-insensitive; ``%`` and ``_`` are plain characters), ``unique_key`` those with
     this key. No index serves them: a rare match walks the history back, newest first, until it
     has a page. ``with_payload=False`` leaves the payload out of the rows (the dashboard's list
-    shows none, and a payload may weigh megabytes).
+    shows none, and a payload may weigh megabytes). ``task`` keeps the jobs of the task of this
+    name (``.. versionadded:: 0.1.0``).
 
     Raises:
         InvalidArgumentError: a search that cannot be one (a payload jsonb cannot store, an
@@ -83,6 +85,7 @@ def list_jobs(
         error_contains=error_contains,
         unique_key=unique_key,
         with_payload=with_payload,
+        task=task,
     )
     return [decoded(row) for row in conn.execute(stmt)]
 

@@ -21,14 +21,18 @@ job in its own transaction with ``await pgqueue.aio.complete(conn, job.id, job.a
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias, TypeVar, Union
 
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from pgqueue import waiting as _waiting
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
@@ -51,6 +55,7 @@ from pgqueue.results import (
     ClaimedJob,
     EnqueuedJob,
     FailResult,
+    JobResult,
     PeriodicRow,
     ReapedJob,
 )
@@ -73,6 +78,7 @@ __all__ = [
     "enqueue_unique",
     "extend_lease",
     "fail",
+    "fetch_result",
     "pause",
     "periodic_states",
     "purge",
@@ -85,6 +91,7 @@ __all__ = [
     "retry_failed",
     "set_queue_limits",
     "snooze",
+    "wait_for",
 ]
 
 
@@ -182,6 +189,11 @@ async def claim(
 async def complete(conn: AsyncExecutor, job_id: int, attempts: int) -> bool:
     """Mark a job ``done`` if still ours; see :func:`pgqueue.repository.complete`."""
     return await _run(conn, _calls.complete(job_id, attempts))
+
+
+async def fetch_result(conn: AsyncExecutor, job_id: int) -> JobResult | None:
+    """A job's status, result, progress and error; see :func:`pgqueue.repository.fetch_result`."""
+    return await _run(conn, _calls.fetch_result(job_id))
 
 
 async def extend_lease(
@@ -312,6 +324,46 @@ async def set_queue_limits(
 async def queue_settings(conn: AsyncExecutor, queue: str | None = None) -> list[QueueSettings]:
     """The stored pause and limits of queues; see :func:`pgqueue.repository.queue_settings`."""
     return await _run(conn, _flow_calls.settings(queue))
+
+
+async def wait_for(
+    engine: AsyncEngine,
+    job_id: int,
+    *,
+    timeout: timedelta | float,
+    poll_interval: timedelta | float = _waiting.DEFAULT_POLL_INTERVAL,
+    listen: bool = True,
+    listen_url: str | URL | None = None,
+) -> JobResult:
+    """Wait until a job is ``done`` or ``failed`` for good; see :func:`pgqueue.wait_for`.
+
+    The reads run on ``engine`` (an ``AsyncEngine``), the sleeps on the event loop: a waiting
+    coroutine holds no connection. The LISTEN connection is the process's shared one, in a
+    thread (:mod:`pgqueue.waiting`).
+
+    .. versionadded:: 0.1.0
+    """
+    _waiting.check_engine(engine, AsyncEngine, "sqlalchemy AsyncEngine")
+    deadline = _waiting.Deadline(job_id, timeout, poll_interval)
+    url = _waiting.listen_target(engine.sync_engine, listen, listen_url)
+    loop = asyncio.get_running_loop()
+    woken = asyncio.Event()
+
+    def wake() -> None:  # from the listener thread
+        loop.call_soon_threadsafe(woken.set)
+
+    with _waiting.subscribed(engine.sync_engine, deadline.job_id, wake, url):
+        while True:
+            woken.clear()
+            async with engine.connect() as conn:
+                await conn.execution_options(isolation_level=_waiting.AUTOCOMMIT)
+                found = await fetch_result(conn, deadline.job_id)
+            pause = deadline.after(found)
+            if pause is None:
+                assert found is not None
+                return found
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(woken.wait(), pause)
 
 
 async def _run(conn: AsyncExecutor, call: _calls.Call[T]) -> T:

@@ -115,3 +115,43 @@ class InvalidResultError(PgQueueError):
 
     .. versionadded:: 0.1.0
     """
+
+
+class JobNotFoundError(PgQueueError, LookupError):
+    """No job has this id: it never existed, or ``purge`` removed it (and its result with it).
+
+    Raised by :func:`pgqueue.wait_for`, which cannot wait for a job that is not there
+    (:func:`pgqueue.fetch_result` returns ``None`` instead).
+
+    Attributes:
+        job_id: The id asked for.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"job {job_id}: no such job (never enqueued, or purged)")
+        self.job_id = job_id
+
+
+class JobTimeoutError(PgQueueError, TimeoutError):
+    """:func:`pgqueue.wait_for` gave up: the job had not finished within ``timeout``.
+
+    The job is left alone (it may still finish); wait again or read it with
+    :func:`pgqueue.fetch_result`. A ``TimeoutError`` too, so ``except TimeoutError`` catches it.
+
+    Attributes:
+        job_id: The job waited for.
+        timeout: How long the wait lasted, in seconds.
+        last: What the last read found (status ``queued`` or ``running``).
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, job_id: int, timeout: float, last: object = None) -> None:
+        status = getattr(last, "status", None)
+        state = "" if status is None else f" (still {status})"
+        super().__init__(f"job {job_id} did not finish within {timeout:g} s{state}")
+        self.job_id = job_id
+        self.timeout = timeout
+        self.last = last

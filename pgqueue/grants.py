@@ -8,8 +8,11 @@ roles get only DML:
   its ``ON CONFLICT (queue, unique_key) WHERE unique_key IS NOT NULL AND status IN (...)`` names
   them (an arbiter's columns and predicate need ``SELECT``) and so does its lookup of the job
   holding the key. Without them a unique enqueue is refused ("permission denied"). The identity
-  column needs no sequence grant. The producer cannot read payloads, headers or errors, nor
-  update or delete; it can see which ids, keys and statuses each queue holds.
+  column needs no sequence grant. A producer that reads or waits for results
+  (``pgqueue.fetch_result``, ``pgqueue.wait_for``) also reads ``result``, ``last_error``,
+  ``progress``, ``finished_at``, ``task``, ``attempts`` and ``cancelled_at``
+  (:data:`WAITER_COLUMNS`; ``LISTEN`` needs no privilege). The producer cannot read payloads,
+  headers or the attempt history (``errors``, with its tracebacks), nor update or delete.
 - worker: ``SELECT, INSERT, UPDATE`` on ``jobs`` (claim ``FOR UPDATE SKIP LOCKED``, lease
   extensions, completions, failures, the reaper; ``INSERT`` for the jobs of periodic definitions
   and for handlers that enqueue follow-up jobs) and on ``jobs_periodic`` (declaring periodic
@@ -42,6 +45,17 @@ from pgqueue.schema import check_schema
 #: conflict arbiter's columns and predicate and the key holder's lookup (plain lower-case names:
 #: constants, printed unquoted).
 PRODUCER_COLUMNS = ("id", "queue", "unique_key", "status")
+#: What ``fetch_result`` and ``wait_for`` read besides ``id`` and ``status``: a producer gets
+#: them too, so it can wait for the jobs it enqueued (#22).
+WAITER_COLUMNS = (
+    "result",
+    "last_error",
+    "progress",
+    "finished_at",
+    "task",
+    "attempts",
+    "cancelled_at",
+)
 
 #: PostgreSQL truncates identifiers longer than this (bytes).
 _MAX_IDENTIFIER_BYTES = 63
@@ -89,7 +103,7 @@ def grants_sql(
         if argument == "role_producer":
             lines.append(
                 sql.SQL("GRANT INSERT, SELECT ({}) ON {} TO {};").format(
-                    sql.SQL(", ".join(PRODUCER_COLUMNS)), jobs, who
+                    sql.SQL(", ".join(PRODUCER_COLUMNS + WAITER_COLUMNS)), jobs, who
                 )
             )
         elif argument == "role_worker":

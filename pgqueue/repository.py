@@ -35,6 +35,7 @@ from pgqueue.results import (
     EnqueuedJob,
     FailResult,
     Fired,
+    JobResult,
     PeriodicRow,
     ReapedJob,
     Settled,
@@ -224,6 +225,19 @@ def complete_with_result(
     worker encoded and checked (``None``: no result; keep the stored progress). For the worker's
     one-job writes (transaction mode, ``pgqueue.testing.drain``)."""
     return _run(conn, _calls.complete_with_result(job_id, attempts, result_json, progress_json))
+
+
+def fetch_result(conn: Executor, job_id: int) -> JobResult | None:
+    """A job's status, result, progress and error as its row holds them now; ``None`` when no
+    job has this id (never enqueued, or purged).
+
+    One ``SELECT`` by primary key in the caller's transaction, of the columns
+    ``pgqueue grants --role-producer`` grants a producer. ``job_id`` must be an ``int``
+    (:class:`InvalidArgumentTypeError` before any SQL otherwise).
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _calls.fetch_result(job_id))
 
 
 def extend_lease(

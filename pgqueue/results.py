@@ -131,3 +131,53 @@ class Fired:
 
     advanced: bool
     job_ids: list[int]
+
+
+#: The statuses a job does not leave by itself: :func:`pgqueue.wait_for` returns on them. A
+#: failed attempt that will be retried is ``queued`` again, so it is not among them.
+FINISHED_STATUSES = frozenset({"done", "failed"})
+
+
+@dataclass(frozen=True)
+class JobResult:
+    """A job's outcome as its row holds it now: what :func:`pgqueue.fetch_result` and
+    :func:`pgqueue.wait_for` return.
+
+    The result lives as long as the job's row: ``purge`` removes both (see docs/lifecycle.md
+    for keeping results longer).
+
+    Attributes:
+        id: The job's id.
+        status: ``"queued"``, ``"running"``, ``"done"`` or ``"failed"`` (text, as stored).
+        value: What the task (or queue handler) returned, any JSON value; ``None`` until the job
+            is done, and for a task that returned ``None``.
+        error: ``last_error``: the error of the last failed attempt (kept after a successful
+            retry), ``"cancelled"`` for a cancelled job, else ``None``.
+        progress: The last value the job passed to ``set_progress``, or ``None``.
+        finished_at: When the job became ``done`` or ``failed`` for good; ``None`` before.
+        task: The task's name, ``None`` for a queue-keyed job.
+        attempts: Attempts spent so far.
+        cancelled: ``pgqueue.cancel`` failed it (its ``status`` is ``"failed"``).
+
+    .. versionadded:: 0.1.0
+    """
+
+    id: int
+    status: str
+    value: Any
+    error: str | None
+    progress: Any
+    finished_at: datetime | None
+    task: str | None = None
+    attempts: int = 0
+    cancelled: bool = False
+
+    @property
+    def finished(self) -> bool:
+        """``done`` or ``failed`` for good: nothing more will happen to the job by itself."""
+        return self.status in FINISHED_STATUSES
+
+    @property
+    def succeeded(self) -> bool:
+        """``done``: :attr:`value` is what the job returned."""
+        return self.status == "done"

@@ -20,6 +20,10 @@ from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 
 #: The NOTIFY channel of the default placement (``public.jobs``), as in the article.
 DEFAULT_CHANNEL = "jobs"
+#: The channel on which the default placement's ``jobs_notify_finished()`` trigger names the jobs
+#: that finished (pgqueue_0011): what :func:`pgqueue.wait_for` listens to. A schema of its own
+#: uses ``<schema>.done`` (:func:`finished_channel_for`); no such name is ``jobs_done``.
+DEFAULT_FINISHED_CHANNEL = "jobs_done"
 #: The NOTIFY payload of :func:`pgqueue.cancel` on a placement's channel: a comma, which no queue
 #: name holds, so workers tell it from the insert trigger's queue names.
 CANCEL_HINT = ",cancel"
@@ -60,6 +64,18 @@ def channel_for(schema: str | None) -> str:
     Two placements in one database never wake each other's workers.
     """
     return DEFAULT_CHANNEL if schema is None else f"{check_schema(schema)}.{DEFAULT_CHANNEL}"
+
+
+def finished_channel_for(schema: str | None) -> str:
+    """The channel that names a placement's finished jobs: ``jobs_done``, or ``<schema>.done``.
+
+    Its payload is the ids of the jobs a statement made ``done`` or ``failed``, comma-separated
+    (several notifications for a large batch). Like :func:`channel_for`, one per placement, and
+    of at most 63 bytes (a schema has at most 58 characters).
+
+    .. versionadded:: 0.1.0
+    """
+    return DEFAULT_FINISHED_CHANNEL if schema is None else f"{check_schema(schema)}.done"
 
 
 def use_schema(bind: B, schema: str | None) -> B:

@@ -844,6 +844,7 @@ __all__ = [
     "EXTEND_LEASE_MANY_WITH_PROGRESS",
     "FAIL",
     "FAIL_MANY",
+    "JOB_RESULT",
     "KEY_HOLDERS",
     "LEASE_EXPIRED_ERROR",
     "LIVE_AMONG",
@@ -1010,3 +1011,20 @@ LIVE_AMONG: Select[Any] = select(jobs.c.id).where(_cancel_ids()).order_by(jobs.c
 CURRENT_LOCK_TIMEOUT: Select[Any] = select(
     func.current_setting(literal_column("'lock_timeout'", Text))
 )
+
+
+# -- results (``pgqueue.fetch_result``, ``pgqueue.wait_for``) ------------------------------------
+
+#: One job's outcome by ``:job_id``: no row for an unknown id. Only the columns a producer that
+#: waits is granted (:data:`pgqueue.grants.WAITER_COLUMNS`).
+JOB_RESULT: Select[Any] = select(
+    jobs.c.id,
+    jobs.c.status,
+    jobs.c.result,
+    jobs.c.last_error,
+    jobs.c.progress,
+    jobs.c.finished_at,
+    jobs.c.task,
+    jobs.c.attempts,
+    jobs.c.cancelled_at.is_not(None).label("cancelled"),
+).where(jobs.c.id == bindparam("job_id", type_=BigInteger))

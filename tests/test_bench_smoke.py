@@ -14,7 +14,17 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SECTIONS = ("environment", "enqueue", "drain", "io", "latency", "scale", "claim", "rss")
+SECTIONS = (
+    "environment",
+    "enqueue",
+    "drain",
+    "io",
+    "latency",
+    "wait_for",
+    "scale",
+    "claim",
+    "rss",
+)
 
 
 @pytest.mark.db
@@ -54,6 +64,9 @@ def test_smoke_run_reports_every_section(pg_server: Any, tmp_path: Path) -> None
     assert claim["future_ratio"] > 0
     assert claim["backlog_ratio"] > 0
     assert "| drain |" in proc.stdout
+    waited = results["wait_for"]
+    assert [waited[k]["samples"] for k in ("wait_for", "raw")] == [20, 20]
+    assert "| wait_for |" in proc.stdout
     assert "| io |" in proc.stdout
     assert proc.stdout.count("| claim | claim of 10, ") == 4
     assert "the raw-limit column is the baseline" in proc.stdout

@@ -43,6 +43,7 @@ from pgqueue.results import (
     ClaimedJob,
     EnqueuedJob,
     FailResult,
+    JobResult,
     ReapedJob,
     Settled,
 )
@@ -299,6 +300,10 @@ def complete_with_result(
     return Call(
         statements.COMPLETE_WITH_RESULT, {**params, **_guard_params(job_id, attempts)}, _matched
     )
+
+
+def fetch_result(job_id: int) -> Call[JobResult | None]:
+    return Call(statements.JOB_RESULT, {"job_id": check_job_id(job_id)}, _job_result)
 
 
 def extend_lease(job_id: int, attempts: int, lease: timedelta) -> Call[bool]:
@@ -661,3 +666,20 @@ def _reaped(result: Result[Any] | None) -> list[ReapedJob]:
 
 def _rowcount(result: Result[Any] | None) -> int:
     return int(_executed(result).rowcount)  # type: ignore[attr-defined]
+
+
+def _job_result(result: Result[Any] | None) -> JobResult | None:
+    row = _executed(result).first()
+    if row is None:
+        return None
+    return JobResult(
+        id=int(row.id),
+        status=str(row.status),
+        value=row.result,
+        error=row.last_error,
+        progress=row.progress,
+        finished_at=row.finished_at,
+        task=row.task,
+        attempts=int(row.attempts),
+        cancelled=bool(row.cancelled),
+    )

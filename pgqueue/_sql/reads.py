@@ -67,6 +67,7 @@ JOB_COLUMNS = (
     "unique_key",
     "created_at",
     "finished_at",
+    "task",
 )
 
 
@@ -84,6 +85,7 @@ def list_jobs_statement(
     error_contains: str | None = None,
     unique_key: str | None = None,
     with_payload: bool = True,
+    task: str | None = None,
 ) -> Select[Any]:
     """The statement :func:`pgqueue.admin.list_jobs` runs (its plan is checked on a million done
     jobs)."""
@@ -111,6 +113,9 @@ def list_jobs_statement(
     if unique_key is not None:
         key = check_unique_key(unique_key)
         stmt = stmt.where(jobs.c.unique_key == bindparam("unique_key", key, type_=TextType))
+    if task is not None:
+        name = _search_text("task", task)
+        stmt = stmt.where(jobs.c.task == bindparam("task_name", name, type_=TextType))
     return stmt.order_by(jobs.c.id.desc()).limit(limit)
 
 

@@ -224,6 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("list", cmd_list, "list jobs, newest first")
     p.add_argument("--queue")
     p.add_argument("--status", choices=statuses)
+    p.add_argument("--task", help="only the jobs of the task of this name")
     p.add_argument("--limit", type=positive_int, default=50, help="default 50")
     p.add_argument("--json", action="store_true")
 

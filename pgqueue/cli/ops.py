@@ -179,14 +179,29 @@ def cmd_list(args: argparse.Namespace) -> int:
     status = JobStatus(args.status) if args.status else None
     with transaction(args) as conn:
         rows = admin.list_jobs(
-            conn, queue=args.queue, status=status, limit=args.limit, with_payload=args.json
+            conn,
+            queue=args.queue,
+            status=status,
+            limit=args.limit,
+            with_payload=args.json,
+            task=args.task,
         )
     note_unreadable(rows)
     if args.json:
         emit_json(rows)
         return 0
     table(
-        ["id", "queue", "status", "prio", "attempts", "run_at", "locked_until", "last_error"],
+        [
+            "id",
+            "queue",
+            "status",
+            "prio",
+            "attempts",
+            "run_at",
+            "locked_until",
+            "last_error",
+            "task",
+        ],
         [
             (
                 r["id"],
@@ -197,6 +212,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 r["run_at"],
                 r["locked_until"],
                 r["last_error"],
+                r["task"],
             )
             for r in rows
         ],
@@ -205,7 +221,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    """Show one job with its payload, its error history and its last traceback."""
+    """Show one job with its payload (a task's arguments), result and progress, its error history
+    and its last traceback."""
     with transaction(args) as conn:
         job = admin.get_job(conn, args.id)
     if job is None:
@@ -216,12 +233,17 @@ def cmd_show(args: argparse.Namespace) -> int:
         return 0
     errors = job.pop("errors")
     for key, value in job.items():
-        if key == "payload" and not isinstance(value, admin.Unreadable):
+        as_json = key in _JSON_FIELDS and not (value is None and key != "payload")
+        if as_json and not isinstance(value, admin.Unreadable):
             value = json.dumps(value, indent=2, default=json_default)
             value = value.replace("\n", "\n" + " " * 15)
-        emit(f"{key + ':':<14} {cell(value) if key != 'payload' else value}")
+        emit(f"{key + ':':<14} {value if as_json else cell(value)}")
     _show_errors(errors)
     return 0
+
+
+#: What ``pgqueue show`` prints as indented JSON: the arguments, the return value, the progress.
+_JSON_FIELDS = ("payload", "result", "progress")
 
 
 def _show_errors(errors: list[dict[str, Any]]) -> None:

@@ -7,7 +7,7 @@ import os
 from alembic import context, op
 from sqlalchemy.dialects import postgresql
 
-from pgqueue.schema import SCHEMA_ENV_VAR, channel_for, check_schema
+from pgqueue.schema import SCHEMA_ENV_VAR, channel_for, check_schema, finished_channel_for
 
 #: ``alembic -x pgqueue_schema=NAME upgrade ...`` puts pgqueue's objects in schema NAME.
 SCHEMA_X_ARGUMENT = "pgqueue_schema"
@@ -43,6 +43,11 @@ def qualified(name: str, schema: str | None) -> str:
 def notify_channel(schema: str | None) -> str:
     """The NOTIFY channel the trigger of this placement uses."""
     return channel_for(schema)
+
+
+def finished_channel(schema: str | None) -> str:
+    """The NOTIFY channel on which this placement's finished jobs are named (pgqueue_0011)."""
+    return finished_channel_for(schema)
 
 
 def drop_invalid_index(name: str, schema: str | None) -> None:

@@ -109,6 +109,7 @@ class JobQuery:
     payload_value: Any = None
     error: str | None = None
     key: str | None = None
+    task: str | None = None
 
     @property
     def search(self) -> dict[str, Any]:
@@ -118,6 +119,7 @@ class JobQuery:
             "payload": self.payload,
             "error": self.error,
             "key": self.key,
+            "task": self.task,
             "limit": self.limit if self.limit != PAGE_SIZE else None,
         }
 
@@ -168,7 +170,8 @@ def _filters(request: Request) -> JobQuery:
             check_unique_key(key, name="key")
         except PgQueueError as exc:
             raise BadRequest(str(exc)) from exc
-    return JobQuery(queue, status, before, limit, payload, value, error, key)
+    task = _text_param(request, "task")
+    return JobQuery(queue, status, before, limit, payload, value, error, key, task)
 
 
 async def jobs(request: Request) -> Response:
@@ -192,6 +195,7 @@ async def jobs(request: Request) -> Response:
             error_contains=q.error,
             unique_key=q.key,
             with_payload=False,
+            task=q.task,
         ),
     )
     older = rows[q.limit - 1]["id"] if len(rows) > q.limit else None
@@ -204,7 +208,7 @@ async def jobs(request: Request) -> Response:
         statuses=[s.value for s in JobStatus],
         before=q.before,
         search=q.search,
-        searching=bool(q.payload or q.error or q.key),
+        searching=bool(q.payload or q.error or q.key or q.task),
         older=older,
         message=message(request),
     )
@@ -226,6 +230,8 @@ async def job(request: Request) -> Response:
         "job.html",
         job=found,
         payload=_payload_shown(found),
+        result=_json_shown(found.get("result")),
+        progress=_json_shown(found.get("progress")),
         payload_limit=PAYLOAD_PREVIEW_CHARS,
         message=message(request),
     )
@@ -240,6 +246,15 @@ def _payload_shown(job: dict[str, Any]) -> str:
         return text
     value = decode_json(text)
     if isinstance(value, Unreadable):  # written by SQL: too deep to decode, shown as its text
+        return str(value)
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+def _json_shown(value: Any) -> str | None:
+    """A task's result or progress as indented JSON; ``None`` when the column is NULL."""
+    if value is None:
+        return None
+    if isinstance(value, Unreadable):
         return str(value)
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
 

@@ -413,3 +413,38 @@ def test_workers_lists_the_connected_workers_and_the_jobs_they_hold(
     assert shown.code == 0
     assert name in shown.out
     assert "mail,thumbs" in shown.out
+
+
+def test_list_by_task_and_show_prints_task_result_and_progress(cli: Cli, db: Engine) -> None:
+    """#22: ``list --task`` keeps one task's jobs; ``show`` prints the task, its result and its
+    progress as JSON, ``-`` while there is none."""
+    sent = int(cli("enqueue", "emails", '{"args": [42], "kwargs": {}}').out)
+    other = int(cli("enqueue", "emails", "{}").out)
+    with db.begin() as conn:
+        conn.execute(
+            text(
+                "UPDATE jobs SET task = 'app.send_email', status = 'done', finished_at = now(), "
+                "result = '{\"sent\": true}', progress = '[3, 3]' WHERE id = :id"
+            ),
+            {"id": sent},
+        )
+    listed = cli("list", "--task", "app.send_email", "--json").json()
+    assert [(j["id"], j["task"]) for j in listed] == [(sent, "app.send_email")]
+    table_ = cli("list", "--task", "app.send_email").out
+    assert "app.send_email" in table_
+    assert cli("list", "--task", "app.nothing", "--json").json() == []
+    assert {j["id"] for j in cli("list", "--json").json()} == {sent, other}
+
+    shown = cli("show", str(sent)).out
+    assert "task:          app.send_email" in shown
+    assert 'result:        {\n                 "sent": true\n               }' in shown
+    assert "progress:      [\n" in shown
+    as_json = cli("show", str(sent), "--json").json()
+    assert (as_json["task"], as_json["result"], as_json["progress"]) == (
+        "app.send_email",
+        {"sent": True},
+        [3, 3],
+    )
+    plain_ = cli("show", str(other)).out
+    assert "result:        -\n" in plain_
+    assert "task:          -\n" in plain_

@@ -114,7 +114,9 @@ def test_same_public_names_and_signatures() -> None:
     for name in pgqueue.aio.__all__:
         if name == "AsyncExecutor":
             continue
-        sync, twin = getattr(repository, name), getattr(pgqueue.aio, name)
+        # wait_for takes an engine, not a connection: its sync twin is pgqueue.wait_for.
+        sync = getattr(repository, name) if name != "wait_for" else pgqueue.wait_for
+        twin = getattr(pgqueue.aio, name)
         assert inspect.iscoroutinefunction(twin)
         sync_params = list(inspect.signature(sync).parameters.values())[1:]
         twin_params = list(inspect.signature(twin).parameters.values())[1:]

@@ -166,7 +166,7 @@ def test_producer_enqueues_with_a_unique_key_and_still_cannot_read_payloads(
         assert fresh.code == 0, fresh.err
         assert fresh.json()["inserted"] is True
 
-        # It reads ids, queues, keys and statuses, and nothing else.
+        # It reads ids, queues, keys and statuses, and what a wait reads; nothing else.
         with producer.connect() as conn:
             rows = conn.execute(
                 text("SELECT id, queue, unique_key, status FROM jobs WHERE id = :id"), {"id": first}
@@ -176,7 +176,7 @@ def test_producer_enqueues_with_a_unique_key_and_still_cannot_read_payloads(
             "SELECT payload FROM jobs",
             "SELECT * FROM jobs",
             "SELECT headers FROM jobs",
-            "SELECT last_error FROM jobs",
+            "SELECT errors FROM jobs",
             'SELECT count(*) FROM jobs WHERE payload @> \'{"secret": "s3cr3t"}\'',
             "SELECT id FROM jobs ORDER BY priority",
             "UPDATE jobs SET priority = 9",
@@ -251,3 +251,35 @@ def test_flow_control_privileges_of_each_role(roles: dict[str, URL], engine: Eng
     finally:
         for each in (producer, worker, monitor):
             each.dispose()
+
+
+def test_a_producer_role_waits_for_the_result_a_worker_role_wrote(
+    roles: dict[str, URL], engine: Engine
+) -> None:
+    """``fetch_result`` and ``wait_for`` (its LISTEN too) need nothing beyond the producer's
+    grants; the worker role completes the job with its own."""
+    producer = create_engine(roles["producer"])
+    worker = create_engine(roles["worker"])
+    try:
+        with producer.begin() as conn:
+            job_id = pgqueue.enqueue(conn, {"n": 1}, queue="w")
+        with worker.begin() as conn:
+            (job,) = pgqueue.claim(conn, queue="w")
+
+        def complete() -> None:
+            with worker.begin() as conn:
+                conn.execute(text("UPDATE jobs SET result = '[2]' WHERE id = :id"), {"id": job_id})
+                assert pgqueue.complete(conn, job.id, job.attempts)
+
+        with producer.connect() as conn:
+            waiting = pgqueue.fetch_result(conn, job_id)
+        assert waiting is not None
+        assert waiting.status == "running"
+        thread = threading.Thread(target=complete)
+        thread.start()
+        got = pgqueue.wait_for(producer, job_id, timeout=60, poll_interval=0.2)
+        thread.join()
+        assert (got.status, got.value, got.error) == ("done", [2], None)
+    finally:
+        producer.dispose()
+        worker.dispose()

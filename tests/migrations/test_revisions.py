@@ -96,6 +96,17 @@ def test_catalog_has_what_autogenerate_cannot_see(engine: Engine) -> None:
         "FOR EACH STATEMENT EXECUTE FUNCTION jobs_notify()"
     )
     assert "pg_notify('jobs', queue) FROM (SELECT DISTINCT queue FROM inserted)" in function
+    with engine.connect() as conn:
+        finished = conn.execute(
+            text(
+                "SELECT pg_get_triggerdef(oid) FROM pg_trigger "
+                "WHERE tgname = 'jobs_notify_finished'"
+            )
+        ).scalar_one()
+    assert finished == (
+        "CREATE TRIGGER jobs_notify_finished AFTER UPDATE ON public.jobs REFERENCING NEW TABLE "
+        "AS finished FOR EACH STATEMENT EXECUTE FUNCTION jobs_notify_finished()"
+    )
     for status in ("queued", "running", "done", "failed"):
         assert f"'{status}'" in check
 
@@ -472,7 +483,8 @@ def test_tasks_revision_round_trips_in_a_schema_with_rows(
     empty_db_url: URL, empty_engine: Engine
 ) -> None:
     """pgqueue_0011 adds ``task``, ``result`` and ``progress`` (nullable: existing rows read NULL,
-    no rewrite); its downgrade removes exactly those and keeps the rows."""
+    no rewrite) and the ``jobs_notify_finished`` trigger on the schema's finished channel (the
+    ids an UPDATE left done or failed); its downgrade removes exactly those and keeps the rows."""
     added = ["task", "result", "progress"]
     pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0010", schema="queue")
     with empty_engine.begin() as conn:
@@ -490,6 +502,22 @@ def test_tasks_revision_round_trips_in_a_schema_with_rows(
             ).scalars()
             return list(found)
 
+    def finished_notified() -> list[tuple[str, str]]:
+        """What one UPDATE that finishes the first job (and requeues the other) sends."""
+        with psycopg.connect(to_libpq_url(empty_db_url), autocommit=True) as listener:
+            listener.execute('LISTEN "queue.done"')
+            with empty_engine.begin() as conn:
+                conn.execute(
+                    text(
+                        "UPDATE queue.jobs SET status = CASE WHEN id = :first THEN 'done' "
+                        "ELSE 'queued' END"
+                    ),
+                    {"first": first},
+                )
+            return sorted((n.channel, n.payload) for n in listener.notifies(timeout=1.0))
+
+    with empty_engine.connect() as conn:
+        first = conn.execute(text("SELECT min(id) FROM queue.jobs")).scalar_one()
     pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0011", schema="queue")
     assert columns() == added
     with empty_engine.begin() as conn:
@@ -501,10 +529,15 @@ def test_tasks_revision_round_trips_in_a_schema_with_rows(
                 "progress = '0.5' WHERE id = (SELECT min(id) FROM queue.jobs)"
             )
         )
+    assert finished_notified() == [("queue.done", str(first))]
     pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0010", schema="queue")
     assert columns() == []
+    assert finished_notified() == []
     with empty_engine.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2
+        assert not conn.execute(
+            text("SELECT count(*) FROM pg_proc WHERE proname = 'jobs_notify_finished'")
+        ).scalar_one()
 
 
 def test_flow_control_revision_round_trips_in_a_schema_with_rows(

@@ -250,3 +250,33 @@ def test_worker_claims_replayed_through_the_pooler_run_each_job_once(
     assert replayed_claims(caplog.records) > 0, "the claims were never replayed"
     problems = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert not problems, caplog.text  # no prepared-statement collision, no failed claim
+
+
+@pytest.mark.parametrize("listen", ["direct", "polling"])
+def test_wait_for_through_the_pooler(pooled_engine: Engine, db_url: URL, listen: str) -> None:
+    """#22: a producer behind PgBouncer waits with LISTEN on the direct URL (woken: its poll
+    interval is longer than its timeout), or by polling only; no session state either way."""
+    seen = _record_statements(pooled_engine)
+    with pooled_engine.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {"n": 1}, queue="waited")
+    with pooled_engine.begin() as conn:
+        (job,) = pgqueue.claim(conn, queue="waited")
+
+    def complete() -> None:
+        until(lambda: any("jobs.progress" in s for s in seen), 30, "the first read")
+        time.sleep(0.2)
+        with pooled_engine.begin() as conn:
+            conn.execute(text("UPDATE jobs SET result = '\"ok\"' WHERE id = :id"), {"id": job_id})
+            assert pgqueue.complete(conn, job.id, job.attempts)
+
+    thread = threading.Thread(target=complete, daemon=True)
+    thread.start()
+    if listen == "direct":
+        got = pgqueue.wait_for(
+            pooled_engine, job_id, timeout=120, poll_interval=600, listen_url=db_url
+        )
+    else:
+        got = pgqueue.wait_for(pooled_engine, job_id, timeout=120, poll_interval=0.2, listen=False)
+    thread.join()
+    assert (got.status, got.value) == ("done", "ok")
+    assert [s for s in seen if _SESSION_STATE.search(s)] == []

@@ -13,7 +13,8 @@ def test_names_are_quoted_identifiers() -> None:
     out = grants_sql(worker='w"; DROP TABLE jobs; --', producer="Prod", schema="pgq")
     assert out.splitlines() == [
         'GRANT USAGE ON SCHEMA "pgq" TO "Prod";',
-        'GRANT INSERT, SELECT (id, queue, unique_key, status) ON "pgq".jobs TO "Prod";',
+        "GRANT INSERT, SELECT (id, queue, unique_key, status, result, last_error, progress, "
+        'finished_at, task, attempts, cancelled_at) ON "pgq".jobs TO "Prod";',
         'GRANT USAGE ON SCHEMA "pgq" TO "w""; DROP TABLE jobs; --";',
         'GRANT SELECT, INSERT, UPDATE ON "pgq".jobs, "pgq".jobs_periodic '
         'TO "w""; DROP TABLE jobs; --";',
@@ -22,12 +23,18 @@ def test_names_are_quoted_identifiers() -> None:
     ]
 
 
-def test_producer_reads_only_what_a_unique_enqueue_needs() -> None:
+def test_producer_reads_only_what_a_unique_enqueue_and_a_wait_need() -> None:
     """``RETURNING id``; the ``ON CONFLICT`` arbiter's columns and predicate and the key holder's
-    lookup (``queue``, ``unique_key``, ``status``); never the payload, headers or errors."""
+    lookup (``queue``, ``unique_key``, ``status``); what ``fetch_result`` reads (``result``,
+    ``last_error``, ...); never the payload, headers or the attempt history."""
     (usage, grant) = grants_sql(producer="p").splitlines()
     assert usage == 'GRANT USAGE ON SCHEMA "public" TO "p";'
-    assert grant == 'GRANT INSERT, SELECT (id, queue, unique_key, status) ON "public".jobs TO "p";'
+    assert grant == (
+        "GRANT INSERT, SELECT (id, queue, unique_key, status, result, last_error, progress, "
+        'finished_at, task, attempts, cancelled_at) ON "public".jobs TO "p";'
+    )
+    for hidden in ("payload", "headers", "errors"):
+        assert hidden not in grant.replace("last_error", "")
     assert "UPDATE" not in grant
     assert "DELETE" not in grant
 

@@ -62,7 +62,10 @@ LAYERS: tuple[tuple[str, str], ...] = (
         "schema periodic retry_policy tasks jobs hooks flow",
     ),
     ("SQL as data, grants and revisions", "statements _sql.* admin grants migrations.*"),
-    ("the runners and services on a connection", "repository aio pooler listener health doctor"),
+    (
+        "the runners and services on a connection",
+        "repository aio pooler listener health doctor waiting",
+    ),
     ("the worker's machinery (not the worker, the package, the CLI, the dashboard)", "_worker.*"),
     ("the worker, and the test helpers that run handlers as it does", "worker testing"),
     ("the public package and what builds on it", "__init__ demo contrib.*"),

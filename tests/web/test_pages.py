@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import timedelta
 
@@ -316,3 +317,53 @@ def test_a_database_error_is_a_503_with_the_password_masked(
     assert "pgqueue_no_such_database" in response.text
     assert secret not in response.text
     assert secret not in caplog.text
+
+
+def test_job_page_shows_task_arguments_result_progress_and_error(
+    engine: Engine, client: TestClient
+) -> None:
+    """#22: the task's name (a link to its jobs), its arguments, result and progress; a result
+    or progress holding markup renders as text."""
+    with engine.begin() as conn:
+        job_id, plain = pgqueue.enqueue_many(
+            conn, [{"args": [42], "kwargs": {"template": "reset"}}, {}], queue="emails"
+        )
+        conn.execute(
+            text(
+                "UPDATE jobs SET task = 'app.send_email', status = 'done', finished_at = now(), "
+                "result = CAST(:r AS jsonb), progress = '{\"sent\": 3}', last_error = 'SMTP 451' "
+                "WHERE id = :id"
+            ),
+            {"r": json.dumps({"html": SCRIPT}), "id": job_id},
+        )
+    html = client.get(f"/jobs/{job_id}").text
+    for fragment in (
+        'id="task"',
+        "app.send_email",
+        "/jobs?task=app.send_email",
+        "arguments (payload)",
+        "&#34;template&#34;: &#34;reset&#34;",
+        '<pre id="result">',
+        "&#34;html&#34;: &#34;&lt;script&gt;",
+        '<pre id="progress">',
+        "&#34;sent&#34;: 3",
+        "SMTP 451",
+    ):
+        assert fragment in html, fragment
+    assert "<script>alert" not in html
+    other = client.get(f"/jobs/{plain}").text
+    assert "- (queue handler)" in other
+    assert "none yet" in other
+
+
+def test_job_list_filters_by_task(engine: Engine, client: TestClient) -> None:
+    with engine.begin() as conn:
+        ids = pgqueue.enqueue_many(conn, [{}, {}, {}], queue="mixed")
+        conn.execute(text("UPDATE jobs SET task = 'app.a' WHERE id = ANY(:ids)"), {"ids": ids[:2]})
+    html = client.get("/jobs?task=app.a").text
+    shown = {int(i) for i in re.findall(r'href="/jobs/(\d+)"', html)}
+    assert shown == set(ids[:2])
+    assert 'value="app.a"' in html
+    assert client.get("/jobs?task=app.none").text.count('href="/jobs/') == 0
+    everything = client.get("/jobs").text
+    assert {int(i) for i in re.findall(r'href="/jobs/(\d+)"', everything)} >= set(ids)
