@@ -31,7 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import periodic_calls as _periodic_calls
-from pgqueue._sql.options import EnqueueOptions
+from pgqueue._sql.options import DependencyFailure, EnqueueOptions
 from pgqueue.models import JobStatus
 from pgqueue.repository import (
     DEFAULT_LEASE,
@@ -93,6 +93,8 @@ async def enqueue(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     unique_key: str | None = None,
+    depends_on: Iterable[int] | None = None,
+    on_dependency_failure: DependencyFailure = "fail",
 ) -> int:
     """Insert one job in the caller's transaction; see :func:`pgqueue.repository.enqueue`."""
     options = EnqueueOptions(
@@ -103,6 +105,8 @@ async def enqueue(
         headers=headers,
         priority=priority,
         unique_key=unique_key,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
     return await _drive(conn, _calls.enqueue(payload, options))
 
@@ -118,6 +122,8 @@ async def enqueue_unique(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
+    depends_on: Iterable[int] | None = None,
+    on_dependency_failure: DependencyFailure = "fail",
 ) -> EnqueuedJob:
     """Insert unless the key is held; see :func:`pgqueue.repository.enqueue_unique`."""
     options = EnqueueOptions(
@@ -128,6 +134,8 @@ async def enqueue_unique(
         headers=headers,
         priority=priority,
         unique_key=unique_key,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
     return await _drive(conn, _calls.enqueue_unique(payload, options))
 
@@ -143,6 +151,8 @@ async def enqueue_many(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     unique_keys: Iterable[str | None] | None = None,
+    depends_on: Iterable[int] | None = None,
+    on_dependency_failure: DependencyFailure = "fail",
 ) -> list[int]:
     """Insert a batch in one round trip; see :func:`pgqueue.repository.enqueue_many`."""
     options = EnqueueOptions(
@@ -152,6 +162,8 @@ async def enqueue_many(
         max_attempts=max_attempts,
         headers=headers,
         priority=priority,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
     return await _drive(conn, _calls.enqueue_many(payloads, options, unique_keys))
 

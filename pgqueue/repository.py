@@ -20,7 +20,7 @@ from pgqueue import retry_policy
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import options as _options
 from pgqueue._sql import periodic_calls as _periodic_calls
-from pgqueue._sql.options import EnqueueOptions
+from pgqueue._sql.options import DependencyFailure, EnqueueOptions
 from pgqueue.models import JobStatus
 from pgqueue.periodic import Periodic
 from pgqueue.results import (
@@ -64,6 +64,8 @@ def enqueue(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     unique_key: str | None = None,
+    depends_on: Iterable[int] | None = None,
+    on_dependency_failure: DependencyFailure = "fail",
 ) -> int:
     """Insert one job in the caller's transaction and return its id.
 
@@ -85,10 +87,24 @@ def enqueue(
             of a key that another open transaction is inserting waits for it: if it commits, its
             job is returned; if it rolls back, this one is inserted. At most 1,000 bytes.
             Default ``None``: no key, and no cost.
+        depends_on: Ids of jobs this one waits for (docs/workflows.md): it stays ``queued`` but
+            is not claimed until every one of them is ``done``, released by the statement that
+            completes the last one. A dependency already ``done`` counts as finished; one
+            already failed for good or cancelled fails the new job at once (as a later failure
+            would), unless ``on_dependency_failure="run"``. Not with ``run_at`` or ``delay``.
+            Each dependency's row is locked until the caller's transaction ends (that orders the
+            enqueue against its completion): keep such transactions short. Default ``None``: no
+            dependencies, and no cost. (``.. versionadded:: 0.1.0``)
+        on_dependency_failure: ``"fail"`` (the default): when a dependency fails for good or is
+            cancelled, this job fails too (``last_error`` names the dependency), and so do the
+            jobs waiting for it. ``"run"``: it runs anyway once every dependency has finished,
+            and can read which one failed (``dependency_results``).
 
     Raises:
-        InvalidArgumentError: before any SQL, for a bad payload, queue, schedule, priority or
-            key.
+        InvalidArgumentError: before any SQL, for a bad payload, queue, schedule, priority,
+            key or dependency list.
+        UnknownDependencyError: ``depends_on`` names an id no job has (checked in the same
+            transaction before anything is inserted: nothing is written).
     """
     options = EnqueueOptions(
         queue=queue,
@@ -98,6 +114,8 @@ def enqueue(
         headers=headers,
         priority=priority,
         unique_key=unique_key,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
     return _drive(conn, _calls.enqueue(payload, options))
 
@@ -113,6 +131,8 @@ def enqueue_unique(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
+    depends_on: Iterable[int] | None = None,
+    on_dependency_failure: DependencyFailure = "fail",
 ) -> EnqueuedJob:
     """:func:`enqueue` with a ``unique_key``, saying whether it inserted a job or found the live
     job holding the key (``EnqueuedJob(id, inserted)``).
@@ -127,6 +147,8 @@ def enqueue_unique(
         headers=headers,
         priority=priority,
         unique_key=unique_key,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
     return _drive(conn, _calls.enqueue_unique(payload, options))
 
@@ -142,6 +164,8 @@ def enqueue_many(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     unique_keys: Iterable[str | None] | None = None,
+    depends_on: Iterable[int] | None = None,
+    on_dependency_failure: DependencyFailure = "fail",
 ) -> list[int]:
     """Insert a batch of jobs in one round trip; return their ids in input order.
 
@@ -150,6 +174,9 @@ def enqueue_many(
     :func:`enqueue`. ``unique_keys`` gives one key or ``None`` per payload: a payload whose key a
     live job holds gets that job's id, and equal keys within the batch collapse into one job
     (equal keys, equal ids). Still one round trip, plus one lookup when some key was held.
+    ``depends_on`` (one list for every job of the batch) and ``on_dependency_failure`` as for
+    :func:`enqueue`: two more statements, the check of the ids and one that records the edges of
+    the whole batch.
     """
     options = EnqueueOptions(
         queue=queue,
@@ -158,6 +185,8 @@ def enqueue_many(
         max_attempts=max_attempts,
         headers=headers,
         priority=priority,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
     return _drive(conn, _calls.enqueue_many(payloads, options, unique_keys))
 
