@@ -9,15 +9,24 @@ roles get only DML:
   them (an arbiter's columns and predicate need ``SELECT``) and so does its lookup of the job
   holding the key. Without them a unique enqueue is refused ("permission denied"). The identity
   column needs no sequence grant. The producer cannot read payloads, headers or errors, nor
-  update or delete; it can see which ids, keys and statuses each queue holds.
+  update or delete; it can see which ids, keys and statuses each queue holds. With
+  ``dependencies=True`` (``--producer-dependencies``: a producer that enqueues with
+  ``depends_on``, pgqueue_0013) it also gets ``SELECT`` and ``UPDATE`` on the columns the
+  enqueue of a waiting job writes (``has_dependents`` on its dependencies; ``waiting_on``,
+  ``run_at``, ``status``, ``last_error``, ``finished_at``, ``cancelled_at`` on the new job) and
+  ``SELECT, INSERT`` on ``jobs_dependencies``: a producer role can then also change those columns
+  of other jobs, the price of a column-level grant.
 - worker: ``SELECT, INSERT, UPDATE`` on ``jobs`` (claim ``FOR UPDATE SKIP LOCKED``, lease
   extensions, completions, failures, the reaper; ``INSERT`` for the jobs of periodic definitions
   and for handlers that enqueue follow-up jobs) and on ``jobs_periodic`` (declaring periodic
-  definitions and firing their ticks); ``SELECT, INSERT, UPDATE, DELETE`` on ``jobs_workers``
+  definitions and firing their ticks), ``SELECT, INSERT, UPDATE`` on ``jobs_dependencies`` (the
+  ``jobs_release`` trigger runs as the role finishing the job); ``SELECT, INSERT, UPDATE,
+  DELETE`` on ``jobs_workers``
   (a worker records itself when it starts and removes its row when it stops). ``LISTEN`` needs
   no privilege.
 - monitor (``doctor``, ``stats``, ``periodic``): ``pg_monitor`` to see every session, ``SELECT``
-  on ``jobs``, ``jobs_periodic``, ``jobs_workers`` and ``alembic_version``.
+  on ``jobs``, ``jobs_periodic``, ``jobs_workers``, ``jobs_dependencies`` and
+  ``alembic_version``.
 
 Each role gets ``USAGE`` on the schema. ``purge``, ``retry`` and ``cancel`` are maintenance: run
 them as the owner, or grant ``DELETE`` (purge) and ``UPDATE`` (retry, cancel) to a role of yours;
@@ -38,6 +47,17 @@ from pgqueue.schema import check_schema
 #: conflict arbiter's columns and predicate and the key holder's lookup (plain lower-case names:
 #: constants, printed unquoted).
 PRODUCER_COLUMNS = ("id", "queue", "unique_key", "status")
+
+#: The columns an enqueue with ``depends_on`` reads and writes (pgqueue_0013).
+PRODUCER_DEPENDENCY_COLUMNS = (
+    "has_dependents",
+    "waiting_on",
+    "run_at",
+    "status",
+    "last_error",
+    "finished_at",
+    "cancelled_at",
+)
 
 #: PostgreSQL truncates identifiers longer than this (bytes).
 _MAX_IDENTIFIER_BYTES = 63
@@ -60,16 +80,19 @@ def grants_sql(
     producer: str | None = None,
     monitor: str | None = None,
     schema: str | None = None,
+    dependencies: bool = False,
 ) -> str:
     """The ``GRANT`` statements for the given roles, one per line, to run as the owner.
 
     ``schema`` is where ``pgqueue migrate --schema`` put the table (default ``public``).
+    ``dependencies``: the producer also enqueues with ``depends_on`` (see above).
     """
     place = sql.Identifier(check_schema(schema) if schema is not None else "public")
     jobs = sql.SQL("{}.jobs").format(place)
     periodic = sql.SQL("{}.jobs_periodic").format(place)
     workers = sql.SQL("{}.jobs_workers").format(place)
     version = sql.SQL("{}.alembic_version").format(place)
+    edges = sql.SQL("{}.jobs_dependencies").format(place)
     lines: list[sql.Composable] = []
     roles = {
         "role_producer": producer,
@@ -87,6 +110,14 @@ def grants_sql(
                     sql.SQL(", ".join(PRODUCER_COLUMNS)), jobs, who
                 )
             )
+            if dependencies:
+                dependency_columns = sql.SQL(", ".join(PRODUCER_DEPENDENCY_COLUMNS))
+                lines.append(
+                    sql.SQL("GRANT SELECT ({}), UPDATE ({}) ON {} TO {};").format(
+                        dependency_columns, dependency_columns, jobs, who
+                    )
+                )
+                lines.append(sql.SQL("GRANT SELECT, INSERT ON {} TO {};").format(edges, who))
         elif argument == "role_worker":
             lines.append(
                 sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}, {} TO {};").format(jobs, periodic, who)
@@ -94,10 +125,11 @@ def grants_sql(
             lines.append(
                 sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {};").format(workers, who)
             )
+            lines.append(sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {};").format(edges, who))
         else:
             lines.append(
-                sql.SQL("GRANT SELECT ON {}, {}, {}, {} TO {};").format(
-                    jobs, periodic, workers, version, who
+                sql.SQL("GRANT SELECT ON {}, {}, {}, {}, {} TO {};").format(
+                    jobs, periodic, workers, edges, version, who
                 )
             )
             lines.append(sql.SQL("GRANT pg_monitor TO {};").format(who))

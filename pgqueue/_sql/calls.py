@@ -398,7 +398,11 @@ def _cancel(params: dict[str, Any]) -> Plan[CancelReport]:
                 cancelled.extend(got)
     # A released savepoint keeps its set_config: give the caller's transaction its own back.
     yield Call(statements.SET_LOCAL_LOCK_TIMEOUT, {"lock_timeout": previous}, _nothing)
-    return CancelReport(sorted(cancelled, key=lambda c: c.id), skipped)
+    dependents: list[int] = []
+    if cancelled:
+        ids = {"job_ids": [c.id for c in cancelled]}
+        dependents = yield Call(workflow_statements.CANCELLED_DEPENDENTS, ids, _sorted_ids)
+    return CancelReport(sorted(cancelled, key=lambda c: c.id), skipped, dependents)
 
 
 def set_local_lock_timeout(milliseconds: int) -> Call[None]:

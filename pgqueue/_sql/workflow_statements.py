@@ -137,3 +137,24 @@ ATTACH: Update = (
     )
     .returning(jobs.c.id, jobs.c.status)
 )
+
+
+_down = (
+    select(edges.c.job_id.label("id"))
+    .where(edges.c.depends_on == func.any(bindparam("job_ids", type_=ARRAY(BigInteger))))
+    .cte("down", recursive=True)
+)
+_down = _down.union(select(edges.c.job_id).where(edges.c.depends_on == _down.c.id))
+
+#: The jobs waiting (transitively) for one of ``:job_ids`` that this transaction cancelled with
+#: them (the ``jobs_release`` trigger stamps ``cancelled_at = now()``). Returns ``id``.
+CANCELLED_DEPENDENTS: Select[Any] = (
+    select(jobs.c.id)
+    .join(_down, jobs.c.id == _down.c.id)
+    .where(
+        jobs.c.cancelled_at == func.now(),
+        jobs.c.status == status_literal(JobStatus.FAILED),
+        jobs.c.id != func.all(bindparam("job_ids", type_=ARRAY(BigInteger))),
+    )
+    .order_by(jobs.c.id)
+)
