@@ -64,18 +64,23 @@ def _release_function(schema: str | None) -> str:
     return f"""
     DECLARE
       why text;
+      ids bigint[];
     BEGIN
+      -- Each step collects ids, then updates by id = ANY(ids): an index probe per waiting job.
+      -- (An UPDATE ... FROM a CTE was planned as a hash join over a scan of jobs: 0.5 ms a call.)
       IF NEW.status = 'done' THEN
         WITH settled AS (
           UPDATE {edges} SET pending = false
           WHERE depends_on = NEW.id AND pending
           RETURNING job_id
         )
-        UPDATE {jobs} AS c
-        SET waiting_on = c.waiting_on - 1,
-            run_at = CASE WHEN c.waiting_on = 1 THEN now() ELSE c.run_at END
-        FROM settled s
-        WHERE c.id = s.job_id AND c.status = 'queued' AND c.waiting_on > 0;
+        SELECT array_agg(job_id) INTO ids FROM settled;
+        IF ids IS NOT NULL THEN
+          UPDATE {jobs} AS c
+          SET waiting_on = c.waiting_on - 1,
+              run_at = CASE WHEN c.waiting_on = 1 THEN now() ELSE c.run_at END
+          WHERE c.id = ANY(ids) AND c.status = 'queued' AND c.waiting_on > 0;
+        END IF;
         RETURN NULL;
       END IF;
       why := 'dependency ' || NEW.id
@@ -89,26 +94,30 @@ def _release_function(schema: str | None) -> str:
           SELECT d.job_id FROM doomed JOIN {edges} d ON d.depends_on = doomed.id
           WHERE d.pending AND NOT d.run_on_failure
       )
-      UPDATE {jobs} AS c
-      SET status = 'failed',
-          waiting_on = 0,
-          run_at = now(),
-          last_error = why,
-          finished_at = now(),
-          cancelled_at = CASE WHEN NEW.cancelled_at IS NOT NULL THEN now() END
-      FROM doomed
-      WHERE c.id = doomed.id AND c.status = 'queued' AND c.waiting_on > 0;
+      SELECT array_agg(id ORDER BY id) INTO ids FROM doomed;
+      IF ids IS NOT NULL THEN
+        UPDATE {jobs} AS c
+        SET status = 'failed',
+            waiting_on = 0,
+            run_at = now(),
+            last_error = why,
+            finished_at = now(),
+            cancelled_at = CASE WHEN NEW.cancelled_at IS NOT NULL THEN now() END
+        WHERE c.id = ANY(ids) AND c.status = 'queued' AND c.waiting_on > 0;
+      END IF;
       -- The "run" dependents are released as by a done parent.
       WITH settled AS (
         UPDATE {edges} SET pending = false
         WHERE depends_on = NEW.id AND pending
         RETURNING job_id, run_on_failure
       )
-      UPDATE {jobs} AS c
-      SET waiting_on = c.waiting_on - 1,
-          run_at = CASE WHEN c.waiting_on = 1 THEN now() ELSE c.run_at END
-      FROM settled s
-      WHERE c.id = s.job_id AND s.run_on_failure AND c.status = 'queued' AND c.waiting_on > 0;
+      SELECT array_agg(job_id) FILTER (WHERE run_on_failure) INTO ids FROM settled;
+      IF ids IS NOT NULL THEN
+        UPDATE {jobs} AS c
+        SET waiting_on = c.waiting_on - 1,
+            run_at = CASE WHEN c.waiting_on = 1 THEN now() ELSE c.run_at END
+        WHERE c.id = ANY(ids) AND c.status = 'queued' AND c.waiting_on > 0;
+      END IF;
       RETURN NULL;
     END;
     """  # noqa: S608
