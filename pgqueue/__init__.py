@@ -13,10 +13,11 @@ from pgqueue.errors import (
     InvalidPayloadError,
     PgQueueError,
     UniqueKeyError,
+    UnknownDependencyError,
 )
 from pgqueue.hooks import WorkerHooks
 from pgqueue.jobs import JobContext, Outcome, Registry, Snooze, WorkerStats
-from pgqueue.models import Job, JobStatus, metadata
+from pgqueue.models import Job, JobDependency, JobStatus, metadata
 from pgqueue.periodic import Periodic
 from pgqueue.pooler import pooled_engine_options
 from pgqueue.repository import (
@@ -66,6 +67,7 @@ __all__ = [
     "InvalidPayloadError",
     "Job",
     "JobContext",
+    "JobDependency",
     "JobStatus",
     "Outcome",
     "Periodic",
@@ -76,6 +78,7 @@ __all__ = [
     "RetryPolicy",
     "Snooze",
     "UniqueKeyError",
+    "UnknownDependencyError",
     "Worker",
     "WorkerHooks",
     "WorkerStats",
