@@ -343,3 +343,30 @@ def test_the_claim_keeps_its_plan_with_waiting_jobs_present(engine: Engine) -> N
         conn.rollback()
     assert_article_shape(plan)
     assert sorted(j.id for j in _claim(engine)) == parents
+
+
+@pytest.mark.parametrize("mode", ["engine", "connection"])
+def test_testing_drain_runs_a_fan_out_and_its_fan_in_to_the_end_in_dependency_order(
+    engine: Engine, mode: str
+) -> None:
+    """A chain across queues feeding a fan-out of three and a fan-in: each job runs after every
+    job it depends on, whichever queue is visited first, in lease mode and in the caller's
+    transaction alike."""
+    from pgqueue import testing
+
+    with engine.begin() as conn:
+        first = pgqueue.enqueue(conn, "first", queue="b")
+        members = pgqueue.enqueue_many(conn, ["m"] * 3, queue="a", depends_on=[first])
+        fan_in = pgqueue.enqueue(conn, "in", queue="a", depends_on=members)
+        last = pgqueue.enqueue(conn, "last", queue="b", depends_on=[fan_in])
+    order: list[int] = []
+    handlers = {"a": lambda job: order.append(job.id), "b": lambda job: order.append(job.id)}
+    if mode == "engine":
+        result = testing.drain(engine, handlers)
+    else:
+        with engine.begin() as conn:
+            result = testing.drain(conn, handlers)
+    assert len(result.ran) == 6
+    assert order[0] == first
+    assert sorted(order[1:4]) == members
+    assert order[4:] == [fan_in, last]
