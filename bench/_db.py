@@ -59,7 +59,7 @@ def admin_connect(url: URL) -> psycopg.Connection[tuple[Any, ...]]:
 def reset(url: URL) -> None:
     """Empty the table and let the statistics know it."""
     with admin_connect(url) as conn:
-        conn.execute("TRUNCATE jobs")
+        conn.execute("TRUNCATE jobs CASCADE")  # and jobs_dependencies (pgqueue_0013)
     analyze(url)
 
 

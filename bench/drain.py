@@ -36,16 +36,19 @@ def run_worker(
     *,
     handler: str = "sync-noop",
     async_concurrency: int | None = None,
+    prefilled: bool = False,
 ) -> dict[str, Any]:
     """Fill ``n`` jobs, drain them with a fresh worker process; jobs/s and the process's memory.
 
     ``batch``, ``prefetch`` and ``async_concurrency`` are the worker's options of those names;
     None: its defaults. ``handler`` is one of :data:`bench.drain_worker.HANDLERS`; an ``async-*``
     one starts no handler thread, so ``concurrency`` only sizes the engine's pool there. What
-    the worker process logs (its warnings) goes to this process's stderr.
+    the worker process logs (its warnings) goes to this process's stderr. ``prefilled``: the
+    caller enqueued the ``n`` jobs (a workflow), no reset and no fill.
     """
-    _db.reset(url)
-    _db.fill(url, n, task=TASKS.get(handler))
+    if not prefilled:
+        _db.reset(url)
+        _db.fill(url, n, task=TASKS.get(handler))
     url_text = url.render_as_string(hide_password=False)
     cmd = [
         sys.executable,

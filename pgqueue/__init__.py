@@ -15,11 +15,12 @@ from pgqueue.errors import (
     JobTimeoutError,
     PgQueueError,
     UniqueKeyError,
+    UnknownDependencyError,
 )
 from pgqueue.flow import QueueSettings, Rate
 from pgqueue.hooks import WorkerHooks
 from pgqueue.jobs import JobContext, Outcome, Registry, Snooze, WorkerStats, current_job
-from pgqueue.models import Job, JobStatus, metadata
+from pgqueue.models import Job, JobDependency, JobStatus, metadata
 from pgqueue.periodic import Periodic
 from pgqueue.pooler import pooled_engine_options
 from pgqueue.repository import (
@@ -77,6 +78,7 @@ __all__ = [
     "InvalidPayloadError",
     "Job",
     "JobContext",
+    "JobDependency",
     "JobNotFoundError",
     "JobResult",
     "JobStatus",
@@ -93,6 +95,7 @@ __all__ = [
     "Snooze",
     "Task",
     "UniqueKeyError",
+    "UnknownDependencyError",
     "Worker",
     "WorkerHooks",
     "WorkerStats",

@@ -36,7 +36,7 @@ from pgqueue import waiting as _waiting
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
-from pgqueue._sql.options import EnqueueOptions
+from pgqueue._sql.options import DependencyFailure, EnqueueOptions
 from pgqueue.flow import QueueSettings, Rate
 from pgqueue.models import JobStatus
 from pgqueue.repository import (
@@ -107,6 +107,8 @@ async def enqueue(
     priority: int = DEFAULT_PRIORITY,
     unique_key: str | None = None,
     concurrency_key: str | None = None,
+    depends_on: Iterable[int] | None = None,
+    on_dependency_failure: DependencyFailure = "fail",
 ) -> int:
     """Insert one job in the caller's transaction; see :func:`pgqueue.repository.enqueue`."""
     options = EnqueueOptions(
@@ -118,6 +120,8 @@ async def enqueue(
         priority=priority,
         unique_key=unique_key,
         concurrency_key=concurrency_key,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
     return await _drive(conn, _calls.enqueue(payload, options))
 
@@ -134,6 +138,8 @@ async def enqueue_unique(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     concurrency_key: str | None = None,
+    depends_on: Iterable[int] | None = None,
+    on_dependency_failure: DependencyFailure = "fail",
 ) -> EnqueuedJob:
     """Insert unless the key is held; see :func:`pgqueue.repository.enqueue_unique`."""
     options = EnqueueOptions(
@@ -145,6 +151,8 @@ async def enqueue_unique(
         priority=priority,
         unique_key=unique_key,
         concurrency_key=concurrency_key,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
     return await _drive(conn, _calls.enqueue_unique(payload, options))
 
@@ -161,6 +169,8 @@ async def enqueue_many(
     priority: int = DEFAULT_PRIORITY,
     unique_keys: Iterable[str | None] | None = None,
     concurrency_key: str | Iterable[str | None] | None = None,
+    depends_on: Iterable[int] | None = None,
+    on_dependency_failure: DependencyFailure = "fail",
 ) -> list[int]:
     """Insert a batch in one round trip; see :func:`pgqueue.repository.enqueue_many`."""
     options = EnqueueOptions(
@@ -170,6 +180,8 @@ async def enqueue_many(
         max_attempts=max_attempts,
         headers=headers,
         priority=priority,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
     return await _drive(conn, _calls.enqueue_many(payloads, options, unique_keys, concurrency_key))
 

@@ -140,7 +140,7 @@ class Demo:
     def reset(self, count: int) -> None:
         """Empty ``jobs`` and enqueue ``count`` jobs in one transaction."""
         with self.engine.begin() as conn:
-            conn.execute(text("TRUNCATE jobs RESTART IDENTITY"))
+            conn.execute(text("TRUNCATE jobs RESTART IDENTITY CASCADE"))
             repository.enqueue_many(conn, ({"email": i} for i in range(count)))
 
     def run_sessions(
@@ -378,7 +378,7 @@ def worker_step(demo: Demo) -> None:
     demo.say("   every 3rd thumbnail fails once; every 5th webhook always fails (max_attempts 3);")
     demo.say("   retry base 50 ms instead of 10 s, so the retries come due within the demo")
     with demo.engine.begin() as conn:
-        conn.execute(text("TRUNCATE jobs RESTART IDENTITY"))
+        conn.execute(text("TRUNCATE jobs RESTART IDENTITY CASCADE"))
         for queue, count in plan.items():
             repository.enqueue_many(
                 conn, ({"n": i} for i in range(count)), queue=queue, max_attempts=3

@@ -155,3 +155,18 @@ class JobTimeoutError(PgQueueError, TimeoutError):
         self.job_id = job_id
         self.timeout = timeout
         self.last = last
+
+
+class UnknownDependencyError(PgQueueError, LookupError):
+    """An enqueue's ``depends_on`` named ids no job has; nothing of that call was written.
+
+    Attributes:
+        ids: The unknown ids, in ascending order.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, ids: list[int]) -> None:
+        shown = ", ".join(str(i) for i in ids[:10]) + (", ..." if len(ids) > 10 else "")
+        super().__init__(f"depends_on: no job has id {shown}")
+        self.ids = ids

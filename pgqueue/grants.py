@@ -12,16 +12,24 @@ roles get only DML:
   (``pgqueue.fetch_result``, ``pgqueue.wait_for``) also reads ``result``, ``last_error``,
   ``progress``, ``finished_at``, ``task``, ``attempts`` and ``cancelled_at``
   (:data:`WAITER_COLUMNS`; ``LISTEN`` needs no privilege). The producer cannot read payloads,
-  headers or the attempt history (``errors``, with its tracebacks), nor update or delete.
+  headers or the attempt history (``errors``, with its tracebacks), nor update or delete. With
+  ``dependencies=True`` (``--producer-dependencies``: a producer that enqueues with
+  ``depends_on``, pgqueue_0013) it also gets ``SELECT`` and ``UPDATE`` on the columns the
+  enqueue of a waiting job writes (``has_dependents`` on its dependencies; ``waiting_on``,
+  ``run_at``, ``status``, ``last_error``, ``finished_at``, ``cancelled_at`` on the new job) and
+  ``SELECT, INSERT`` on ``jobs_dependencies``: a producer role can then also change those columns
+  of other jobs, the price of a column-level grant.
 - worker: ``SELECT, INSERT, UPDATE`` on ``jobs`` (claim ``FOR UPDATE SKIP LOCKED``, lease
   extensions, completions, failures, the reaper; ``INSERT`` for the jobs of periodic definitions
   and for handlers that enqueue follow-up jobs) and on ``jobs_periodic`` (declaring periodic
-  definitions and firing their ticks); ``SELECT, INSERT, UPDATE, DELETE`` on ``jobs_workers``
-  (a worker records itself when it starts and removes its row when it stops); ``SELECT, UPDATE``
-  on ``jobs_queues`` (the claim reads a queue's pause and limits and moves its rate window).
-  ``LISTEN`` needs no privilege.
+  definitions and firing their ticks), ``SELECT, INSERT, UPDATE`` on ``jobs_dependencies`` (the
+  ``jobs_release`` trigger runs as the role finishing the job); ``SELECT, INSERT, UPDATE,
+  DELETE`` on ``jobs_workers`` (a worker records itself when it starts and removes its row when
+  it stops); ``SELECT, UPDATE`` on ``jobs_queues`` (the claim reads a queue's pause and limits
+  and moves its rate window). ``LISTEN`` needs no privilege.
 - monitor (``doctor``, ``stats``, ``periodic``, ``queues``): ``pg_monitor`` to see every session,
-  ``SELECT`` on ``jobs``, ``jobs_periodic``, ``jobs_workers``, ``jobs_queues`` and
+  ``SELECT`` on ``jobs``, ``jobs_periodic``, ``jobs_workers``, ``jobs_queues``,
+  ``jobs_dependencies`` and
   ``alembic_version``.
 
 Each role gets ``USAGE`` on the schema. ``purge``, ``retry`` and ``cancel`` are maintenance: run
@@ -57,6 +65,17 @@ WAITER_COLUMNS = (
     "cancelled_at",
 )
 
+#: The columns an enqueue with ``depends_on`` reads and writes (pgqueue_0013).
+PRODUCER_DEPENDENCY_COLUMNS = (
+    "has_dependents",
+    "waiting_on",
+    "run_at",
+    "status",
+    "last_error",
+    "finished_at",
+    "cancelled_at",
+)
+
 #: PostgreSQL truncates identifiers longer than this (bytes).
 _MAX_IDENTIFIER_BYTES = 63
 
@@ -78,10 +97,12 @@ def grants_sql(
     producer: str | None = None,
     monitor: str | None = None,
     schema: str | None = None,
+    dependencies: bool = False,
 ) -> str:
     """The ``GRANT`` statements for the given roles, one per line, to run as the owner.
 
     ``schema`` is where ``pgqueue migrate --schema`` put the table (default ``public``).
+    ``dependencies``: the producer also enqueues with ``depends_on`` (see above).
     """
     place = sql.Identifier(check_schema(schema) if schema is not None else "public")
     jobs = sql.SQL("{}.jobs").format(place)
@@ -89,6 +110,7 @@ def grants_sql(
     workers = sql.SQL("{}.jobs_workers").format(place)
     queues = sql.SQL("{}.jobs_queues").format(place)
     version = sql.SQL("{}.alembic_version").format(place)
+    edges = sql.SQL("{}.jobs_dependencies").format(place)
     lines: list[sql.Composable] = []
     roles = {
         "role_producer": producer,
@@ -106,6 +128,14 @@ def grants_sql(
                     sql.SQL(", ".join(PRODUCER_COLUMNS + WAITER_COLUMNS)), jobs, who
                 )
             )
+            if dependencies:
+                dependency_columns = sql.SQL(", ".join(PRODUCER_DEPENDENCY_COLUMNS))
+                lines.append(
+                    sql.SQL("GRANT SELECT ({}), UPDATE ({}) ON {} TO {};").format(
+                        dependency_columns, dependency_columns, jobs, who
+                    )
+                )
+                lines.append(sql.SQL("GRANT SELECT, INSERT ON {} TO {};").format(edges, who))
         elif argument == "role_worker":
             lines.append(
                 sql.SQL("GRANT SELECT, INSERT, UPDATE ON {}, {} TO {};").format(jobs, periodic, who)
@@ -114,10 +144,11 @@ def grants_sql(
                 sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {};").format(workers, who)
             )
             lines.append(sql.SQL("GRANT SELECT, UPDATE ON {} TO {};").format(queues, who))
+            lines.append(sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {};").format(edges, who))
         else:
             lines.append(
-                sql.SQL("GRANT SELECT ON {}, {}, {}, {}, {} TO {};").format(
-                    jobs, periodic, workers, queues, version, who
+                sql.SQL("GRANT SELECT ON {}, {}, {}, {}, {}, {} TO {};").format(
+                    jobs, periodic, workers, queues, edges, version, who
                 )
             )
             lines.append(sql.SQL("GRANT pg_monitor TO {};").format(who))

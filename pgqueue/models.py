@@ -15,6 +15,7 @@ from sqlalchemy import (
     Boolean,
     CheckConstraint,
     DateTime,
+    ForeignKey,
     Identity,
     Index,
     Integer,
@@ -104,6 +105,12 @@ class Job(Base):
     #: The key a queue's ``per_key`` limit counts by (pgqueue_0012): at most ``per_key`` running
     #: jobs of the queue share it; ``None`` is not limited by ``per_key``.
     concurrency_key: Mapped[str | None] = mapped_column(Text)
+    #: How many of the job's dependencies (``depends_on``) are not finished yet (pgqueue_0013). A
+    #: job with ``waiting_on > 0`` is ``queued`` but not ready: its ``run_at`` is
+    #: :data:`pgqueue.statements.WAITING_RUN_AT` until the last dependency finishes.
+    waiting_on: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    #: Some job depends on this one (pgqueue_0013): its completion releases them.
+    has_dependents: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
     __table_args__ = (
         CheckConstraint(
@@ -157,6 +164,38 @@ class Job(Base):
 
 #: The Core table behind :class:`Job`.
 jobs_table: Table = Job.__table__  # type: ignore[assignment]
+
+
+class JobDependency(Base):
+    """One edge of a workflow (pgqueue_0013): job ``job_id`` waits for job ``depends_on``.
+
+    ``pending`` while the edge still counts in the waiting job's ``waiting_on``: the dependency's
+    completion settles it once. ``run_on_failure`` is ``on_dependency_failure="run"``: the job
+    runs even when this dependency fails for good or is cancelled. Both ends go with their job
+    (``purge``).
+
+    .. versionadded:: 0.1.0
+    """
+
+    __tablename__ = "jobs_dependencies"
+
+    depends_on: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    job_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    pending: Mapped[bool] = mapped_column(Boolean)
+    run_on_failure: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+
+    __table_args__ = (Index("jobs_dependencies_job_id_idx", "job_id"),)
+
+    def __repr__(self) -> str:
+        return f"JobDependency(job_id={self.job_id!r}, depends_on={self.depends_on!r})"
+
+
+#: The Core table behind :class:`JobDependency`.
+dependencies_table: Table = JobDependency.__table__  # type: ignore[assignment]
 
 
 class PeriodicState(Base):

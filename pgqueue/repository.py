@@ -23,7 +23,7 @@ from pgqueue._sql import calls as _calls
 from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import options as _options
 from pgqueue._sql import periodic_calls as _periodic_calls
-from pgqueue._sql.options import EnqueueOptions
+from pgqueue._sql.options import DependencyFailure, EnqueueOptions
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.flow import QueueSettings, Rate
 from pgqueue.models import JobStatus
@@ -71,6 +71,8 @@ def enqueue(
     priority: int = DEFAULT_PRIORITY,
     unique_key: str | None = None,
     concurrency_key: str | None = None,
+    depends_on: Iterable[int] | None = None,
+    on_dependency_failure: DependencyFailure = "fail",
 ) -> int:
     """Insert one job in the caller's transaction and return its id.
 
@@ -97,10 +99,24 @@ def enqueue(
             for example one tenant's. A non-empty ``str`` of at most 1,000 bytes (as a
             ``unique_key``). Default ``None``: ``per_key`` does not limit the job.
             (``.. versionadded:: 0.1.0``)
+        depends_on: Ids of jobs this one waits for (docs/workflows.md): it stays ``queued`` but
+            is not claimed until every one of them is ``done``, released by the statement that
+            completes the last one. A dependency already ``done`` counts as finished; one
+            already failed for good or cancelled fails the new job at once (as a later failure
+            would), unless ``on_dependency_failure="run"``. Not with ``run_at`` or ``delay``.
+            Each dependency's row is locked until the caller's transaction ends (that orders the
+            enqueue against its completion): keep such transactions short. Default ``None``: no
+            dependencies, and no cost. (``.. versionadded:: 0.1.0``)
+        on_dependency_failure: ``"fail"`` (the default): when a dependency fails for good or is
+            cancelled, this job fails too (``last_error`` names the dependency), and so do the
+            jobs waiting for it. ``"run"``: it runs anyway once every dependency has finished,
+            and can read which one failed (``dependency_results``).
 
     Raises:
-        InvalidArgumentError: before any SQL, for a bad payload, queue, schedule, priority or
-            key.
+        InvalidArgumentError: before any SQL, for a bad payload, queue, schedule, priority,
+            key or dependency list.
+        UnknownDependencyError: ``depends_on`` names an id no job has (checked in the same
+            transaction before anything is inserted: nothing is written).
     """
     options = EnqueueOptions(
         queue=queue,
@@ -111,6 +127,8 @@ def enqueue(
         priority=priority,
         unique_key=unique_key,
         concurrency_key=concurrency_key,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
     return _drive(conn, _calls.enqueue(payload, options))
 
@@ -127,6 +145,8 @@ def enqueue_unique(
     headers: Mapping[str, str] | None = None,
     priority: int = DEFAULT_PRIORITY,
     concurrency_key: str | None = None,
+    depends_on: Iterable[int] | None = None,
+    on_dependency_failure: DependencyFailure = "fail",
 ) -> EnqueuedJob:
     """:func:`enqueue` with a ``unique_key``, saying whether it inserted a job or found the live
     job holding the key (``EnqueuedJob(id, inserted)``).
@@ -142,6 +162,8 @@ def enqueue_unique(
         priority=priority,
         unique_key=unique_key,
         concurrency_key=concurrency_key,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
     return _drive(conn, _calls.enqueue_unique(payload, options))
 
@@ -158,6 +180,8 @@ def enqueue_many(
     priority: int = DEFAULT_PRIORITY,
     unique_keys: Iterable[str | None] | None = None,
     concurrency_key: str | Iterable[str | None] | None = None,
+    depends_on: Iterable[int] | None = None,
+    on_dependency_failure: DependencyFailure = "fail",
 ) -> list[int]:
     """Insert a batch of jobs in one round trip; return their ids in input order.
 
@@ -168,6 +192,9 @@ def enqueue_many(
     (equal keys, equal ids). Still one round trip, plus one lookup when some key was held.
     ``concurrency_key`` is one key for every job, or one key or ``None`` per payload (a list
     aligned with the payloads; another length is refused and nothing is written).
+    ``depends_on`` (one list for every job of the batch) and ``on_dependency_failure`` as for
+    :func:`enqueue`: two more statements, the check of the ids and one that records the edges of
+    the whole batch.
     """
     options = EnqueueOptions(
         queue=queue,
@@ -176,6 +203,8 @@ def enqueue_many(
         max_attempts=max_attempts,
         headers=headers,
         priority=priority,
+        depends_on=depends_on,
+        on_dependency_failure=on_dependency_failure,
     )
     return _drive(conn, _calls.enqueue_many(payloads, options, unique_keys, concurrency_key))
 

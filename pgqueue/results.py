@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -84,12 +84,16 @@ class CancelReport:
         skipped: Ids of queued or running jobs left alone because another transaction held
             their row longer than the cancel waits (a ``mode="transaction"`` worker running it),
             in id order. Unknown and finished ids are in neither list.
+        dependents: Ids of the jobs that waited for a cancelled one (``depends_on``, directly or
+            through others) and were cancelled with it, in id order; those enqueued with
+            ``on_dependency_failure="run"`` are released instead and are not listed.
 
     .. versionadded:: 0.1.0
     """
 
     cancelled: list[CancelledJob]
     skipped: list[int]
+    dependents: list[int] = field(default_factory=list)
 
 
 class Settled(enum.Enum):

@@ -928,6 +928,8 @@ def _retry_statement(all_failed: bool, include_cancelled: bool) -> Update:
         where = jobs.c.id.in_(bindparam("job_ids", type_=BigInteger, expanding=True)) & (
             jobs.c.status.in_([status_literal(JobStatus.FAILED), status_literal(JobStatus.QUEUED)])
         )
+        # A job waiting for its dependencies (pgqueue_0013) is left alone: its release is theirs.
+        where = where & (jobs.c.waiting_on == 0)
     # Of several candidates sharing a key, only the newest comes back: two live jobs cannot hold
     # one key, and one such pair must not stop ``retry --failed`` for the whole queue.
     newest_per_key = (

@@ -243,6 +243,26 @@ def check_job_id(value: object, *, name: str = "job_id") -> int:
     return check_int(name, value, least=MIN_BIGINT, most=MAX_BIGINT)
 
 
+#: The values of ``on_dependency_failure``: fail with the dependency (the default), or run anyway.
+DEPENDENCY_FAILURE_MODES = ("fail", "run")
+
+
+def check_dependencies(value: object) -> tuple[int, ...]:
+    """``depends_on``: an iterable of job ids (not a string), as a sorted tuple without repeats."""
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise InvalidArgumentTypeError("depends_on", "an iterable of job ids", value)
+    return tuple(sorted({check_job_id(i, name="depends_on") for i in value}))
+
+
+def check_dependency_failure(value: object) -> bool:
+    """``on_dependency_failure``: ``"fail"`` or ``"run"``; ``True`` for ``"run"``."""
+    if value not in DEPENDENCY_FAILURE_MODES:
+        raise InvalidArgumentError(
+            "on_dependency_failure", f"must be 'fail' or 'run', got {value!r}"
+        )
+    return value == "run"
+
+
 def check_seconds(
     name: str, value: object, *, allow_zero: bool = False, numbers: bool = True
 ) -> float:

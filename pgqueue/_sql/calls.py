@@ -33,9 +33,15 @@ from pgqueue._base.validation import (
     encode_payload,
     encode_payloads,
 )
+from pgqueue._sql import workflow_statements
 from pgqueue._sql.driver_errors import DriverError, classify, unique_key_error
 from pgqueue._sql.options import EnqueueOptions
-from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, UniqueKeyError
+from pgqueue.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    UniqueKeyError,
+    UnknownDependencyError,
+)
 from pgqueue.models import JobStatus
 from pgqueue.results import (
     CancelledJob,
@@ -129,8 +135,34 @@ def enqueue(payload: Any, options: EnqueueOptions) -> Plan[int]:
     if options.concurrency_key is not None:
         params["concurrency_key"] = options.concurrency_key
         stmt = statements.ENQUEUE_KEYED
+    yield from _dependencies_exist(options)
     new_id: int = yield Call(stmt, params, _scalar_int)
+    yield from _attach([new_id], options)
     return new_id
+
+
+def _dependencies_exist(options: EnqueueOptions) -> Plan[None]:
+    """Refuse ``options.depends_on`` naming an id no job has, before anything is written."""
+    wanted = list(options.depends_on or ())
+    if not wanted:
+        return
+    stmt = workflow_statements.DEPENDENCIES_FOUND
+    found: set[int] = yield Call(stmt, {"depends_on": wanted}, _id_set)
+    missing = [i for i in wanted if i not in found]
+    if missing:
+        raise UnknownDependencyError(missing)
+
+
+def _attach(job_ids: list[int], options: EnqueueOptions) -> Plan[None]:
+    """Record that the jobs just inserted wait for ``options.depends_on`` (same transaction)."""
+    if not options.depends_on or not job_ids:
+        return
+    params = {
+        "job_ids": job_ids,
+        "depends_on": list(options.depends_on),
+        "run_on_failure": options.run_on_failure,
+    }
+    yield Call(workflow_statements.ATTACH, params, _nothing)
 
 
 def enqueue_job(payload: Any, options: EnqueueOptions) -> Plan[EnqueuedJob]:
@@ -152,9 +184,12 @@ def enqueue_unique(payload: Any, options: EnqueueOptions) -> Plan[EnqueuedJob]:
     if options.concurrency_key is not None:
         params["concurrency_key"] = options.concurrency_key
         stmt = statements.ENQUEUE_UNIQUE_KEYED
+    yield from _dependencies_exist(options)
     for _ in range(_KEY_ROUNDS):
         inserted: list[int] = yield Call(stmt, params, _inserted_ids)
         if inserted:
+            # Only a job this call inserted gets the dependencies: a live holder keeps its own.
+            yield from _attach(inserted, options)
             return EnqueuedJob(inserted[0], True)
         holders: dict[str, int] = yield _holders_call(params["queue_name"], [key])
         if key in holders:
@@ -185,9 +220,15 @@ def enqueue_many(
                 f"[{payload},{json.dumps(k)}]" for payload, k in zip(encoded, flow, strict=True)
             )
             params["batch_json"] = _json_array(elements)
+        if encoded:
+            yield from _dependencies_exist(options)
         new_ids: list[int] = yield Call(stmt if encoded else None, params, _sorted_ids)
+        yield from _attach(new_ids, options)
         return new_ids
     keys = check_unique_keys(unique_keys, len(encoded))
+    if encoded:
+        yield from _dependencies_exist(options)
+    inserted_ids: list[int] = []
     ids: list[int | None] = [None] * len(encoded)
     todo = list(range(len(encoded)))
     unique_stmt = statements.ENQUEUE_MANY_UNIQUE
@@ -199,6 +240,7 @@ def enqueue_many(
         elements = (_keyed_element(encoded[i], keys[i], flow, i) for i in todo)
         batch = {"batch_json": _json_array(elements)}
         rows = yield Call(unique_stmt, {**params, **batch}, _id_key_rows)
+        inserted_ids += [int(r.id) for r in rows]
         held = _assign_inserted(todo, keys, rows, ids)
         todo = held
         if not held:
@@ -210,6 +252,7 @@ def enqueue_many(
     if todo:
         key = keys[todo[0]] or ""
         raise UniqueKeyError(params["queue_name"], key, "kept changing hands; try again")
+    yield from _attach(sorted(inserted_ids), options)
     return [int(i) for i in ids if i is not None]
 
 
@@ -418,7 +461,11 @@ def _cancel(params: dict[str, Any]) -> Plan[CancelReport]:
                 cancelled.extend(got)
     # A released savepoint keeps its set_config: give the caller's transaction its own back.
     yield Call(statements.SET_LOCAL_LOCK_TIMEOUT, {"lock_timeout": previous}, _nothing)
-    return CancelReport(sorted(cancelled, key=lambda c: c.id), skipped)
+    dependents: list[int] = []
+    if cancelled:
+        ids = {"job_ids": [c.id for c in cancelled]}
+        dependents = yield Call(workflow_statements.CANCELLED_DEPENDENTS, ids, _sorted_ids)
+    return CancelReport(sorted(cancelled, key=lambda c: c.id), skipped, dependents)
 
 
 def set_local_lock_timeout(milliseconds: int) -> Call[None]:

@@ -10,12 +10,14 @@ its keyword on the public functions.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any
+from datetime import datetime, timedelta, timezone
+from typing import Any, Literal
 
 from pgqueue._base.validation import (
+    check_dependencies,
+    check_dependency_failure,
     check_positive_int,
     check_priority,
     check_queue,
@@ -24,10 +26,19 @@ from pgqueue._base.validation import (
     check_unique_key,
     encode_headers,
 )
+from pgqueue.errors import InvalidArgumentError
 
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 5
 DEFAULT_PRIORITY = 0
+
+#: What a job does when one of its dependencies fails for good or is cancelled.
+DependencyFailure = Literal["fail", "run"]
+
+#: ``run_at`` of a job waiting for its dependencies (pgqueue_0013): far enough that no claim
+#: reaches it, near enough that every reader decodes it (psycopg reads no ``infinity`` into a
+#: ``datetime``). The last dependency to finish sets ``run_at = now()``.
+WAITING_RUN_AT = datetime(9999, 1, 1, tzinfo=timezone.utc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +64,16 @@ class EnqueueOptions:
     #: The key a queue's ``per_key`` limit counts by (a batch may instead take one per payload).
     #: Not in :attr:`params`: a job without one keeps the statement it had before the key existed.
     concurrency_key: str | None = None
+    #: Ids of the jobs this one waits for (pgqueue_0013); normalised to a sorted tuple without
+    #: repeats. Empty: no dependencies, and no cost.
+    depends_on: Iterable[int] | None = None
+    #: ``"fail"`` (the job fails when a dependency fails for good or is cancelled) or ``"run"``.
+    on_dependency_failure: str = "fail"
     #: The enqueue statements' bind parameters for these options, computed once (copy it to add
     #: the payload's).
     params: Mapping[str, Any] = field(init=False, repr=False, compare=False)
+    #: ``on_dependency_failure == "run"``, checked.
+    run_on_failure: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         at, after = check_schedule(self.run_at, self.delay)
@@ -72,4 +90,15 @@ class EnqueueOptions:
             check_unique_key(self.unique_key)
         if self.concurrency_key is not None:
             check_unique_key(self.concurrency_key, name="concurrency_key")
+        run_on_failure = check_dependency_failure(self.on_dependency_failure)
+        depends_on = () if self.depends_on is None else check_dependencies(self.depends_on)
+        if depends_on:
+            if self.run_at is not None or self.delay is not None:
+                raise InvalidArgumentError(
+                    "depends_on",
+                    "a job with dependencies runs once they are done: give no run_at or delay",
+                )
+            params["due_at"] = WAITING_RUN_AT
+        object.__setattr__(self, "depends_on", depends_on)
+        object.__setattr__(self, "run_on_failure", run_on_failure)
         object.__setattr__(self, "params", params)

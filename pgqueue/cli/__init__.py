@@ -262,6 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="role of the producers: INSERT, and SELECT of id, queue, unique_key and status",
     )
     p.add_argument("--role-monitor", help="role of doctor and stats: SELECT and pg_monitor")
+    p.add_argument(
+        "--producer-dependencies",
+        action="store_true",
+        help="the producer also enqueues with depends_on: UPDATE of the columns that writes",
+    )
 
     p = add("periodic", cmd_periodic, "list periodic definitions, or remove a stale one")
     p.add_argument("--remove", metavar="NAME", help="delete a stale definition's row")

@@ -355,6 +355,7 @@ def cmd_grants(args: argparse.Namespace) -> int:
             producer=args.role_producer,
             monitor=args.role_monitor,
             schema=schema_arg(args),
+            dependencies=args.producer_dependencies,
         )
     except PgQueueError as exc:
         raise UserError(str(exc)) from exc
@@ -489,6 +490,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         emit(f"of which running (their workers stop them): {_ids(running)}")
     if report.skipped:
         emit(f"skipped, their rows held by another transaction: {_ids(report.skipped)}")
+    if report.dependents:
+        emit(f"and the jobs waiting for them (depends_on): {_ids(report.dependents)}")
     return code
 
 

@@ -144,6 +144,8 @@ def test_columns_are_exactly_r1(engine: Engine) -> None:
         ("result", "jsonb", "YES", None, "NO", None),  # pgqueue_0011
         ("progress", "jsonb", "YES", None, "NO", None),  # pgqueue_0011
         ("concurrency_key", "text", "YES", None, "NO", None),  # pgqueue_0012
+        ("waiting_on", "integer", "NO", "0", "NO", None),  # pgqueue_0013
+        ("has_dependents", "boolean", "NO", "false", "NO", None),  # pgqueue_0013
     ]
 
 
@@ -613,3 +615,47 @@ def test_flow_control_revision_round_trips_in_a_schema_with_rows(
         assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2
     pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0012", schema="queue")
     assert catalog()[1] == "queue.jobs_queues"
+
+
+def test_dependencies_revision_round_trips_in_a_schema_with_rows(
+    empty_db_url: URL, empty_engine: Engine
+) -> None:
+    """pgqueue_0013 adds ``waiting_on`` and ``has_dependents`` (constant defaults: existing rows
+    read 0 and false), ``jobs_dependencies`` and the ``jobs_release`` trigger, whose function
+    names the schema's tables: a dependency's completion releases its dependent there. Its
+    downgrade removes exactly those and keeps the rows."""
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0011", schema="queue")
+    with empty_engine.begin() as conn:
+        conn.execute(text("INSERT INTO queue.jobs (payload) VALUES ('1'), ('2')"))
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0013", schema="queue")
+    with empty_engine.begin() as conn:
+        rows = conn.execute(
+            text("SELECT waiting_on, has_dependents FROM queue.jobs ORDER BY id")
+        ).all()
+        assert [tuple(r) for r in rows] == [(0, False), (0, False)]
+        parent, child = conn.execute(text("SELECT id FROM queue.jobs ORDER BY id")).scalars()
+        for statement in (
+            "UPDATE queue.jobs SET has_dependents = true WHERE id = :p",
+            "UPDATE queue.jobs SET waiting_on = 1, run_at = '9999-01-01' WHERE id = :c",
+            "INSERT INTO queue.jobs_dependencies (job_id, depends_on, pending) "
+            "VALUES (:c, :p, true)",
+        ):
+            conn.execute(text(statement), {"p": parent, "c": child})
+    with empty_engine.begin() as conn:
+        conn.execute(text("UPDATE queue.jobs SET status = 'done' WHERE id = :p"), {"p": parent})
+    with empty_engine.connect() as conn:
+        released = conn.execute(
+            text("SELECT waiting_on, run_at <= now() FROM queue.jobs WHERE id = :c"), {"c": child}
+        ).one()
+        assert tuple(released) == (0, True)
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0011", schema="queue")
+    with empty_engine.connect() as conn:
+        left = conn.execute(
+            text(
+                "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'queue' "
+                "AND column_name IN ('waiting_on', 'has_dependents')"
+            )
+        ).scalar_one()
+        assert left == 0
+        assert conn.execute(text("SELECT to_regclass('queue.jobs_dependencies')")).scalar() is None
+        assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2

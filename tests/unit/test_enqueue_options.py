@@ -242,3 +242,39 @@ def test_the_command_line_names_its_flag_when_the_value_refuses_it(
     with pytest.raises(UserError) as raised:
         _enqueue_options(_args(**flags))
     assert str(raised.value).startswith(message)
+
+
+def test_depends_on_is_a_sorted_tuple_without_repeats_and_waits_far_ahead() -> None:
+    """A waiting job's ``run_at`` is the far time the claim never reaches (pgqueue_0013)."""
+    from pgqueue._sql.options import WAITING_RUN_AT
+
+    options = EnqueueOptions(depends_on=iter([9, 3, 9]), on_dependency_failure="run")
+    assert options.depends_on == (3, 9)
+    assert options.run_on_failure is True
+    assert options.params["due_at"] == WAITING_RUN_AT
+    plain = EnqueueOptions(depends_on=[])
+    assert plain.depends_on == ()
+    assert plain.params["due_at"] is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"depends_on": "12"}, InvalidArgumentTypeError),
+        ({"depends_on": 12}, InvalidArgumentTypeError),
+        ({"depends_on": [True]}, InvalidArgumentTypeError),
+        ({"depends_on": [2**63]}, InvalidArgumentError),
+        ({"depends_on": [1], "delay": timedelta(seconds=1)}, InvalidArgumentError),
+        (
+            {"depends_on": [1], "run_at": datetime(2030, 1, 1, tzinfo=timezone.utc)},
+            InvalidArgumentError,
+        ),
+        ({"on_dependency_failure": "skip"}, InvalidArgumentError),
+    ],
+)
+def test_bad_dependency_options_name_their_argument(
+    kwargs: dict[str, Any], error: type[Exception]
+) -> None:
+    with pytest.raises(error) as raised:
+        EnqueueOptions(**kwargs)
+    assert "depend" in str(raised.value)

@@ -20,6 +20,7 @@ def test_names_are_quoted_identifiers() -> None:
         'TO "w""; DROP TABLE jobs; --";',
         'GRANT SELECT, INSERT, UPDATE, DELETE ON "pgq".jobs_workers TO "w""; DROP TABLE jobs; --";',
         'GRANT SELECT, UPDATE ON "pgq".jobs_queues TO "w""; DROP TABLE jobs; --";',
+        'GRANT SELECT, INSERT, UPDATE ON "pgq".jobs_dependencies TO "w""; DROP TABLE jobs; --";',
     ]
 
 
@@ -39,11 +40,24 @@ def test_producer_reads_only_what_a_unique_enqueue_and_a_wait_need() -> None:
     assert "DELETE" not in grant
 
 
+def test_producer_of_dependencies_gets_the_columns_the_enqueue_writes() -> None:
+    """Opt-in: the columns :data:`ATTACH` reads and writes, and the edges; never the payload."""
+    lines = grants_sql(producer="p", dependencies=True).splitlines()
+    assert lines[2] == (
+        "GRANT SELECT (has_dependents, waiting_on, run_at, status, last_error, finished_at, "
+        "cancelled_at), UPDATE (has_dependents, waiting_on, run_at, status, last_error, "
+        'finished_at, cancelled_at) ON "public".jobs TO "p";'
+    )
+    assert lines[3] == 'GRANT SELECT, INSERT ON "public".jobs_dependencies TO "p";'
+    assert "payload" not in "".join(lines)
+
+
 def test_monitor_gets_pg_monitor_and_read_access() -> None:
     out = grants_sql(monitor="mon")
     assert (
         'GRANT SELECT ON "public".jobs, "public".jobs_periodic, "public".jobs_workers, '
-        '"public".jobs_queues, "public".alembic_version TO "mon";' in out
+        '"public".jobs_queues, "public".jobs_dependencies, "public".alembic_version TO "mon";'
+        in out
     )
     assert 'GRANT pg_monitor TO "mon";' in out
 

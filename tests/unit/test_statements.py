@@ -16,6 +16,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 import pgqueue
 from pgqueue import demo, statements
 from pgqueue._sql import calls as _calls
+from pgqueue._sql import workflow_statements
 from pgqueue.results import CancelledJob, CancelReport
 from pgqueue.retry_policy import MAX_TRACEBACK_LENGTH
 from pgqueue.schema import CANCEL_HINT
@@ -611,7 +612,11 @@ def test_cancel_call_takes_any_iterable_of_ids_and_the_notify_channel() -> None:
     restore = plan.send(took)
     assert restore.statement is statements.SET_LOCAL_LOCK_TIMEOUT
     assert restore.params == {"lock_timeout": "3s"}
-    assert _finish(plan, None) == CancelReport(took, [])
+    # Then the jobs that waited for the cancelled ones (depends_on), cancelled with them.
+    dependents = plan.send(None)
+    assert dependents.statement is workflow_statements.CANCELLED_DEPENDENTS
+    assert dependents.params == {"job_ids": [4, 9]}
+    assert _finish(plan, [12]) == CancelReport(took, [], [12])
 
 
 def test_cancel_of_no_id_runs_no_sql() -> None:
@@ -642,7 +647,9 @@ def test_cancel_goes_one_id_at_a_time_once_a_row_is_held_for_long() -> None:
     assert third.params["job_ids"] == [7]
     restore = plan.send([CancelledJob(7, True)])
     assert restore.params == {"lock_timeout": "0"}
-    report = _finish(plan, None)
+    dependents = plan.send(None)
+    assert dependents.params == {"job_ids": [3, 7]}
+    report = _finish(plan, [])
     assert report == CancelReport([CancelledJob(3, False), CancelledJob(7, True)], [5])
 
 

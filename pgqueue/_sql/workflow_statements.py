@@ -1,0 +1,160 @@
+"""Core statements of workflows (pgqueue_0013): dependencies between jobs. Pure builders, no I/O.
+
+A job enqueued with ``depends_on`` is inserted by the ordinary enqueue statements with ``run_at =
+WAITING_RUN_AT`` (:mod:`pgqueue._sql.options`; not ready: the claim's range scan of
+``jobs_ready_idx`` stops before it, as before a future job), then :data:`ATTACH` records its
+edges and its count of unfinished dependencies in the same transaction. The release is the
+``jobs_release`` trigger of the revision, fired by whatever statement finishes a dependency.
+
+Why ``ATTACH`` sets ``has_dependents`` on each dependency (an ``UPDATE``, so a row lock): it orders
+the enqueue against the dependency's completion. If the completion updated the row first, the
+enqueue waits for it and reads ``done`` (not counted); if the enqueue locked it first, the
+completion waits, then carries ``has_dependents`` into its new row version and fires the trigger,
+whose fresh snapshot sees the committed edge. Either way the edge is counted exactly once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Boolean,
+    Integer,
+    Select,
+    Text,
+    Update,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal_column,
+    null,
+    select,
+    true,
+)
+
+from pgqueue.models import JobStatus, dependencies_table, jobs_table
+
+jobs = jobs_table
+edges = dependencies_table
+
+
+def status_literal(status: JobStatus) -> Any:
+    """``'queued'`` inline, as :func:`pgqueue.statements.status_literal` (not imported: it would
+    lengthen the import chain of every repository call by two modules)."""
+    return literal_column(f"'{status.value}'", Text)
+
+
+def _deps() -> Any:
+    return bindparam("depends_on", type_=ARRAY(BigInteger))
+
+
+def _unfinished(status: Any) -> Any:
+    return status.in_([status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)])
+
+
+#: Which of ``:depends_on`` exist. Returns ``id``. Run before anything is inserted, so an unknown
+#: id is refused with nothing written.
+DEPENDENCIES_FOUND: Select[Any] = select(jobs.c.id).where(jobs.c.id == func.any(_deps()))
+
+_parents = (
+    jobs.update()
+    .where(jobs.c.id == func.any(_deps()))
+    .values(has_dependents=true())
+    .returning(jobs.c.id, jobs.c.status, jobs.c.cancelled_at)
+    .cte("parents")
+    .prefix_with("MATERIALIZED")
+)
+
+_children = (
+    func.unnest(bindparam("job_ids", type_=ARRAY(BigInteger)))
+    .table_valued("job_id")
+    .render_derived(name="children")
+)
+
+_edges = (
+    edges.insert()
+    .from_select(
+        ["job_id", "depends_on", "pending", "run_on_failure"],
+        select(
+            _children.c.job_id,
+            _parents.c.id,
+            _unfinished(_parents.c.status),
+            bindparam("run_on_failure", type_=Boolean),
+        ).select_from(_children.join(_parents, true())),
+    )
+    .cte("edges")
+)
+
+_failed = _parents.c.status == status_literal(JobStatus.FAILED)
+_summary = (
+    select(
+        func.count().filter(_unfinished(_parents.c.status)).label("unfinished"),
+        func.min(_parents.c.id).filter(_failed).label("broken"),
+        func.bool_or(_parents.c.cancelled_at.is_not(None)).filter(_failed).label("cancelled"),
+    )
+    .select_from(_parents)
+    .cte("summary")
+)
+
+
+def _one(column: Any) -> Any:
+    """A value of the one-row ``summary``, as a scalar subquery (no FROM item in the UPDATE)."""
+    return select(column).scalar_subquery()
+
+
+_unfinished_count = _one(_summary.c.unfinished)
+_broken = _one(_summary.c.broken)
+_cancelled = _one(_summary.c.cancelled)
+# A dependency already failed for good (or cancelled) fails the new job at once, unless it runs
+# on dependency failure: the same outcome as if it had failed after the enqueue.
+_doomed = _broken.is_not(None) & ~bindparam("run_on_failure", type_=Boolean)
+_why = (
+    literal_column("'dependency '", Text)
+    + cast(_broken, Text)
+    + case((_cancelled, literal_column("' was cancelled'", Text)), else_=" failed")
+)
+
+#: Record that each of ``:job_ids`` (just inserted, ``run_at = WAITING_RUN_AT``) waits for each of
+#: ``:depends_on`` (which exist, checked by :data:`DEPENDENCIES_FOUND`); ``:run_on_failure``.
+#: A job whose dependencies are all done is ready at once. Returns ``id, status``.
+ATTACH: Update = (
+    jobs.update()
+    .add_cte(_edges)
+    .where(jobs.c.id == func.any(bindparam("job_ids", type_=ARRAY(BigInteger))))
+    .values(
+        waiting_on=case((_doomed, 0), else_=cast(_unfinished_count, Integer)),
+        run_at=case(
+            (_doomed | (_unfinished_count == 0), func.now()),
+            else_=jobs.c.run_at,
+        ),
+        status=case((_doomed, status_literal(JobStatus.FAILED)), else_=jobs.c.status),
+        last_error=case((_doomed, _why), else_=jobs.c.last_error),
+        finished_at=case((_doomed, func.now()), else_=null()),
+        cancelled_at=case((_doomed & _cancelled, func.now()), else_=null()),
+    )
+    .returning(jobs.c.id, jobs.c.status)
+)
+
+
+_down = (
+    select(edges.c.job_id.label("id"))
+    .where(edges.c.depends_on == func.any(bindparam("job_ids", type_=ARRAY(BigInteger))))
+    .cte("down", recursive=True)
+)
+_down = _down.union(select(edges.c.job_id).where(edges.c.depends_on == _down.c.id))
+
+#: The jobs waiting (transitively) for one of ``:job_ids`` that this transaction cancelled with
+#: them (the ``jobs_release`` trigger stamps ``cancelled_at = now()``). Returns ``id``.
+CANCELLED_DEPENDENTS: Select[Any] = (
+    select(jobs.c.id)
+    .join(_down, jobs.c.id == _down.c.id)
+    .where(
+        jobs.c.cancelled_at == func.now(),
+        jobs.c.status == status_literal(JobStatus.FAILED),
+        jobs.c.id != func.all(bindparam("job_ids", type_=ARRAY(BigInteger))),
+    )
+    .order_by(jobs.c.id)
+)
