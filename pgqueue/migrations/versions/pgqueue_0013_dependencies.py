@@ -63,60 +63,71 @@ def _release_function(schema: str | None) -> str:
     edges = qualified("jobs_dependencies", schema)
     return f"""
     DECLARE
-      why text;
       ids bigint[];
+      counts int[];
+      causes bigint[];
     BEGIN
-      -- Each step collects ids, then updates by id = ANY(ids): an index probe per waiting job.
-      -- (An UPDATE ... FROM a CTE was planned as a hash join over a scan of jobs: 0.5 ms a call.)
-      IF NEW.status = 'done' THEN
-        WITH settled AS (
-          UPDATE {edges} SET pending = false
-          WHERE depends_on = NEW.id AND pending
-          RETURNING job_id
-        )
-        SELECT array_agg(job_id) INTO ids FROM settled;
-        IF ids IS NOT NULL THEN
-          UPDATE {jobs} AS c
-          SET waiting_on = c.waiting_on - 1,
-              run_at = CASE WHEN c.waiting_on = 1 THEN now() ELSE c.run_at END
-          WHERE c.id = ANY(ids) AND c.status = 'queued' AND c.waiting_on > 0;
-        END IF;
+      -- The statement's rows that are finished parents; most statements (claims, completions
+      -- of jobs nobody waits for) stop here. No OLD TABLE: a pending edge of a finished parent
+      -- is due whatever the status was before, and an edge is settled once (pending), so a
+      -- done job updated again releases nothing twice.
+      IF NOT EXISTS (
+        SELECT 1 FROM new_rows WHERE has_dependents AND status IN ('done', 'failed')
+      ) THEN
         RETURN NULL;
       END IF;
-      why := 'dependency ' || NEW.id
-        || CASE WHEN NEW.cancelled_at IS NULL THEN ' failed' ELSE ' was cancelled' END;
-      -- Every waiting job that fails with it: its "fail" dependents, theirs, and so on (their
-      -- own firing of this trigger then finds them failed already and settles their edges).
-      WITH RECURSIVE doomed(id) AS (
-          SELECT d.job_id FROM {edges} d
-          WHERE d.depends_on = NEW.id AND d.pending AND NOT d.run_on_failure
-        UNION
-          SELECT d.job_id FROM doomed JOIN {edges} d ON d.depends_on = doomed.id
-          WHERE d.pending AND NOT d.run_on_failure
-      )
-      SELECT array_agg(id ORDER BY id) INTO ids FROM doomed;
-      IF ids IS NOT NULL THEN
-        UPDATE {jobs} AS c
-        SET status = 'failed',
-            waiting_on = 0,
-            run_at = now(),
-            last_error = why,
-            finished_at = now(),
-            cancelled_at = CASE WHEN NEW.cancelled_at IS NOT NULL THEN now() END
-        WHERE c.id = ANY(ids) AND c.status = 'queued' AND c.waiting_on > 0;
+      -- Every waiting job that fails with a failed parent of the statement: its "fail"
+      -- dependents, theirs, and so on, each naming the lowest failed parent it descends from
+      -- (the nested firing of this trigger by that UPDATE settles their own edges).
+      IF EXISTS (SELECT 1 FROM new_rows WHERE has_dependents AND status = 'failed') THEN
+        WITH RECURSIVE doomed(id, cause) AS (
+            SELECT d.job_id, d.depends_on FROM new_rows p
+            JOIN {edges} d ON d.depends_on = p.id
+            WHERE p.has_dependents AND p.status = 'failed' AND d.pending
+              AND NOT d.run_on_failure
+          UNION
+            SELECT d.job_id, doomed.cause FROM doomed JOIN {edges} d ON d.depends_on = doomed.id
+            WHERE d.pending AND NOT d.run_on_failure
+        ), first AS (
+          SELECT id, min(cause) AS cause FROM doomed GROUP BY id
+        )
+        SELECT array_agg(id ORDER BY id), array_agg(cause ORDER BY id) INTO ids, causes
+        FROM first;
+        IF ids IS NOT NULL THEN
+          UPDATE {jobs} AS c
+          SET status = 'failed',
+              waiting_on = 0,
+              run_at = now(),
+              last_error = 'dependency ' || u.cause
+                || CASE WHEN p.cancelled_at IS NULL THEN ' failed' ELSE ' was cancelled' END,
+              finished_at = now(),
+              cancelled_at = CASE WHEN p.cancelled_at IS NOT NULL THEN now() END
+          FROM unnest(ids, causes) AS u(id, cause) JOIN new_rows p ON p.id = u.cause
+          WHERE c.id = u.id AND c.status = 'queued' AND c.waiting_on > 0;
+        END IF;
       END IF;
-      -- The "run" dependents are released as by a done parent.
+      -- Settle every pending edge of the statement's finished parents at once, and decrement
+      -- each waiting job by the number of its edges that count as done (a done parent, or a
+      -- "run" edge of a failed one): one UPDATE of the fan-in per completion batch, not one per
+      -- member. Waiting jobs in id order (unnest's order, the nested loop's), so two batches
+      -- touching the same waiting jobs lock them in the same order.
       WITH settled AS (
-        UPDATE {edges} SET pending = false
-        WHERE depends_on = NEW.id AND pending
-        RETURNING job_id, run_on_failure
+        UPDATE {edges} AS d SET pending = false
+        FROM new_rows p
+        WHERE d.depends_on = p.id AND d.pending
+          AND p.has_dependents AND p.status IN ('done', 'failed')
+        RETURNING d.job_id, (p.status = 'done' OR d.run_on_failure) AS counted
+      ), released AS (
+        SELECT job_id, count(*)::int AS n FROM settled WHERE counted GROUP BY job_id
       )
-      SELECT array_agg(job_id) FILTER (WHERE run_on_failure) INTO ids FROM settled;
+      SELECT array_agg(job_id ORDER BY job_id), array_agg(n ORDER BY job_id) INTO ids, counts
+      FROM released;
       IF ids IS NOT NULL THEN
         UPDATE {jobs} AS c
-        SET waiting_on = c.waiting_on - 1,
-            run_at = CASE WHEN c.waiting_on = 1 THEN now() ELSE c.run_at END
-        WHERE c.id = ANY(ids) AND c.status = 'queued' AND c.waiting_on > 0;
+        SET waiting_on = c.waiting_on - u.n,
+            run_at = CASE WHEN c.waiting_on = u.n THEN now() ELSE c.run_at END
+        FROM unnest(ids, counts) AS u(id, n)
+        WHERE c.id = u.id AND c.status = 'queued' AND c.waiting_on > 0;
       END IF;
       RETURN NULL;
     END;
@@ -169,10 +180,9 @@ def upgrade() -> None:
     op.execute(
         f"""
         CREATE TRIGGER jobs_release
-        AFTER UPDATE OF status ON {qualified("jobs", schema)}
-        FOR EACH ROW
-        WHEN (NEW.has_dependents AND NEW.status IN ('done', 'failed')
-              AND OLD.status IS DISTINCT FROM NEW.status)
+        AFTER UPDATE ON {qualified("jobs", schema)}
+        REFERENCING NEW TABLE AS new_rows
+        FOR EACH STATEMENT
         EXECUTE FUNCTION {function}()
         """
     )
