@@ -84,8 +84,9 @@ def fan_out(
 def drain_cost(
     before: URL, after: URL, jobs: int, concurrency: int, rounds: int, timeout: float
 ) -> dict[str, Any]:
-    """The no-op drain on a database at pgqueue_0011 (``before``: no trigger, no columns) and one
-    at pgqueue_0013, alternated ``rounds`` times; the ratio of the medians (after / before)."""
+    """The no-op drain on a database at pgqueue_0012 (``before``: no trigger, no columns; not
+    pgqueue_0011, whose schema lacks the ``jobs_queues`` every claim now reads) and one at
+    pgqueue_0013, alternated ``rounds`` times; the ratio of the medians (after / before)."""
     rates: dict[str, list[float]] = {"before": [], "after": []}
     for _ in range(rounds):
         for name, url in (("before", before), ("after", after)):
@@ -163,7 +164,7 @@ def main(argv: list[str]) -> int:
                 ]
             if "drain" in only:
                 with _db.throwaway_database(server_url) as before:
-                    pgqueue.migrations.downgrade(before, "pgqueue_0011")
+                    pgqueue.migrations.downgrade(before, "pgqueue_0012")
                     out["drain"] = [
                         drain_cost(before, url, args.drain_jobs, c, args.rounds, timeout)
                         for c in (4, 8)

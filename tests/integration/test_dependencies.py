@@ -235,6 +235,52 @@ def test_an_unknown_dependency_is_refused_and_nothing_of_the_call_is_written(
     assert scalar(engine, "SELECT count(*) FROM jobs_dependencies") == 0
 
 
+def test_one_statement_finishing_several_dependencies_settles_them_together(
+    engine: Engine,
+) -> None:
+    """The worker's batched completion of three parents decrements each waiting job once by its
+    count of settled edges: the fan-in of the three is released, a job that also waits for an
+    unfinished fourth is left at 1 with only that edge pending."""
+    with engine.begin() as conn:
+        a, b, c, d = pgqueue.enqueue_many(conn, ["a", "b", "c", "d"])
+        fan_in = pgqueue.enqueue(conn, "fan-in", depends_on=[a, b, c])
+        partial = pgqueue.enqueue(conn, "partial", depends_on=[a, b, d])
+    held = {j.id: j for j in _claim(engine)}
+    with engine.begin() as conn:
+        done = repository.complete_many(conn, [(i, held[i].attempts) for i in (a, b, c)])
+    assert done == {a, b, c}
+    assert tuple(_row(engine, fan_in)) == ("queued", 0, True, None, False)
+    assert tuple(_row(engine, partial)) == ("queued", 1, False, None, False)
+    pending = "SELECT count(*) FROM jobs_dependencies WHERE pending"
+    assert scalar(engine, pending) == 1
+    _finish(engine, held[d], ok=False)
+    assert _row(engine, partial).last_error == f"dependency {d} failed"
+    assert scalar(engine, pending) == 0
+
+
+def test_one_statement_finishing_a_done_and_a_failed_dependency_applies_both(
+    engine: Engine,
+) -> None:
+    """Any statement that finishes parents releases their dependents (the trigger's contract, not
+    only the worker's): one ``UPDATE`` making one parent done and the other failed releases the
+    ``on_dependency_failure="run"`` job (both edges count) and fails the strict one, naming the
+    failed parent."""
+    with engine.begin() as conn:
+        ok, bad = pgqueue.enqueue_many(conn, ["ok", "bad"])
+        run = pgqueue.enqueue(conn, "run", depends_on=[ok, bad], on_dependency_failure="run")
+        strict = pgqueue.enqueue(conn, "strict", depends_on=[ok, bad])
+        conn.execute(
+            text(
+                "UPDATE jobs SET status = CASE WHEN id = :ok THEN 'done' ELSE 'failed' END, "
+                "finished_at = now() WHERE id IN (:ok, :bad)"
+            ),
+            {"ok": ok, "bad": bad},
+        )
+    assert tuple(_row(engine, run)) == ("queued", 0, True, None, False)
+    assert tuple(_row(engine, strict)) == ("failed", 0, True, f"dependency {bad} failed", False)
+    assert scalar(engine, "SELECT count(*) FROM jobs_dependencies WHERE pending") == 0
+
+
 def test_the_last_two_dependencies_finishing_at_once_release_the_job_exactly_once(
     engine: Engine,
 ) -> None:
