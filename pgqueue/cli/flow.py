@@ -7,7 +7,10 @@ commit (:mod:`pgqueue.flow`), so running workers follow within about a second.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any
+
+from sqlalchemy import Connection
 
 from pgqueue import admin, repository
 from pgqueue.cli.common import UserError, emit, emit_json, note, table, transaction
@@ -56,23 +59,28 @@ def cmd_queues(args: argparse.Namespace) -> int:
 def cmd_pause(args: argparse.Namespace) -> int:
     """Pause a queue: workers claim none of its jobs until ``pgqueue resume`` (running jobs
     finish; enqueueing still works)."""
-    with transaction(args) as conn:
-        changed = repository.pause(conn, args.queue)
-    if changed:
-        emit(f"paused queue {args.queue!r}")
-    else:
-        note(f"queue {args.queue!r} was already paused")
-    return 0
+    return _toggle(args, repository.pause, "paused queue {!r}", "queue {!r} was already paused")
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     """Take a paused queue up again."""
+    return _toggle(args, repository.resume, "resumed queue {!r}", "queue {!r} was not paused")
+
+
+def _toggle(
+    args: argparse.Namespace,
+    change: Callable[[Connection, str], bool],
+    changed: str,
+    unchanged: str,
+) -> int:
+    """Run ``change`` on ``args.queue`` in one transaction, then say which way it went: a
+    ``changed`` line on stdout, an ``unchanged`` note on stderr (both ``{!r}``: the queue)."""
     with transaction(args) as conn:
-        changed = repository.resume(conn, args.queue)
-    if changed:
-        emit(f"resumed queue {args.queue!r}")
+        done = change(conn, args.queue)
+    if done:
+        emit(changed.format(args.queue))
     else:
-        note(f"queue {args.queue!r} was not paused")
+        note(unchanged.format(args.queue))
     return 0
 
 

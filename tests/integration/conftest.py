@@ -1,16 +1,17 @@
-"""Fixtures of the worker tests that run real worker processes (``worker_app.py``)."""
+"""Fixtures of the integration tests: real worker processes (``worker_app.py``), a LISTEN
+connection."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
+from worker_helpers import spawned
 
 APP = Path(__file__).with_name("worker_app.py")
 
@@ -23,24 +24,18 @@ def effects(engine: Engine) -> Engine:
 
 
 @pytest.fixture
+def listener(engine: Engine) -> Iterator[Any]:
+    """A LISTEN connection on the default placement's channel (read it with ``heard``)."""
+    raw = engine.raw_connection()
+    dbapi = raw.driver_connection
+    assert dbapi is not None
+    dbapi.autocommit = True
+    dbapi.execute("LISTEN jobs")
+    yield dbapi
+    dbapi.execute("UNLISTEN *")
+    raw.close()
+
+
+@pytest.fixture
 def spawn(db_url: URL) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(**settings: object) -> subprocess.Popen[str]:
-        env = dict(os.environ, PGQUEUE_APP_URL=db_url.render_as_string(hide_password=False))
-        env.update({f"PGQUEUE_APP_{k.upper()}": str(v) for k, v in settings.items()})
-        proc = subprocess.Popen(
-            [sys.executable, str(APP)], env=env, stdout=subprocess.PIPE, text=True
-        )
-        procs.append(proc)
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+    yield from spawned(APP, db_url, graceful=False)

@@ -15,21 +15,19 @@ all: the peak of ``flow_log.live`` is the peak of handlers running together.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
 
-from sqlalchemy import create_engine, text
+from app_support import app_engine, serve
+from sqlalchemy import text
 
 import pgqueue
 
 
 def main() -> int:
-    logging.basicConfig(level=os.environ.get("PGQUEUE_APP_LOG", "WARNING"), stream=sys.stderr)
     env = os.environ
-    concurrency = int(env.get("PGQUEUE_APP_CONCURRENCY", "4"))
-    engine = create_engine(env["PGQUEUE_APP_URL"], pool_size=concurrency + 4, max_overflow=4)
+    concurrency, engine = app_engine()
 
     def handler(job: pgqueue.JobContext) -> None:
         with engine.begin() as conn:
@@ -65,10 +63,7 @@ def main() -> int:
         lease=float(env.get("PGQUEUE_APP_LEASE", "30")),
         reap_interval=float(env.get("PGQUEUE_APP_REAP", "15")),
     )
-    print("ready", flush=True)
-    worker.run()
-    engine.dispose()
-    return 0
+    return serve(worker, engine)
 
 
 if __name__ == "__main__":

@@ -5,14 +5,14 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import psycopg.sql
 import pytest
 from sqlalchemy import Connection, Engine, text
-from worker_helpers import captured_claim
+from worker_helpers import captured_claim, claim_plan, heard
 
 import pgqueue
 from pgqueue import demo, statements
@@ -210,13 +210,7 @@ def _assert_article_shape(plan: list[str]) -> None:
 
 def test_claim_plan_custom(engine: Engine, few_thousand_rows: None) -> None:
     """R7: Limit over LockRows over jobs_ready_idx, nested loop on jobs_pkey."""
-    sql, params = captured_claim(engine)
-    with engine.connect() as conn:
-        raw = conn.connection.driver_connection
-        assert raw is not None
-        plan = [r[0] for r in raw.execute(f"EXPLAIN (COSTS OFF) {sql}", params).fetchall()]
-        conn.rollback()
-    _assert_article_shape(plan)
+    _assert_article_shape(claim_plan(engine))
 
 
 def test_claim_plan_generic(engine: Engine, few_thousand_rows: None) -> None:
@@ -266,35 +260,19 @@ def test_reaper_uses_the_lease_index(engine: Engine, few_thousand_rows: None) ->
 # -- NOTIFY (R16) ---------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def listener(engine: Engine) -> Iterator[Any]:
-    raw = engine.raw_connection()
-    dbapi = raw.driver_connection
-    assert dbapi is not None
-    dbapi.autocommit = True
-    dbapi.execute("LISTEN jobs")
-    yield dbapi
-    dbapi.execute("UNLISTEN *")
-    raw.close()
-
-
-def _drain(listener: Any, timeout: float) -> list[tuple[str, str]]:
-    return [(n.channel, n.payload) for n in listener.notifies(timeout=timeout)]
-
-
 def test_notify_is_delivered_on_commit_with_the_queue_name(engine: Engine, listener: Any) -> None:
     with engine.connect() as producer:
         pgqueue.enqueue(producer, {"secret": "never in the notification"}, queue="emails")
-        assert _drain(listener, 0.3) == []  # not before commit
+        assert heard(listener, 0.3) == []  # not before commit
         producer.commit()
-    assert _drain(listener, 2.0) == [("jobs", "emails")]
+    assert heard(listener, 2.0) == [("jobs", "emails")]
 
 
 def test_rolled_back_enqueue_notifies_nobody(engine: Engine, listener: Any) -> None:
     with engine.connect() as producer:
         pgqueue.enqueue(producer, {}, queue="emails")
         producer.rollback()
-    assert _drain(listener, 0.3) == []
+    assert heard(listener, 0.3) == []
 
 
 def test_identical_notifications_of_a_transaction_fold_into_one(
@@ -304,7 +282,7 @@ def test_identical_notifications_of_a_transaction_fold_into_one(
         pgqueue.enqueue_many(producer, [{"n": i} for i in range(200)], queue="a")
         pgqueue.enqueue(producer, {}, queue="b")
         pgqueue.enqueue(producer, {}, queue="a")
-    got = _drain(listener, 1.0)
+    got = heard(listener, 1.0)
     assert sorted(got) == [("jobs", "a"), ("jobs", "b")]
 
 
@@ -320,11 +298,11 @@ def test_one_statement_over_several_queues_notifies_each_queue_once(
                 "SELECT q, '{}' FROM unnest(ARRAY['x', 'y', 'x', 'z', 'y']) AS q"
             )
         )
-        assert _drain(listener, 0.3) == []  # not before commit
-    assert sorted(_drain(listener, 1.0)) == [("jobs", "x"), ("jobs", "y"), ("jobs", "z")]
+        assert heard(listener, 0.3) == []  # not before commit
+    assert sorted(heard(listener, 1.0)) == [("jobs", "x"), ("jobs", "y"), ("jobs", "z")]
     with engine.begin() as producer:  # an insert of no row notifies nobody
         producer.execute(text("INSERT INTO jobs (queue, payload) SELECT 'x', '{}' WHERE false"))
-    assert _drain(listener, 0.3) == []
+    assert heard(listener, 0.3) == []
 
 
 # -- vacuum (R9) ----------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -31,8 +31,10 @@ def op(name: str, *args: Any, **kwargs: Any) -> Op:
     return (name, args, kwargs)
 
 
-class Runner:
-    """Runs repository calls, given by name, in one transaction: sync or awaited."""
+class Transactions:
+    """Runs one body in one transaction of its own on a sync ``Connection`` or ``Session``, or
+    (awaited on a loop of its own) an ``AsyncConnection`` or ``AsyncSession``: ``kind`` says
+    which."""
 
     def __init__(self, kind: str, engine: Engine, url: URL) -> None:
         self.kind = kind
@@ -43,27 +45,25 @@ class Runner:
             self.loop = asyncio.new_event_loop()
             self.async_engine = create_async_engine(url)
 
-    def run(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        """One call in its own committed transaction."""
-        return self.tx([op(name, *args, **kwargs)])[0]
-
-    def tx(self, ops: Sequence[Op], *, commit: bool = True) -> list[Any]:
-        """Several calls in one transaction, committed or rolled back at the end."""
+    def _tx(
+        self, sync: Callable[[Any], Any], aio: Callable[[Any], Awaitable[Any]], commit: bool
+    ) -> Any:
+        """``sync(conn)`` or ``await aio(conn)``, then commit or roll back; what it returned."""
         if self.loop is not None:
-            return self.loop.run_until_complete(self._atx(ops, commit))
+            return self.loop.run_until_complete(self._atx(aio, commit))
         with Session(self.engine) if self.kind == "sync-session" else self.engine.connect() as c:
-            out = [getattr(repository, name)(c, *a, **kw) for name, a, kw in ops]
+            out = sync(c)
             c.commit() if commit else c.rollback()
             return out
 
-    async def _atx(self, ops: Sequence[Op], commit: bool) -> list[Any]:
+    async def _atx(self, aio: Callable[[Any], Awaitable[Any]], commit: bool) -> Any:
         if self.kind == "async-session":
             async with AsyncSession(self.async_engine) as session:
-                out = [await getattr(pgqueue.aio, n)(session, *a, **kw) for n, a, kw in ops]
+                out = await aio(session)
                 await (session.commit() if commit else session.rollback())
                 return out
         async with self.async_engine.connect() as conn:
-            out = [await getattr(pgqueue.aio, n)(conn, *a, **kw) for n, a, kw in ops]
+            out = await aio(conn)
             await (conn.commit() if commit else conn.rollback())
             return out
 
@@ -71,6 +71,25 @@ class Runner:
         if self.loop is not None:
             self.loop.run_until_complete(self.async_engine.dispose())
             self.loop.close()
+
+
+class Runner(Transactions):
+    """Runs repository calls, given by name, in one transaction: sync or awaited."""
+
+    def run(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        """One call in its own committed transaction."""
+        return self.tx([op(name, *args, **kwargs)])[0]
+
+    def tx(self, ops: Sequence[Op], *, commit: bool = True) -> list[Any]:
+        """Several calls in one transaction, committed or rolled back at the end."""
+
+        async def aio(c: Any) -> list[Any]:
+            return [await getattr(pgqueue.aio, n)(c, *a, **kw) for n, a, kw in ops]
+
+        out: list[Any] = self._tx(
+            lambda c: [getattr(repository, n)(c, *a, **kw) for n, a, kw in ops], aio, commit
+        )
+        return out
 
 
 @pytest.fixture(params=["sync-connection", "sync-session", "async-connection", "async-session"])

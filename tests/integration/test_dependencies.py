@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 from test_article import _assert_article_shape as assert_article_shape
-from worker_helpers import captured_claim, scalar
+from worker_helpers import claim_plan, scalar
 
 import pgqueue
 from pgqueue import repository
@@ -381,13 +381,7 @@ def test_the_claim_keeps_its_plan_with_waiting_jobs_present(engine: Engine) -> N
         parents = pgqueue.enqueue_many(conn, ["p"] * 5)
         pgqueue.enqueue_many(conn, ["w"] * 10_000, depends_on=parents)
         conn.execute(text("ANALYZE jobs"))
-    sql, params = captured_claim(engine)
-    with engine.connect() as conn:
-        raw = conn.connection.driver_connection
-        assert raw is not None
-        plan = [r[0] for r in raw.execute(f"EXPLAIN (COSTS OFF) {sql}", params).fetchall()]
-        conn.rollback()
-    assert_article_shape(plan)
+    assert_article_shape(claim_plan(engine))
     assert sorted(j.id for j in _claim(engine)) == parents
 
 

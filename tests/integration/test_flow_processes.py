@@ -6,10 +6,8 @@ how many handlers were live and how many jobs of the queue ``running`` in the ta
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
@@ -19,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
-from worker_helpers import scalar, until
+from worker_helpers import scalar, spawned, until
 
 import pgqueue
 
@@ -40,32 +38,7 @@ def flow(engine: Engine) -> Engine:
 
 @pytest.fixture
 def spawn(db_url: URL) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    procs: list[subprocess.Popen[str]] = []
-    url = db_url.render_as_string(hide_password=False)
-
-    def start(**settings: object) -> subprocess.Popen[str]:
-        env = dict(os.environ, PGQUEUE_APP_URL=url)
-        env.update({f"PGQUEUE_APP_{k.upper()}": str(v) for k, v in settings.items()})
-        proc = subprocess.Popen(
-            [sys.executable, str(APP)], env=env, stdout=subprocess.PIPE, text=True
-        )
-        procs.append(proc)
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-    for proc in procs:
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+    yield from spawned(APP, db_url, graceful=True)
 
 
 def _enqueue(engine: Engine, payloads: list[Any], queue: str, key: str | None = None) -> list[int]:

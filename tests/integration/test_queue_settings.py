@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
 from test_contract import Runner, op
+from worker_helpers import heard
 
 import pgqueue
 from pgqueue import (
@@ -31,23 +32,6 @@ def q(request: pytest.FixtureRequest, engine: Engine, db_url: URL) -> Iterator[R
     runner = Runner(request.param, engine, db_url)
     yield runner
     runner.close()
-
-
-@pytest.fixture
-def listener(engine: Engine) -> Iterator[Any]:
-    """A LISTEN connection on the default placement's channel."""
-    raw = engine.raw_connection()
-    dbapi = raw.driver_connection
-    assert dbapi is not None
-    dbapi.autocommit = True
-    dbapi.execute("LISTEN jobs")
-    yield dbapi
-    dbapi.execute("UNLISTEN *")
-    raw.close()
-
-
-def _heard(listener: Any, timeout: float) -> list[tuple[str, str]]:
-    return [(n.channel, n.payload) for n in listener.notifies(timeout=timeout)]
 
 
 def _rows(engine: Engine) -> list[tuple[Any, ...]]:
@@ -151,37 +135,37 @@ def test_bad_input_raises_before_sql_and_writes_nothing(
         q.tx([op("pause", "first"), call])
     assert raised.value.argument == argument  # type: ignore[attr-defined]
     assert _rows(q.engine) == []
-    assert _heard(listener, 0.2) == []
+    assert heard(listener, 0.2) == []
 
 
 def test_a_change_notifies_listeners_on_commit_only(engine: Engine, listener: Any) -> None:
     with engine.connect() as conn:
         assert pgqueue.pause(conn, "mail") is True
-        assert _heard(listener, 0.3) == []  # not before the commit
+        assert heard(listener, 0.3) == []  # not before the commit
         conn.commit()
-    assert _heard(listener, 2.0) == [("jobs", SETTINGS_HINT)]
+    assert heard(listener, 2.0) == [("jobs", SETTINGS_HINT)]
     with engine.connect() as conn:
         pgqueue.set_queue_limits(conn, "mail", concurrency=2)
         assert pgqueue.resume(conn, "mail") is True
         conn.rollback()
-    assert _heard(listener, 0.5) == []
+    assert heard(listener, 0.5) == []
     with engine.begin() as conn:
         pgqueue.set_queue_limits(conn, "mail", rate=Rate(1, timedelta(minutes=1)))
-    assert _heard(listener, 2.0) == [("jobs", SETTINGS_HINT)]
+    assert heard(listener, 2.0) == [("jobs", SETTINGS_HINT)]
     with engine.begin() as conn:
         assert pgqueue.resume(conn, "mail") is True
         assert pgqueue.resume(conn, "mail") is False
-    assert _heard(listener, 2.0) == [("jobs", SETTINGS_HINT)]
+    assert heard(listener, 2.0) == [("jobs", SETTINGS_HINT)]
 
 
 def test_no_change_notifies_nobody(engine: Engine, listener: Any) -> None:
     with engine.begin() as conn:
         pgqueue.pause(conn, "mail")
-    _heard(listener, 1.0)
+    heard(listener, 1.0)
     with engine.begin() as conn:
         assert pgqueue.pause(conn, "mail") is False
         assert pgqueue.resume(conn, "other") is False
-    assert _heard(listener, 0.5) == []
+    assert heard(listener, 0.5) == []
 
 
 def test_a_schema_of_its_own_notifies_its_channel(engine: Engine, db_url: URL) -> None:
@@ -198,7 +182,7 @@ def test_a_schema_of_its_own_notifies_its_channel(engine: Engine, db_url: URL) -
         with use_schema(engine, "flow").begin() as conn:
             assert pgqueue.pause(conn, "mail") is True
             assert pgqueue.queue_settings(conn) == [QueueSettings("mail", paused=True)]
-        assert _heard(dbapi, 2.0) == [("flow.jobs", SETTINGS_HINT)]
+        assert heard(dbapi, 2.0) == [("flow.jobs", SETTINGS_HINT)]
     finally:
         raw.close()
     assert _rows(engine) == []

@@ -7,7 +7,6 @@ write nothing: the tests count the rows after it, in the same transaction and af
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 from collections.abc import Iterator
@@ -17,8 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
-from sqlalchemy.ext.asyncio import AsyncSession, create_async_engine
-from sqlalchemy.orm import Session
+from test_contract import Transactions
 
 import pgqueue
 from pgqueue import InvalidArgumentError, InvalidPayloadError
@@ -38,16 +36,8 @@ async def call_webhook(url: str, body: dict[str, Any]) -> int:
     return len(url) + len(body)
 
 
-class Producer:
+class Producer(Transactions):
     """Runs one body in one transaction on a sync or an async connection or session."""
-
-    def __init__(self, kind: str, engine: Engine, url: URL) -> None:
-        self.kind = kind
-        self.engine = engine
-        self.loop: asyncio.AbstractEventLoop | None = None
-        if kind.startswith("async"):
-            self.loop = asyncio.new_event_loop()
-            self.async_engine = create_async_engine(url)
 
     def one(self, task: pgqueue.Task[..., Any], *args: Any, commit: bool = True, **kw: Any) -> int:
         """``task.enqueue`` (or ``await task.aenqueue``) in a transaction of its own."""
@@ -65,30 +55,6 @@ class Producer:
             lambda c: task.enqueue_many(c, calls), lambda c: task.aenqueue_many(c, calls), commit
         )
         return result
-
-    def _tx(self, sync: Any, aio: Any, commit: bool) -> Any:
-        if self.loop is not None:
-            return self.loop.run_until_complete(self._atx(aio, commit))
-        with Session(self.engine) if self.kind == "sync-session" else self.engine.connect() as c:
-            out = sync(c)
-            c.commit() if commit else c.rollback()
-            return out
-
-    async def _atx(self, aio: Any, commit: bool) -> Any:
-        if self.kind == "async-session":
-            async with AsyncSession(self.async_engine) as session:
-                out = await aio(session)
-                await (session.commit() if commit else session.rollback())
-                return out
-        async with self.async_engine.connect() as conn:
-            out = await aio(conn)
-            await (conn.commit() if commit else conn.rollback())
-            return out
-
-    def close(self) -> None:
-        if self.loop is not None:
-            self.loop.run_until_complete(self.async_engine.dispose())
-            self.loop.close()
 
 
 @pytest.fixture(params=["sync-connection", "sync-session", "async-connection", "async-session"])

@@ -4,17 +4,15 @@ depends on all of them; the handlers' own table says who ran when."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
-from worker_helpers import scalar, until
+from worker_helpers import scalar, spawned, until
 
 import pgqueue
 
@@ -35,30 +33,7 @@ def flow(engine: Engine) -> Engine:
 
 @pytest.fixture
 def spawn_flow(db_url: URL) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(**settings: object) -> subprocess.Popen[str]:
-        env = dict(os.environ, PGQUEUE_APP_URL=db_url.render_as_string(hide_password=False))
-        env.update({f"PGQUEUE_APP_{k.upper()}": str(v) for k, v in settings.items()})
-        proc = subprocess.Popen(
-            [sys.executable, str(APP)], env=env, stdout=subprocess.PIPE, text=True
-        )
-        procs.append(proc)
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(10)
-        if proc.stdout is not None:
-            proc.stdout.close()
+    yield from spawned(APP, db_url, graceful=True)
 
 
 def _groups(engine: Engine, groups: int, size: int, sleep: float = 0) -> dict[int, list[int]]:

@@ -17,13 +17,13 @@ like ``effects`` and works ``payload["sleep"]`` seconds, but gives its job back 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import sys
 import time
 from datetime import timedelta
 
-from sqlalchemy import create_engine, text
+from app_support import app_engine, serve
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 import pgqueue
@@ -40,10 +40,8 @@ def record(engine: object, job: pgqueue.JobContext) -> None:
 
 
 def main() -> int:
-    logging.basicConfig(level=os.environ.get("PGQUEUE_APP_LOG", "WARNING"), stream=sys.stderr)
     env = os.environ
-    concurrency = int(env.get("PGQUEUE_APP_CONCURRENCY", "4"))
-    engine = create_engine(env["PGQUEUE_APP_URL"], pool_size=concurrency + 4, max_overflow=4)
+    concurrency, engine = app_engine()
 
     def effects(job: pgqueue.JobContext) -> None:
         record(engine, job)  # first: a row means the handler started
@@ -97,10 +95,7 @@ def main() -> int:
         shutdown_timeout=float(env.get("PGQUEUE_APP_SHUTDOWN", "30")),
         **timing,
     )
-    print("ready", flush=True)
-    worker.run(until_empty=env.get("PGQUEUE_APP_UNTIL_EMPTY") == "1")
-    engine.dispose()
-    return 0
+    return serve(worker, engine, until_empty=env.get("PGQUEUE_APP_UNTIL_EMPTY") == "1")
 
 
 if __name__ == "__main__":

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -70,6 +75,23 @@ def captured_claim(engine: Engine, queue: str = "default", limit: int = 10) -> t
         conn.rollback()
     (captured,) = seen
     return captured
+
+
+def claim_plan(engine: Engine) -> list[str]:
+    """``EXPLAIN (COSTS OFF)`` of the exact claim the driver receives, one line a row."""
+    sql, params = captured_claim(engine)
+    with engine.connect() as conn:
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        plan = [r[0] for r in raw.execute(f"EXPLAIN (COSTS OFF) {sql}", params).fetchall()]
+        conn.rollback()
+    return plan
+
+
+def heard(listener: Any, timeout: float) -> list[tuple[str, str]]:
+    """``(channel, payload)`` of every notification the ``listener`` fixture gets in
+    ``timeout`` seconds."""
+    return [(n.channel, n.payload) for n in listener.notifies(timeout=timeout)]
 
 
 class Tally:
@@ -169,3 +191,38 @@ def row_locked(
     finally:
         thread.join(seconds + 30)
         assert not failure, failure
+
+
+def spawned(
+    app: Path, db_url: URL, *, graceful: bool
+) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """The body of a ``spawn`` fixture: yields ``start(**settings)``, which runs ``app`` as a
+    script (settings as ``PGQUEUE_APP_<NAME>`` in its environment) and returns once it printed
+    ``ready``. On the way out every live process gets SIGTERM (``graceful``) or SIGKILL, and is
+    waited for (bounded; killed if a SIGTERM is not enough)."""
+    procs: list[subprocess.Popen[str]] = []
+    url = db_url.render_as_string(hide_password=False)
+
+    def start(**settings: object) -> subprocess.Popen[str]:
+        env = dict(os.environ, PGQUEUE_APP_URL=url)
+        env.update({f"PGQUEUE_APP_{k.upper()}": str(v) for k, v in settings.items()})
+        proc = subprocess.Popen(
+            [sys.executable, str(app)], env=env, stdout=subprocess.PIPE, text=True
+        )
+        procs.append(proc)
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM if graceful else signal.SIGKILL)
+    for proc in procs:
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        if proc.stdout is not None:
+            proc.stdout.close()

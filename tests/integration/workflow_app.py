@@ -14,7 +14,8 @@ import os
 import sys
 import time
 
-from sqlalchemy import create_engine, text
+from app_support import app_engine, serve
+from sqlalchemy import text
 
 import pgqueue
 
@@ -26,8 +27,7 @@ FLOW_DDL = (
 
 def main() -> int:
     env = os.environ
-    concurrency = int(env.get("PGQUEUE_APP_CONCURRENCY", "4"))
-    engine = create_engine(env["PGQUEUE_APP_URL"], pool_size=concurrency + 4, max_overflow=4)
+    concurrency, engine = app_engine()
 
     def member(job: pgqueue.JobContext) -> None:
         started = time.time()
@@ -62,10 +62,7 @@ def main() -> int:
         lease=lease,
         reap_interval=lease,
     )
-    print("ready", flush=True)
-    worker.run()
-    engine.dispose()
-    return 0
+    return serve(worker, engine)
 
 
 if __name__ == "__main__":
