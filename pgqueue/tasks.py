@@ -354,7 +354,12 @@ class Task(Generic[P, R]):
         """
         if "task" in options:
             raise InvalidArgumentError("task", "a task's name is not an enqueue option")
-        settings = {**self._settings, **options}
+        settings: dict[str, Any] = {**self._settings, **options}
+        given = settings.get("depends_on")
+        if isinstance(given, Iterable) and not isinstance(given, (str, bytes, Mapping)):
+            # Kept as a list: a generator would be spent by this check, and the ids lost to a
+            # further ``options`` (or a chain that adds its own).
+            settings["depends_on"] = list(given)
         checked = _the_producer().options(settings)
         bound = copy.copy(self)
         bound._settings = settings

@@ -262,3 +262,13 @@ def test_drain_on_a_connection_runs_a_chain_in_its_transaction(engine: Engine) -
         assert result.results == {ids[0]: 4, ids[1]: 44, ids[2]: 444}
         conn.rollback()
     assert _jobs(engine) == 0
+
+
+def test_depends_on_given_as_a_generator_survives_a_further_options(engine: Engine) -> None:
+    with engine.begin() as conn:
+        parent = start.enqueue(conn, 8)
+        task = add_previous.options(depends_on=(i for i in [parent])).options(priority=3)
+        child = task.enqueue(conn, 1)
+        (later,) = pgqueue.chain(conn, add_previous.s(1).options(depends_on=iter([child])))
+    assert scalar(engine, "SELECT waiting_on FROM jobs WHERE id = :i", i=child) == 1
+    assert pgqueue.testing.drain(engine, registry).results == {parent: 8, child: 9, later: 10}
