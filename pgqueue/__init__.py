@@ -57,9 +57,10 @@ from pgqueue.results import (
 )
 from pgqueue.retry_policy import RetryPolicy
 from pgqueue.schema import channel_for, finished_channel_for, use_schema
-from pgqueue.tasks import Task
+from pgqueue.tasks import Signature, Task
 from pgqueue.waiting import wait_for
 from pgqueue.worker import Worker
+from pgqueue.workflows import GroupIds, chain, group
 
 __version__ = "0.1.0"
 
@@ -73,6 +74,7 @@ __all__ = [
     "ClaimedJob",
     "EnqueuedJob",
     "FailResult",
+    "GroupIds",
     "InvalidArgumentError",
     "InvalidArgumentTypeError",
     "InvalidPayloadError",
@@ -92,6 +94,7 @@ __all__ = [
     "ReapedJob",
     "Registry",
     "RetryPolicy",
+    "Signature",
     "Snooze",
     "Task",
     "UniqueKeyError",
@@ -101,6 +104,7 @@ __all__ = [
     "WorkerStats",
     "__version__",
     "cancel",
+    "chain",
     "channel_for",
     "claim",
     "complete",
@@ -112,6 +116,7 @@ __all__ = [
     "fail",
     "fetch_result",
     "finished_channel_for",
+    "group",
     "metadata",
     "pause",
     "periodic_states",

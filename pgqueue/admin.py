@@ -26,6 +26,7 @@ from pgqueue._sql.reads import (
     OLDEST_SNAPSHOT,
     SCHEMA_PRESENT,
     TABLE_STATS,
+    job_links_statement,
     job_statement,
     job_statuses_statement,
     key_holders_statement,
@@ -118,6 +119,35 @@ def get_job(
     return job
 
 
+#: How many dependencies and dependents :func:`job_links` returns of a job, each.
+JOB_LINKS_LIMIT = 100
+
+
+def job_links(conn: Connection, job_id: int, limit: int = JOB_LINKS_LIMIT) -> dict[str, Any]:
+    """What a job waits for and what waits for it (``depends_on``, #24), for ``pgqueue show``
+    and the dashboard's job page, in one query.
+
+    Returns ``{"waits_for": [{"id", "status"}, ...], "waited_by": [...], "more": {"waits_for":
+    bool, "waited_by": bool}}``, each list by id and cut at ``limit`` (``more`` says a list was
+    cut: a fan-in of 10,000 members shows its first ones).
+
+    Raises:
+        InvalidArgumentError: for an id no ``bigint`` holds, or a bad ``limit``, before any SQL.
+
+    .. versionadded:: 0.1.0
+    """
+    job_id = check_job_id(job_id)
+    limit = check_positive_int("limit", limit)
+    found: dict[str, list[dict[str, Any]]] = {"waits_for": [], "waited_by": []}
+    rows = conn.execute(job_links_statement(), {"job_id": job_id, "limit": limit + 1})
+    for row in rows:
+        found[row.direction].append({"id": int(row.id), "status": str(row.status)})
+    for side in found.values():
+        side.sort(key=lambda link: int(link["id"]))
+    more = {name: len(side) > limit for name, side in found.items()}
+    return {name: side[:limit] for name, side in found.items()} | {"more": more}
+
+
 def error_history(errors: Any) -> list[dict[str, Any]]:
     """``jobs.errors`` (oldest first) with each ``at`` an aware datetime like the other times.
 
@@ -162,8 +192,11 @@ def key_holders(conn: Connection, job_ids: list[int]) -> dict[int, tuple[str, in
 
 
 def queue_stats(conn: Connection) -> list[dict[str, Any]]:
-    """Per queue: ready, scheduled, running, expired leases, done, failed, cancelled, oldest
-    ready age (s).
+    """Per queue: ready, scheduled, waiting, running, expired leases, done, failed, cancelled,
+    oldest ready age (s).
+
+    ``waiting`` counts the queued jobs waiting for a dependency (``depends_on``,
+    ``waiting_on > 0``); ``scheduled`` the queued jobs due later that wait for nothing else.
 
     ``failed`` counts the jobs that failed for good on their own; ``cancelled`` those an operator
     cancelled (also ``status = 'failed'``, with ``cancelled_at`` set): the two never overlap.

@@ -33,6 +33,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from pgqueue import waiting as _waiting
+from pgqueue import workflows as _workflows
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
@@ -60,6 +61,7 @@ from pgqueue.results import (
     ReapedJob,
 )
 from pgqueue.schema import channel_of
+from pgqueue.tasks import Signature
 
 #: What every async function accepts: an async Core connection or an async ORM session.
 AsyncExecutor: TypeAlias = Union[AsyncConnection, AsyncSession]  # noqa: UP007 (runtime alias on 3.10)
@@ -71,6 +73,7 @@ __all__ = [
     "cancel",
     "cancel_jobs",
     "cancel_report",
+    "chain",
     "claim",
     "complete",
     "enqueue",
@@ -79,6 +82,7 @@ __all__ = [
     "extend_lease",
     "fail",
     "fetch_result",
+    "group",
     "pause",
     "periodic_states",
     "purge",
@@ -155,6 +159,29 @@ async def enqueue_unique(
         on_dependency_failure=on_dependency_failure,
     )
     return await _drive(conn, _calls.enqueue_unique(payload, options))
+
+
+async def chain(conn: AsyncExecutor, /, *signatures: Signature) -> list[int]:
+    """:func:`pgqueue.chain` on an ``AsyncConnection`` or ``AsyncSession`` (its transaction).
+
+    The same enqueues, run by SQLAlchemy's ``run_sync`` on the connection the async one wraps,
+    as :meth:`pgqueue.Task.aenqueue` runs them.
+
+    .. versionadded:: 0.1.0
+    """
+    ids: list[int] = await conn.run_sync(_workflows.chain, *signatures)
+    return ids
+
+
+async def group(
+    conn: AsyncExecutor, members: Iterable[Signature], /, *, then: Signature | None = None
+) -> _workflows.GroupIds:
+    """:func:`pgqueue.group` on an ``AsyncConnection`` or ``AsyncSession`` (its transaction).
+
+    .. versionadded:: 0.1.0
+    """
+    found: _workflows.GroupIds = await conn.run_sync(_workflows.group, members, then=then)
+    return found
 
 
 async def enqueue_many(

@@ -22,11 +22,16 @@ from sqlalchemy import Connection, Engine
 
 from pgqueue._base.events import stopping_event
 from pgqueue._base.validation import check_queue, check_snooze_delay, encode_payload
-from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, NoCurrentJobError
+from pgqueue.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    NoCurrentJobError,
+    PgQueueError,
+)
 from pgqueue.periodic import Periodic
-from pgqueue.results import ClaimedJob
+from pgqueue.results import ClaimedJob, JobResult
 from pgqueue.retry_policy import RetryPolicy
-from pgqueue.tasks import Task, is_async_callable
+from pgqueue.tasks import Task, is_async_callable, the_producer
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -64,6 +69,9 @@ class JobContext:
             context), or ``None``.
         priority: The job's priority, 0-9 (higher runs first).
         task: The name of the task the job runs (``jobs.task``), ``None`` for a queue-keyed job.
+        engine: The engine of the worker (or :func:`pgqueue.testing.drain`) that runs the job,
+            which :meth:`dependency_results` reads through outside transaction mode; ``None``
+            for a context built by hand.
 
     Inside a running handler or task, :func:`pgqueue.current_job` returns this object.
 
@@ -81,6 +89,7 @@ class JobContext:
     headers: Mapping[str, str] | None = None
     priority: int = 0
     task: str | None = None
+    engine: Engine | None = None
     #: ``(number, JSON text)`` of the last :meth:`set_progress`, ``None`` before the first. One
     #: tuple assigned at once, so the heartbeat's thread reads a number and its text together.
     _progress: tuple[int, str] | None = field(default=None, init=False, repr=False)
@@ -124,9 +133,48 @@ class JobContext:
         if number > self._progress_written:
             self._progress_written = number
 
+    def dependency_results(self) -> dict[int, JobResult]:
+        """``{job_id: JobResult}`` of every job this one depends on (``depends_on``, or the
+        previous job of a :func:`pgqueue.chain`, the members of a :func:`pgqueue.group`'s
+        ``then``), in one query; empty for a job without dependencies. A task reads what its
+        dependencies returned from :attr:`pgqueue.JobResult.value`::
+
+            @registry.task()
+            def album(album_id: int) -> int:
+                done = pgqueue.current_job().dependency_results()
+                return sum(r.value["bytes"] for r in done.values())
+
+        A job released normally sees every dependency ``done``; one enqueued with
+        ``on_dependency_failure="run"`` sees which failed (``status``, ``error``).
+
+        The read is synchronous (also from an ``async def`` task: one short primary-key
+        query): through :attr:`connection` in transaction mode (the job's own transaction),
+        else on :attr:`engine`, in a transaction of its own.
+
+        Raises:
+            PgQueueError: the context has neither a connection nor an engine (built by hand).
+
+        .. versionadded:: 0.1.0
+        """
+        source: Engine | Connection | None = (
+            self.connection if self.connection is not None else self.engine
+        )
+        if source is None:
+            raise PgQueueError(
+                f"job {self.id} has no database to read its dependencies from "
+                "(a JobContext built without connection= or engine=)"
+            )
+        return the_producer().dependency_results(source, self.id)
+
     @classmethod
-    def of(cls, claimed: ClaimedJob, connection: Connection | None = None) -> JobContext:
-        """The handler's view of a job just claimed (``connection``: transaction mode's)."""
+    def of(
+        cls,
+        claimed: ClaimedJob,
+        connection: Connection | None = None,
+        engine: Engine | None = None,
+    ) -> JobContext:
+        """The handler's view of a job just claimed (``connection``: transaction mode's;
+        ``engine``: what :meth:`dependency_results` reads through otherwise)."""
         return cls(
             claimed.id,
             claimed.queue,
@@ -136,6 +184,7 @@ class JobContext:
             headers=claimed.headers,
             priority=claimed.priority,
             task=claimed.task,
+            engine=engine,
         )
 
 

@@ -269,6 +269,16 @@ def fetch_result(conn: Executor, job_id: int) -> JobResult | None:
     return _run(conn, _calls.fetch_result(job_id))
 
 
+def dependency_results(conn: Executor, job_id: int) -> dict[int, JobResult]:
+    """``{id: JobResult}`` of every job ``job_id`` depends on (``depends_on``), in one query in
+    the caller's transaction; empty for a job without dependencies (or an unknown id). What
+    :meth:`pgqueue.JobContext.dependency_results` returns inside a running task.
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _calls.dependency_results(job_id))
+
+
 def extend_lease(
     conn: Executor, job_id: int, attempts: int, lease: timedelta = DEFAULT_LEASE
 ) -> bool:
@@ -606,6 +616,12 @@ class TaskProducer:
         self, conn: Executor, options: object, payloads: Sequence[dict[str, Any]]
     ) -> list[int]:
         return _drive(conn, _calls.enqueue_many(payloads, _task_options(options)))
+
+    def dependency_results(self, source: Any, job_id: int) -> dict[int, JobResult]:
+        if isinstance(source, (Connection, Session)):
+            return dependency_results(source, job_id)
+        with source.connect() as conn:  # an Engine: a read in its own short transaction
+            return dependency_results(conn, job_id)
 
 
 def _task_options(options: object) -> EnqueueOptions:

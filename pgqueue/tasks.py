@@ -29,13 +29,14 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypedDict, TypeVar
 
 from pgqueue._base.validation import (
     check_positive_int,
     check_priority,
     check_queue,
     check_task_name,
+    encode_payload,
 )
 from pgqueue.errors import (
     InvalidArgumentError,
@@ -50,6 +51,8 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
     from sqlalchemy.orm import Session
     from typing_extensions import Unpack
+
+    from pgqueue.results import JobResult
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -126,6 +129,8 @@ class EnqueueKeywords(TypedDict, total=False):
     priority: int
     unique_key: str | None
     concurrency_key: str | None
+    depends_on: Iterable[int] | None
+    on_dependency_failure: Literal["fail", "run"]
 
 
 class Producer(Protocol):
@@ -150,6 +155,10 @@ class Producer(Protocol):
     ) -> list[int]:
         """Insert the jobs in one round trip; their ids in input order."""
 
+    def dependency_results(self, source: Any, job_id: int) -> dict[int, JobResult]:
+        """``{id: JobResult}`` of the jobs ``job_id`` depends on; ``source`` an ``Engine``, a
+        ``Connection`` or a ``Session`` (for :meth:`pgqueue.JobContext.dependency_results`)."""
+
 
 _producer: Producer | None = None
 
@@ -164,6 +173,11 @@ def _the_producer() -> Producer:
     if _producer is None:  # only while pgqueue itself is half imported
         raise PgQueueError("pgqueue.repository is not imported yet: import pgqueue first")
     return _producer
+
+
+def the_producer() -> Producer:
+    """What writes tasks' jobs (for :mod:`pgqueue.workflows`, which enqueues signatures)."""
+    return _the_producer()
 
 
 @dataclass(frozen=True, eq=False)
@@ -189,6 +203,50 @@ class TaskCall:
 
     def __repr__(self) -> str:
         return f"TaskCall({self.task.name!r}, args={self.args!r}, kwargs={self.kwargs!r})"
+
+
+@dataclass(frozen=True, eq=False)
+class Signature:
+    """A task call not yet enqueued (:meth:`Task.s`): the task with its bound options, and the
+    checked arguments. :func:`pgqueue.chain` and :func:`pgqueue.group` enqueue signatures.
+
+    Attributes:
+        task: The task called, with the options bound when the signature was made (or by
+            :meth:`options`).
+        args: The positional arguments.
+        kwargs: The keyword arguments.
+
+    .. versionadded:: 0.1.0
+    """
+
+    task: Task[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    def options(self, **options: Unpack[EnqueueKeywords]) -> Signature:
+        """This call with enqueue options bound, as :meth:`Task.options` binds them (a new
+        signature; this one is unchanged). A chain or group adds its own ``depends_on`` to the
+        ids given here.
+
+        Raises:
+            InvalidArgumentError: a bad option, or one :func:`pgqueue.enqueue` does not have.
+
+        .. versionadded:: 0.1.0
+        """
+        return Signature(self.task.options(**options), self.args, self.kwargs)
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        """The job's payload for this call (:func:`encode_call`)."""
+        return encode_call(self.args, self.kwargs)
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        """The enqueue options bound to the task (and its name), as given."""
+        return self.task._settings
+
+    def __repr__(self) -> str:
+        return f"Signature({self.task.name!r}, args={self.args!r}, kwargs={self.kwargs!r})"
 
 
 class Task(Generic[P, R]):
@@ -296,7 +354,12 @@ class Task(Generic[P, R]):
         """
         if "task" in options:
             raise InvalidArgumentError("task", "a task's name is not an enqueue option")
-        settings = {**self._settings, **options}
+        settings: dict[str, Any] = {**self._settings, **options}
+        given = settings.get("depends_on")
+        if isinstance(given, Iterable) and not isinstance(given, (str, bytes, Mapping)):
+            # Kept as a list: a generator would be spent by this check, and the ids lost to a
+            # further ``options`` (or a chain that adds its own).
+            settings["depends_on"] = list(given)
         checked = _the_producer().options(settings)
         bound = copy.copy(self)
         bound._settings = settings
@@ -306,6 +369,11 @@ class Task(Generic[P, R]):
         bound.max_attempts = settings["max_attempts"]
         return bound
 
+    @property
+    def bound_options(self) -> object:
+        """The checked enqueue options of this task (the producer's value, opaque here)."""
+        return self._options
+
     def args(self, *args: P.args, **kwargs: P.kwargs) -> TaskCall:
         """Pack one call for :meth:`enqueue_many`; a call that does not bind is refused here.
 
@@ -314,6 +382,27 @@ class Task(Generic[P, R]):
         """
         self.check_call(args, kwargs)
         return TaskCall(self, args, kwargs)
+
+    def s(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
+        """A signature: this call of the task with its bound options, not yet enqueued, for
+        :func:`pgqueue.chain` and :func:`pgqueue.group` (Celery's ``task.s(...)``).
+
+        The call is checked here, against the signature and as JSON, so a bad one raises before
+        the chain or group runs any SQL. The task is the one this object is: a :class:`Task` is
+        registered by the :meth:`pgqueue.Registry.task` that made it, so a signature always
+        names a registered task (a worker whose registry lacks it fails the job's attempt,
+        saying so, as for :meth:`enqueue`).
+
+        Raises:
+            InvalidArgumentError: the arguments do not bind to the function's signature.
+            InvalidPayloadError: an argument is not JSON.
+
+        .. versionadded:: 0.1.0
+        """
+        payload = self.payload_of(args, kwargs)
+        with self._named_payload_errors():
+            encode_payload(payload)
+        return Signature(self, args, kwargs)
 
     def enqueue(self, conn: Connection | Session, /, *args: P.args, **kwargs: P.kwargs) -> int:
         """Enqueue one call in the caller's transaction (``Connection`` or ``Session``); its id.
@@ -437,6 +526,7 @@ class _NamedPayloadErrors:
 __all__ = [
     "EnqueueKeywords",
     "Producer",
+    "Signature",
     "Task",
     "TaskCall",
     "decode_call",
@@ -444,4 +534,5 @@ __all__ = [
     "encode_call",
     "is_async_callable",
     "produce_with",
+    "the_producer",
 ]

@@ -305,7 +305,7 @@ def _run_leased(engine: Engine, queue: str, dispatch: Dispatch) -> DrainedJob | 
         claimed = repository.claim(conn, queue=queue, limit=1)
     if not claimed:
         return None
-    held = _held(claimed[0], None)
+    held = _held(claimed[0], None, engine)
     target = dispatch.target(held.job)
     error = run_inline(target, held)
     with engine.begin() as conn:
@@ -326,8 +326,8 @@ def _run_in_transaction(
     return _drained(claimed[0], outcome, error, held)
 
 
-def _held(job: ClaimedJob, connection: Connection | None) -> Held:
-    return Held(JobContext.of(job, connection), Lane.THREADS, time.monotonic())
+def _held(job: ClaimedJob, connection: Connection | None, engine: Engine | None = None) -> Held:
+    return Held(JobContext.of(job, connection, engine), Lane.THREADS, time.monotonic())
 
 
 #: What ``DrainedJob.status`` says of each outcome.

@@ -532,6 +532,7 @@ class Worker:
             wake_async=wake_async,
             log_tracebacks=self.log_tracebacks,
             split=self._dispatch.split,
+            engine=self.engine,
         )
         self._current = runtime
         # A stop asked before this run was published (while the health server started, or

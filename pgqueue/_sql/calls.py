@@ -349,6 +349,12 @@ def fetch_result(job_id: int) -> Call[JobResult | None]:
     return Call(statements.JOB_RESULT, {"job_id": check_job_id(job_id)}, _job_result)
 
 
+def dependency_results(job_id: int) -> Call[dict[int, JobResult]]:
+    return Call(
+        workflow_statements.DEPENDENCY_RESULTS, {"job_id": check_job_id(job_id)}, _job_results
+    )
+
+
 def extend_lease(job_id: int, attempts: int, lease: timedelta) -> Call[bool]:
     lease = check_duration("lease", lease, allow_zero=False)
     return Call(
@@ -717,8 +723,14 @@ def _rowcount(result: Result[Any] | None) -> int:
 
 def _job_result(result: Result[Any] | None) -> JobResult | None:
     row = _executed(result).first()
-    if row is None:
-        return None
+    return None if row is None else _result_of(row)
+
+
+def _job_results(result: Result[Any] | None) -> dict[int, JobResult]:
+    return {int(row.id): _result_of(row) for row in _executed(result)}
+
+
+def _result_of(row: Any) -> JobResult:
     return JobResult(
         id=int(row.id),
         status=str(row.status),

@@ -37,6 +37,7 @@ from sqlalchemy import (
     table,
     text,
     true,
+    union_all,
 )
 from sqlalchemy import Text as TextType
 from sqlalchemy.dialects.postgresql import JSONB
@@ -46,7 +47,7 @@ from pgqueue._base.connections import WORKER_PREFIX
 from pgqueue._base.readable import READABLE_FROM, readable
 from pgqueue._base.validation import check_unique_key, encode_payload
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
-from pgqueue.models import JobStatus, jobs_table, queues_table, workers_table
+from pgqueue.models import JobStatus, dependencies_table, jobs_table, queues_table, workers_table
 from pgqueue.statements import status_literal
 
 jobs = jobs_table
@@ -158,6 +159,31 @@ def get_job_statement(payload_chars: int) -> Select[Any]:
     )
 
 
+def job_links_statement() -> Any:
+    """:func:`pgqueue.admin.job_links` (parameters ``job_id``, ``limit``): ``direction, id,
+    status`` of the jobs ``job_id`` waits for (``'waits_for'``) and of those that wait for it
+    (``'waited_by'``), at most ``limit`` of each, by id: one index scan each (the edges' primary
+    key, ``jobs_dependencies_job_id_idx``), so a fan-in of 10,000 members shows its first ones.
+    """
+    edges = dependencies_table
+    job_id = bindparam("job_id", type_=BigInteger)
+    limit = bindparam("limit", type_=Integer)
+
+    def side(direction: str, near: Any, far: Any) -> Any:
+        return (
+            select(literal(direction).label("direction"), jobs.c.id, jobs.c.status)
+            .select_from(edges.join(jobs, jobs.c.id == far))
+            .where(near == job_id)
+            .order_by(jobs.c.id)
+            .limit(limit)
+        )
+
+    return union_all(
+        side("waits_for", edges.c.job_id, edges.c.depends_on),
+        side("waited_by", edges.c.depends_on, edges.c.job_id),
+    )
+
+
 def job_statuses_statement(job_ids: list[int]) -> Select[Any]:
     """``id, status`` of each existing id (:func:`pgqueue.admin.job_statuses`)."""
     return select(jobs.c.id, jobs.c.status).where(jobs.c.id.in_(job_ids))
@@ -204,7 +230,8 @@ def queue_stats_statement() -> Select[Any]:
         select(
             jobs.c.queue,
             _count(ready).label("ready"),
-            _count(queued, jobs.c.run_at > func.now()).label("scheduled"),
+            _count(queued, jobs.c.run_at > func.now(), jobs.c.waiting_on == 0).label("scheduled"),
+            _count(queued, jobs.c.waiting_on > 0).label("waiting"),
             _count(running).label("running"),
             _count(running, jobs.c.locked_until < func.now()).label("expired_leases"),
             _count(jobs.c.status == status_literal(JobStatus.DONE)).label("done"),

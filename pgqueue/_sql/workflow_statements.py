@@ -158,3 +158,25 @@ CANCELLED_DEPENDENTS: Select[Any] = (
     )
     .order_by(jobs.c.id)
 )
+
+
+#: The outcome of every job ``:job_id`` depends on (the columns of
+#: :data:`pgqueue.statements.JOB_RESULT`, not imported for the reason :func:`status_literal`
+#: says), for :meth:`pgqueue.JobContext.dependency_results`: one index scan of the edges' primary
+#: key by ``job_id``'s index, one primary-key probe per dependency. Ordered by id.
+DEPENDENCY_RESULTS: Select[Any] = (
+    select(
+        jobs.c.id,
+        jobs.c.status,
+        jobs.c.result,
+        jobs.c.last_error,
+        jobs.c.progress,
+        jobs.c.finished_at,
+        jobs.c.task,
+        jobs.c.attempts,
+        jobs.c.cancelled_at.is_not(None).label("cancelled"),
+    )
+    .join(edges, edges.c.depends_on == jobs.c.id)
+    .where(edges.c.job_id == bindparam("job_id", type_=BigInteger))
+    .order_by(jobs.c.id)
+)

@@ -23,6 +23,8 @@ from pgqueue.results import ClaimedJob, Settled
 from pgqueue.retry_policy import RetryPolicy, describe_error
 
 if TYPE_CHECKING:  # the worker hands its completer over; the runtime only calls it
+    from sqlalchemy import Engine
+
     from pgqueue._worker.completer import Completer
 
 log = logging.getLogger("pgqueue.worker")
@@ -68,6 +70,7 @@ class Runtime:
         log_tracebacks: bool = True,
         split: Callable[[Lane, list[JobContext]], list[tuple[Lane, list[JobContext]]]]
         | None = None,
+        engine: Engine | None = None,
     ) -> None:
         # An RLock although nothing re-enters it: a Condition over one tests ownership in C,
         # which measured faster on the per-job wake-ups than over a plain Lock.
@@ -82,6 +85,8 @@ class Runtime:
         self.completer = completer
         self.wake_async = wake_async
         self._split = split
+        #: Given to each job's context: what ``JobContext.dependency_results`` reads through.
+        self.engine = engine
         #: Whether a failed attempt's log line carries its traceback (``Worker(log_tracebacks)``).
         self.log_tracebacks = log_tracebacks
         self.last_work = time.monotonic()
@@ -93,7 +98,8 @@ class Runtime:
 
     def accept(self, lane: Lane, claimed: Iterable[ClaimedJob]) -> int:
         """Hold freshly claimed jobs and wake their lane; call with the lock held."""
-        jobs = [JobContext.of(c) for c in claimed]
+        engine = self.engine
+        jobs = [JobContext.of(c, engine=engine) for c in claimed]
         if not jobs:
             return 0
         self.last_work = time.monotonic()

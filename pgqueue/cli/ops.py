@@ -225,11 +225,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     and its last traceback."""
     with transaction(args) as conn:
         job = admin.get_job(conn, args.id)
+        links = admin.job_links(conn, args.id) if job is not None else {}
     if job is None:
         raise UserError(f"no job with id {args.id}", code=1)
     note_unreadable([job])
     if args.json:
-        emit_json(job)
+        emit_json({**job, "waits_for": links["waits_for"], "waited_by": links["waited_by"]})
         return 0
     errors = job.pop("errors")
     for key, value in job.items():
@@ -238,6 +239,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             value = json.dumps(value, indent=2, default=json_default)
             value = value.replace("\n", "\n" + " " * 15)
         emit(f"{key + ':':<14} {value if as_json else cell(value)}")
+    for side, label in (("waits_for", "waiting on:"), ("waited_by", "waited by:")):
+        shown = ", ".join(f"{link['id']} ({link['status']})" for link in links[side]) or "-"
+        emit(f"{label:<14} {shown}{', and more' if links['more'][side] else ''}")
     _show_errors(errors)
     return 0
 
@@ -269,7 +273,17 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"queues": queues, "table": tables})
         return 0
-    columns = ["ready", "scheduled", "running", "expired_leases", "done", "failed", "cancelled"]
+    # ``waiting`` (#24) last, so the columns before it keep their places for scripts.
+    columns = [
+        "ready",
+        "scheduled",
+        "running",
+        "expired_leases",
+        "done",
+        "failed",
+        "cancelled",
+        "waiting",
+    ]
     table(
         ["queue", *columns, "oldest_ready_age_s"],
         [[q["queue"], *(q[c] for c in columns), q["oldest_ready_age_s"]] for q in queues],

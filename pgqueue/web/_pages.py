@@ -216,19 +216,19 @@ async def jobs(request: Request) -> Response:
 
 async def job(request: Request) -> Response:
     job_id = int(request.path_params["job_id"])
-    found = (
-        await read(
-            request, lambda conn: admin.get_job(conn, job_id, payload_chars=PAYLOAD_PREVIEW_CHARS)
-        )
-        if job_id <= MAX_JOB_ID
-        else None
-    )
+
+    def job_and_links(conn: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+        found = admin.get_job(conn, job_id, payload_chars=PAYLOAD_PREVIEW_CHARS)
+        return found, admin.job_links(conn, job_id) if found is not None else {}
+
+    found, links = await read(request, job_and_links) if job_id <= MAX_JOB_ID else (None, {})
     if found is None:
         return error_page(request, 404, f"No job with id {job_id}.")
     return page(
         request,
         "job.html",
         job=found,
+        links=links,
         payload=_payload_shown(found),
         result=_json_shown(found.get("result")),
         progress=_json_shown(found.get("progress")),

@@ -45,7 +45,8 @@ class Overview:
 
 #: The counts of a queue that has settings (``jobs_queues``) and no job.
 _NO_JOBS = dict.fromkeys(
-    ("ready", "scheduled", "running", "expired_leases", "done", "failed", "cancelled"), 0
+    ("ready", "scheduled", "waiting", "running", "expired_leases", "done", "failed", "cancelled"),
+    0,
 )
 
 

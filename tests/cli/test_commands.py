@@ -5,6 +5,7 @@ State is set up in process (fast) and each command runs as a subprocess (what us
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
@@ -448,3 +449,22 @@ def test_list_by_task_and_show_prints_task_result_and_progress(cli: Cli, db: Eng
     plain_ = cli("show", str(other)).out
     assert "result:        -\n" in plain_
     assert "task:          -\n" in plain_
+
+
+def test_show_prints_what_a_job_waits_for_and_stats_counts_waiting_jobs(
+    engine: Engine, cli: Callable[..., Result]
+) -> None:
+    with engine.begin() as conn:
+        parent = pgqueue.enqueue(conn, {}, queue="steps")
+        child = pgqueue.enqueue(conn, {}, queue="steps", depends_on=[parent])
+    shown = cli("show", str(child))
+    assert shown.code == 0, shown.err
+    assert re.search(rf"^waiting on: +{parent} \(queued\)$", shown.out, re.M), shown.out
+    assert re.search(r"^waited by: +-$", shown.out, re.M), shown.out
+    assert re.search(rf"^waited by: +{child} \(queued\)$", cli("show", str(parent)).out, re.M)
+    as_json = cli("show", str(child), "--json").json()
+    assert as_json["waits_for"] == [{"id": parent, "status": "queued"}]
+    assert as_json["waited_by"] == []
+    (steps,) = cli("stats", "--json").json()["queues"]
+    assert (steps["ready"], steps["scheduled"], steps["waiting"]) == (1, 0, 1)
+    assert "waiting" in cli("stats").out

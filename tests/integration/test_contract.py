@@ -133,8 +133,10 @@ def test_same_public_names_and_signatures() -> None:
     for name in pgqueue.aio.__all__:
         if name == "AsyncExecutor":
             continue
-        # wait_for takes an engine, not a connection: its sync twin is pgqueue.wait_for.
-        sync = getattr(repository, name) if name != "wait_for" else pgqueue.wait_for
+        # wait_for takes an engine, not a connection: its sync twin is pgqueue.wait_for; chain
+        # and group (#24) are pgqueue.workflows', above the repository.
+        others = {"wait_for": pgqueue.wait_for, "chain": pgqueue.chain, "group": pgqueue.group}
+        sync = others[name] if name in others else getattr(repository, name)
         twin = getattr(pgqueue.aio, name)
         assert inspect.iscoroutinefunction(twin)
         sync_params = list(inspect.signature(sync).parameters.values())[1:]

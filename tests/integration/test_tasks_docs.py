@@ -13,7 +13,7 @@ from sqlalchemy import Engine, text
 import pgqueue.testing
 
 ROOT = Path(__file__).resolve().parents[2]
-PAGES = {"tasks.md": 1, "from-celery.md": 2}
+PAGES = {"tasks.md": 1, "from-celery.md": 3}
 _BLOCK = re.compile(r"<!-- example: (\w[\w-]*) -->\n```python\n(.*?)\n```", re.S)
 
 

@@ -64,7 +64,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("SQL as data, grants and revisions", "statements _sql.* admin grants migrations.*"),
     (
         "the runners and services on a connection",
-        "repository aio pooler listener health doctor waiting",
+        "repository aio pooler listener health doctor waiting workflows",
     ),
     ("the worker's machinery (not the worker, the package, the CLI, the dashboard)", "_worker.*"),
     ("the worker, and the test helpers that run handlers as it does", "worker testing"),

@@ -45,6 +45,7 @@ def test_overview_is_complete_html_with_every_queue_and_its_counts(
     assert _cells(html, "email") == {
         "ready": "3",
         "scheduled": "1",
+        "waiting": "0",
         "running": "0",
         "expired_leases": "0",
         "failed": "1",  # a cancelled job is counted apart (issue #20, item 3)
@@ -367,3 +368,26 @@ def test_job_list_filters_by_task(engine: Engine, client: TestClient) -> None:
     assert client.get("/jobs?task=app.none").text.count('href="/jobs/') == 0
     everything = client.get("/jobs").text
     assert {int(i) for i in re.findall(r'href="/jobs/(\d+)"', everything)} >= set(ids)
+
+
+def test_job_page_links_what_a_job_waits_for_and_what_waits_for_it(
+    engine: Engine, client: TestClient
+) -> None:
+    with engine.begin() as conn:
+        first = pgqueue.enqueue(conn, {}, queue="steps")
+        second = pgqueue.enqueue(conn, {}, queue="steps")
+        then = pgqueue.enqueue(conn, {}, queue="steps", depends_on=[first, second])
+        pgqueue.enqueue(conn, {}, queue="steps", delay=timedelta(minutes=5))
+    html = client.get(f"/jobs/{then}").text
+    waits_for = re.search(r'<dd id="waits-for">(.*?)</dd>', html, re.S)
+    assert waits_for is not None, html
+    assert re.findall(r'href="/jobs/(\d+)"', waits_for.group(1)) == [str(first), str(second)]
+    assert "queued" in waits_for.group(1)
+    assert re.search(r'<dd id="waited-by">-</dd>', html)
+    parent = client.get(f"/jobs/{first}").text
+    waited_by = re.search(r'<dd id="waited-by">(.*?)</dd>', parent, re.S)
+    assert waited_by is not None
+    assert re.findall(r'href="/jobs/(\d+)"', waited_by.group(1)) == [str(then)]
+    # The overview counts the waiting job apart from the ready and the scheduled ones.
+    cells = _cells(client.get("/").text, "steps")
+    assert (cells["ready"], cells["scheduled"], cells["waiting"]) == ("2", "1", "1")
