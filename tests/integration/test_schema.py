@@ -84,6 +84,7 @@ def test_objects_live_in_the_schema(placed: tuple[Engine, Engine]) -> None:
         "jobs_unique_key_idx",
         "jobs_finished_at_idx",  # pgqueue_0009
         "jobs_failed_idx",  # pgqueue_0009
+        "jobs_running_key_idx",  # pgqueue_0012
     }
     assert f"ON {SCHEMA}.jobs" in trigger
     assert f"EXECUTE FUNCTION {SCHEMA}.jobs_notify()" in trigger
