@@ -25,10 +25,12 @@ from sqlalchemy import (
     Table,
     Text,
     func,
+    literal_column,
     text,
 )
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.elements import ColumnClause, ColumnElement
 
 #: Names the revisions use, so autogenerate and the catalog agree (PostgreSQL's own defaults).
 NAMING_CONVENTION: dict[str, str] = {
@@ -164,6 +166,29 @@ class Job(Base):
 
 #: The Core table behind :class:`Job`.
 jobs_table: Table = Job.__table__  # type: ignore[assignment]
+
+
+def status_literal(status: JobStatus) -> ColumnClause[Any]:
+    """``'queued'`` inline, so generic plans can still prove a partial index's predicate.
+
+    Here, beside the table, so that every statement module shares it without importing another.
+    """
+    return literal_column(f"'{status.value}'", Text)
+
+
+#: A job's outcome as :class:`pgqueue.JobResult` reads it: only the columns a producer that waits
+#: is granted (:data:`pgqueue.grants.WAITER_COLUMNS`), ``cancelled`` derived from ``cancelled_at``.
+JOB_RESULT_COLUMNS: tuple[ColumnElement[Any], ...] = (
+    jobs_table.c.id,
+    jobs_table.c.status,
+    jobs_table.c.result,
+    jobs_table.c.last_error,
+    jobs_table.c.progress,
+    jobs_table.c.finished_at,
+    jobs_table.c.task,
+    jobs_table.c.attempts,
+    jobs_table.c.cancelled_at.is_not(None).label("cancelled"),
+)
 
 
 class JobDependency(Base):

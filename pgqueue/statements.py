@@ -41,11 +41,16 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.sql.elements import ColumnClause
 from sqlalchemy.sql.expression import column
 
 from pgqueue._base.validation import MAX_INT32, MIN_PRIORITY
-from pgqueue.models import JobStatus, jobs_table, workers_table
+from pgqueue.models import (
+    JOB_RESULT_COLUMNS,
+    JobStatus,
+    jobs_table,
+    status_literal,
+    workers_table,
+)
 
 jobs = jobs_table
 
@@ -55,11 +60,6 @@ CANCELLED_ERROR = "cancelled"
 
 #: Largest exponent of the backoff: keeps ``base * 2^attempts`` finite for any attempt count.
 _MAX_BACKOFF_EXPONENT = 60
-
-
-def status_literal(status: JobStatus) -> ColumnClause[Any]:
-    """``'queued'`` inline, so generic plans can still prove a partial index's predicate."""
-    return literal_column(f"'{status.value}'", Text)
 
 
 def _still_running() -> ColumnElement[bool]:
@@ -1019,14 +1019,6 @@ CURRENT_LOCK_TIMEOUT: Select[Any] = select(
 
 #: One job's outcome by ``:job_id``: no row for an unknown id. Only the columns a producer that
 #: waits is granted (:data:`pgqueue.grants.WAITER_COLUMNS`).
-JOB_RESULT: Select[Any] = select(
-    jobs.c.id,
-    jobs.c.status,
-    jobs.c.result,
-    jobs.c.last_error,
-    jobs.c.progress,
-    jobs.c.finished_at,
-    jobs.c.task,
-    jobs.c.attempts,
-    jobs.c.cancelled_at.is_not(None).label("cancelled"),
-).where(jobs.c.id == bindparam("job_id", type_=BigInteger))
+JOB_RESULT: Select[Any] = select(*JOB_RESULT_COLUMNS).where(
+    jobs.c.id == bindparam("job_id", type_=BigInteger)
+)

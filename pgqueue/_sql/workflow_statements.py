@@ -35,16 +35,16 @@ from sqlalchemy import (
     true,
 )
 
-from pgqueue.models import JobStatus, dependencies_table, jobs_table
+from pgqueue.models import (
+    JOB_RESULT_COLUMNS,
+    JobStatus,
+    dependencies_table,
+    jobs_table,
+    status_literal,
+)
 
 jobs = jobs_table
 edges = dependencies_table
-
-
-def status_literal(status: JobStatus) -> Any:
-    """``'queued'`` inline, as :func:`pgqueue.statements.status_literal` (not imported: it would
-    lengthen the import chain of every repository call by two modules)."""
-    return literal_column(f"'{status.value}'", Text)
 
 
 def _deps() -> Any:
@@ -160,22 +160,12 @@ CANCELLED_DEPENDENTS: Select[Any] = (
 )
 
 
-#: The outcome of every job ``:job_id`` depends on (the columns of
-#: :data:`pgqueue.statements.JOB_RESULT`, not imported for the reason :func:`status_literal`
-#: says), for :meth:`pgqueue.JobContext.dependency_results`: one index scan of the edges' primary
-#: key by ``job_id``'s index, one primary-key probe per dependency. Ordered by id.
+#: The outcome of every job ``:job_id`` depends on (:data:`pgqueue.models.JOB_RESULT_COLUMNS`,
+#: as :data:`pgqueue.statements.JOB_RESULT`), for :meth:`pgqueue.JobContext.dependency_results`:
+#: one index scan of the edges' primary key by ``job_id``'s index, one primary-key probe per
+#: dependency. Ordered by id.
 DEPENDENCY_RESULTS: Select[Any] = (
-    select(
-        jobs.c.id,
-        jobs.c.status,
-        jobs.c.result,
-        jobs.c.last_error,
-        jobs.c.progress,
-        jobs.c.finished_at,
-        jobs.c.task,
-        jobs.c.attempts,
-        jobs.c.cancelled_at.is_not(None).label("cancelled"),
-    )
+    select(*JOB_RESULT_COLUMNS)
     .join(edges, edges.c.depends_on == jobs.c.id)
     .where(edges.c.job_id == bindparam("job_id", type_=BigInteger))
     .order_by(jobs.c.id)
