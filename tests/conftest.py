@@ -34,12 +34,49 @@ from pgqueue._base.urls import to_libpq_url, to_sqlalchemy_url
 
 DB_TIERS = ("integration", "migrations", "cli", "pooler", "web")
 
+# What can differ between PostgreSQL versions, run again on the embedded PostgreSQL 18 by .ci/run
+# (``-m server``): whole files (revisions, schema and triggers, claim plans, doctor, the article's
+# claim, vacuum and NOTIFY, the dependency triggers) and single tests (server restarts, which only
+# the embedded server can do, and one worker drain). Everything else is plain SQL and Python that
+# the PostgreSQL 15 pass covers.
+SERVER_FILES = (
+    "tests/migrations/test_revisions.py",
+    "tests/integration/test_schema.py",
+    "tests/integration/test_article.py",
+    "tests/integration/test_dependencies.py",
+    "tests/web/test_plans.py",
+    "tests/cli/test_doctor.py",
+)
+SERVER_TESTS = (
+    "tests/integration/test_health.py::test_a_stopped_server_makes_readyz_fail_not_livez",
+    "tests/integration/test_worker_inprocess.py::test_no_job_lost_across_a_server_restart",
+    "tests/integration/test_worker_inprocess.py::test_until_empty_round_robin_registry",
+    "tests/integration/test_priority_unique.py::test_future_high_priority_backlog_is_not_walked",
+)
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test of the database tiers carries the ``db`` marker (CI reruns them on PG 18)."""
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the database tiers ``db`` and what can differ between server versions ``server``."""
+    root = Path(config.rootpath)
     for item in items:
         if any(f"/tests/{tier}/" in str(item.path) for tier in DB_TIERS):
             item.add_marker(pytest.mark.db)
+        where = item.path.relative_to(root).as_posix()
+        if where in SERVER_FILES or item.nodeid.partition("[")[0] in SERVER_TESTS:
+            item.add_marker(pytest.mark.server)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """A renamed or moved test must not drop out of the PostgreSQL 18 pass unseen."""
+    root = Path(session.config.rootpath)
+    missing = [path for path in SERVER_FILES if not (root / path).is_file()]
+    for test in SERVER_TESTS:
+        path, _, name = test.partition("::")
+        source = root / path
+        if not source.is_file() or f"def {name}(" not in source.read_text():
+            missing.append(test)
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py names tests that do not exist: {missing}")
 
 
 @dataclass
