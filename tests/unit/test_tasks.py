@@ -188,8 +188,8 @@ def test_task_is_public() -> None:
 
 
 def _mypy(*paths: Path) -> subprocess.CompletedProcess[str]:
-    """One ``mypy --strict`` run over ``paths``, on the project's own cache: ``.ci/run`` types the
-    package first, so this run reads pgqueue's and its dependencies' types instead of redoing them."""
+    """One ``mypy --strict`` run over ``paths``, on the project's own cache: ``.ci/run`` types
+    the package first, so this run reads pgqueue's and its dependencies' types, not redoes them."""
     return subprocess.run(
         [
             sys.executable,
