@@ -55,8 +55,25 @@ SERVER_TESTS = (
 )
 
 
+# Files whose tests start worker processes, a pooler, a browser or the benchmarks: left out of
+# the developers' fast loop (``-m "not slow and not processes"``), never out of CI.
+PROCESS_FILES = (
+    "tests/integration/test_examples.py",
+    "tests/integration/test_flow_processes.py",
+    "tests/integration/test_shutdown.py",
+    "tests/integration/test_supervisor.py",
+    "tests/integration/test_worker_processes.py",
+    "tests/integration/test_workflow_processes.py",
+    "tests/pooler/test_pgbouncer.py",
+    "tests/web/test_browser.py",
+    "tests/test_bench_smoke.py",
+    "tests/test_bench_processes_smoke.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the database tiers ``db`` and what can differ between server versions ``server``."""
+    """Mark the database tiers ``db``, what can differ between server versions ``server`` and
+    the tests that start processes ``processes``."""
     root = Path(config.rootpath)
     for item in items:
         if any(f"/tests/{tier}/" in str(item.path) for tier in DB_TIERS):
@@ -64,12 +81,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         where = item.path.relative_to(root).as_posix()
         if where in SERVER_FILES or item.nodeid.partition("[")[0] in SERVER_TESTS:
             item.add_marker(pytest.mark.server)
+        if where in PROCESS_FILES:
+            item.add_marker(pytest.mark.processes)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    """A renamed or moved test must not drop out of the PostgreSQL 18 pass unseen."""
+    """A renamed or moved test must not drop out of the PostgreSQL 18 pass (or into the fast
+    loop) unseen."""
     root = Path(session.config.rootpath)
-    missing = [path for path in SERVER_FILES if not (root / path).is_file()]
+    missing = [path for path in (*SERVER_FILES, *PROCESS_FILES) if not (root / path).is_file()]
     for test in SERVER_TESTS:
         path, _, name = test.partition("::")
         source = root / path
