@@ -37,3 +37,24 @@ def test_embedding_points_at_the_asyncio_handlers_and_autogenerate_needs_the_hea
     assert "## asyncio handlers" in (ROOT / "docs" / "worker.md").read_text("utf-8")
     recipe = text[text.index("## Your first revision") : text.index("## Autogenerate")]
     assert recipe.index("alembic upgrade heads") < recipe.index("--autogenerate")
+
+
+def test_ci_runs_the_readmes_test_command_once_and_its_documented_passes() -> None:
+    """CI calls the README's install-and-test command verbatim, once, and the pytest passes the
+    README's "Run the tests" names; a marker the docs name is one pytest knows."""
+    readme = (ROOT / "README.md").read_text("utf-8")
+    found = re.search(r"# install and run the tests.*\n(.+&& pytest)\n", readme)
+    assert found is not None
+    command = found.group(1)
+    script = (ROOT / ".ci" / "run").read_text("utf-8")
+    assert script.count(f'{command} "$@"') == 1
+    assert script.count("readme_tests ") == 1  # called once; the PG 18 pass reuses its venv
+    section = readme[readme.index("### Run the tests") :]
+    fast_loop = re.search(r'\npytest -n \d+ -m "([^"]+)"\n', section)
+    assert fast_loop is not None
+    pyproject = (ROOT / "pyproject.toml").read_text("utf-8")
+    declared = set(re.findall(r'^    "([a-z]+): ', pyproject, re.M))
+    assert set(re.findall(r"[a-z]+", fast_loop.group(1))) - {"not", "and", "or"} <= declared
+    assert "-m server" in section
+    assert re.search(r"pytest -n 2 -m server --durations=25\n", script)
+    assert {"db", "slow", "processes", "server"} <= declared
