@@ -20,7 +20,8 @@ putting back afterwards everything the call changed:
 - **logging**: the root logger has no handler and level WARNING during the call (pytest's capture
   handlers set aside), so ``logging.basicConfig`` in ``pgqueue worker`` and the last-resort
   handler write to the call's stderr; afterwards pytest's handlers, every logger's level,
-  handlers, propagation and the ``logging.disable`` level are as they were;
+  handlers, propagation and the ``logging.disable`` level are as they were (a logger first
+  made during the call keeps only a ``NullHandler``, which libraries add when imported);
 - **signals**: the handlers of SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 restored;
 - **threads**: every thread the call started must have ended (each gets a few seconds to): a
   command that leaves one running does not fit in a process shared with other tests;
@@ -214,13 +215,9 @@ def _argv(args: tuple[str, ...]) -> Iterator[None]:
 @contextlib.contextmanager
 def _logging() -> Iterator[None]:
     root = logging.getLogger()
-    loggers = [
-        root,
-        *(v for v in root.manager.loggerDict.values() if isinstance(v, logging.Logger)),
-    ]
     saved = {
         logger: (logger.level, list(logger.handlers), logger.propagate, logger.disabled)
-        for logger in loggers
+        for logger in _loggers()
     }
     disabled = root.manager.disable
     for handler in list(root.handlers):
@@ -231,20 +228,23 @@ def _logging() -> Iterator[None]:
         yield
     finally:
         logging.disable(disabled)
-        every = [
-            root,
-            *(v for v in root.manager.loggerDict.values() if isinstance(v, logging.Logger)),
-        ]
-        for logger in every:
-            level, handlers, propagate, was_disabled = saved.get(
-                logger, (logging.NOTSET, [], True, False)
-            )
+        for logger in _loggers():
+            if logger in saved:
+                level, handlers, logger.propagate, logger.disabled = saved[logger]
+            else:  # a library imported by the call keeps the NullHandler it gave itself
+                level = logging.NOTSET
+                handlers = [h for h in logger.handlers if isinstance(h, logging.NullHandler)]
             for handler in logger.handlers:
                 if handler not in handlers:
                     handler.close()
             logger.handlers[:] = handlers
             logger.setLevel(level)
-            logger.propagate, logger.disabled = propagate, was_disabled
+
+
+def _loggers() -> list[logging.Logger]:
+    root = logging.getLogger()
+    named = root.manager.loggerDict.values()
+    return [root, *(v for v in named if isinstance(v, logging.Logger))]
 
 
 @contextlib.contextmanager
