@@ -1,46 +1,28 @@
-"""Drive the ``pgqueue`` command as a subprocess, the way users and cron run it."""
+"""Drive the ``pgqueue`` command the way users and cron run it.
+
+Each call runs in this process through :func:`pgqueue.cli.main`, isolated as a fresh process
+would be (:mod:`tests.cli.inprocess`); :func:`run_pgqueue_process` runs a real ``python -m
+pgqueue`` for what only a process shows (the interpreter's start, signals, child processes).
+"""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL
 
+from tests.cli.inprocess import Result, run_main, run_process
 
-@dataclass
-class Result:
-    """What one run of ``pgqueue`` left behind."""
-
-    code: int
-    out: str
-    err: str
-
-    def json(self) -> Any:
-        return json.loads(self.out)
+__all__ = ["Result", "plain", "run_pgqueue", "run_pgqueue_process"]
 
 
-def run_pgqueue(*args: str, env: dict[str, str] | None = None, cwd: str | None = None) -> Result:
-    """``python -m pgqueue ARGS`` with ``PGQUEUE_DATABASE_URL`` unset unless ``env`` sets it."""
-    full_env = {k: v for k, v in os.environ.items() if k != "PGQUEUE_DATABASE_URL"}
-    full_env.update(env or {})
-    proc = subprocess.run(
-        [sys.executable, "-m", "pgqueue", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=full_env,
-        cwd=cwd,
-        check=False,
-    )
-    return Result(proc.returncode, proc.stdout, proc.stderr)
+#: ``pgqueue ARGS`` in this process, ``PGQUEUE_DATABASE_URL`` unset unless ``env=`` sets it.
+run_pgqueue = run_main
+#: ``python -m pgqueue ARGS`` as a real process, the same way.
+run_pgqueue_process = run_process
 
 
 def plain(url: URL) -> str:

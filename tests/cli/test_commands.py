@@ -1,6 +1,7 @@
 """enqueue, list, show, stats, reap, purge, retry and cancel against a real database.
 
-State is set up in process (fast) and each command runs as a subprocess (what users run).
+State is set up through the API and each command runs through its entry point, as users run it
+(in process, isolated as a fresh process would be: ``tests/cli/inprocess.py``).
 """
 
 from __future__ import annotations

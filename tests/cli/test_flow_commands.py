@@ -1,5 +1,5 @@
 """``pgqueue queues``, ``pause``, ``resume``, ``limit`` and ``enqueue --concurrency-key`` (#23)
-against a real database, each command a subprocess (what operators run)."""
+against a real database, each command run through its entry point as operators run it."""
 
 from __future__ import annotations
 

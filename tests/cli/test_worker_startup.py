@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy.engine import URL
 
 from pgqueue.cli import main
-from tests.cli.conftest import Result, plain, run_pgqueue
+from tests.cli.conftest import Result, plain, run_pgqueue, run_pgqueue_process
 
 SECRET = "s3cr3t-startup"
 
@@ -33,6 +33,13 @@ def apps(tmp_path: Path) -> Path:
     for name, source in BROKEN_MODULES.items():
         (tmp_path / f"{name}.py").write_text(source)
     return tmp_path
+
+
+def _run(processes: int, *args: str, cwd: str) -> Result:
+    """``pgqueue worker ... --processes N``: one process in this one; a supervisor as a real
+    process, so that its children, which print to that process's stderr, are heard."""
+    run = run_pgqueue if processes == 1 else run_pgqueue_process
+    return run(*args, "--processes", str(processes), cwd=cwd)
 
 
 def _one_error_line(result: Result, processes: int) -> str:
@@ -95,9 +102,7 @@ def test_a_start_up_error_is_one_line_and_exit_2(
     apps: Path, db_url: URL, processes: int, target: str, options: list[str], message: str
 ) -> None:
     url = plain(db_url.set(password=SECRET))
-    result = run_pgqueue(
-        "worker", target, *options, "--processes", str(processes), "--url", url, cwd=str(apps)
-    )
+    result = _run(processes, "worker", target, *options, "--url", url, cwd=str(apps))
     assert result.code == 2, result.out + result.err
     line = _one_error_line(result, processes)
     if processes == 2 and not options and ":" in target:
@@ -111,9 +116,7 @@ def test_a_database_without_the_schema_is_a_start_up_error(
     apps: Path, empty_db_url: URL, processes: int
 ) -> None:
     url = plain(empty_db_url.set(password=SECRET))
-    result = run_pgqueue(
-        "worker", "fine_app:handlers", "--processes", str(processes), "--url", url, cwd=str(apps)
-    )
+    result = _run(processes, "worker", "fine_app:handlers", "--url", url, cwd=str(apps))
     assert result.code == 2, result.out + result.err
     line = _one_error_line(result, processes)
     assert "has no pgqueue schema (no table jobs): run `pgqueue migrate` first" in line
@@ -133,12 +136,11 @@ def test_a_bad_database_url_is_refused_before_the_supervisor_starts(apps: Path) 
 
 @pytest.mark.parametrize("processes", [1, 2])
 def test_verbose_prints_the_traceback_too(apps: Path, db_url: URL, processes: int) -> None:
-    result = run_pgqueue(
+    result = _run(
+        processes,
         "worker",
         "raises_app:handlers",
         "--verbose",
-        "--processes",
-        str(processes),
         "--url",
         plain(db_url),
         cwd=str(apps),

@@ -4,10 +4,8 @@ a changed schedule, busy handlers, scale-to-zero, the CLI and doctor."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -23,6 +21,7 @@ from worker_helpers import running, statements_sent, until
 import pgqueue
 import pgqueue._worker.scheduler
 from pgqueue import repository
+from tests.cli.conftest import Result, run_pgqueue
 
 UTC = timezone.utc
 SECOND = timedelta(seconds=1)
@@ -255,16 +254,10 @@ def test_an_idle_worker_sends_nothing_between_ticks(
 
 
 def test_cli_lists_and_removes_definitions(engine: Engine, db_url: URL) -> None:
-    env = dict(os.environ, PGQUEUE_DATABASE_URL=db_url.render_as_string(hide_password=False))
+    env = {"PGQUEUE_DATABASE_URL": db_url.render_as_string(hide_password=False)}
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "pgqueue", *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+    def cli(*args: str) -> Result:
+        return run_pgqueue(*args, env=env)
 
     live = pgqueue.Periodic("live", "*/5 * * * *", "ticks", timezone="Europe/Paris")
     gone = pgqueue.Periodic("gone", timedelta(minutes=1), "ticks")
@@ -277,8 +270,8 @@ def test_cli_lists_and_removes_definitions(engine: Engine, db_url: URL) -> None:
             )
         )
     listed = cli("periodic", "--json")
-    assert listed.returncode == 0, listed.stderr
-    rows = {r["name"]: r for r in json.loads(listed.stdout)}
+    assert listed.code == 0, listed.err
+    rows = {r["name"]: r for r in json.loads(listed.out)}
     assert rows["live"]["schedule"] == "*/5 * * * *"
     assert rows["live"]["timezone"] == "Europe/Paris"
     assert rows["live"]["stale"] is False
@@ -286,18 +279,18 @@ def test_cli_lists_and_removes_definitions(engine: Engine, db_url: URL) -> None:
     assert rows["gone"]["schedule"] == "every 60s"
     assert datetime.fromisoformat(rows["live"]["next_tick"]).minute % 5 == 0
     table = cli("periodic")
-    assert "stale" in table.stdout
-    assert "live" in table.stdout
+    assert "stale" in table.out
+    assert "live" in table.out
     refused = cli("periodic", "--remove", "live")
-    assert refused.returncode == 1
-    assert "not stale" in refused.stderr
+    assert refused.code == 1
+    assert "not stale" in refused.err
     removed = cli("periodic", "--remove", "gone")
-    assert removed.returncode == 0, removed.stderr
-    assert cli("periodic", "--remove", "nope").returncode == 1
+    assert removed.code == 0, removed.err
+    assert cli("periodic", "--remove", "nope").code == 1
     with engine.connect() as conn:
         assert [r.name for r in repository.periodic_states(conn)] == ["live"]
     forced = cli("periodic", "--remove", "live", "--force")
-    assert forced.returncode == 0, forced.stderr
+    assert forced.code == 0, forced.err
 
 
 def test_doctor_warns_when_a_declared_definition_is_not_fired(engine: Engine, db_url: URL) -> None:

@@ -22,6 +22,7 @@ import pgqueue.migrations
 from pgqueue import InvalidArgumentError, admin
 from pgqueue._base.urls import to_libpq_url
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS
+from tests.cli.conftest import run_pgqueue
 from tests.revisions import pgqueue_head
 
 SCHEMA = "pgq"
@@ -232,22 +233,18 @@ def test_worker_listens_on_the_schema_channel(
 def test_cli_with_schema(placed: tuple[Engine, Engine], empty_db_url: URL) -> None:
     plain, _ = placed
     url = empty_db_url.render_as_string(hide_password=False)
-    base = [sys.executable, "-m", "pgqueue", "--url", url, "--schema", SCHEMA]
-    out = subprocess.run(
-        [*base, "enqueue", "cli", '{"x": 1}', "--json"], capture_output=True, text=True, timeout=60
-    )
-    assert out.returncode == 0, out.stderr
-    stats = subprocess.run([*base, "stats", "--json"], capture_output=True, text=True, timeout=60)
-    assert stats.returncode == 0, stats.stderr
-    assert "cli" in json.dumps(json.loads(stats.stdout))
-    doctor = subprocess.run([*base, "doctor", "--json"], capture_output=True, text=True, timeout=60)
-    assert doctor.returncode in (0, 1), doctor.stdout + doctor.stderr
-    assert "no jobs table" not in doctor.stdout
-    bad = subprocess.run(
-        [*base[:-1], "bad-name!", "stats"], capture_output=True, text=True, timeout=60
-    )
-    assert bad.returncode == 2
-    assert "schema" in bad.stderr
+    base = ["--url", url, "--schema", SCHEMA]
+    out = run_pgqueue(*base, "enqueue", "cli", '{"x": 1}', "--json")
+    assert out.code == 0, out.err
+    stats = run_pgqueue(*base, "stats", "--json")
+    assert stats.code == 0, stats.err
+    assert "cli" in json.dumps(stats.json())
+    doctor = run_pgqueue(*base, "doctor", "--json")
+    assert doctor.code in (0, 1), doctor.out + doctor.err
+    assert "no jobs table" not in doctor.out
+    bad = run_pgqueue(*base[:-1], "bad-name!", "stats")
+    assert bad.code == 2
+    assert "schema" in bad.err
     _users_table_untouched(plain)
 
 

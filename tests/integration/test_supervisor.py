@@ -28,6 +28,7 @@ from worker_helpers import scalar, until
 
 import pgqueue
 from pgqueue import admin
+from tests.cli.conftest import run_pgqueue
 
 HERE = Path(__file__).parent
 
@@ -201,15 +202,12 @@ def test_doctor_counts_each_worker_process_connections(
     port = free_port()
     run = supervise("--processes", "2", "--health-port", str(port))
     until(lambda: probe(port, "/readyz")[0] == 200, 30, "both children ready")
-    result = subprocess.run(
-        [sys.executable, "-m", "pgqueue", "doctor", "--json"],
-        env=dict(os.environ, PGQUEUE_DATABASE_URL=db_url.render_as_string(hide_password=False)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = run_pgqueue(
+        "doctor",
+        "--json",
+        env={"PGQUEUE_DATABASE_URL": db_url.render_as_string(hide_password=False)},
     )
-    findings = {f["check"]: f for f in json.loads(result.stdout)["findings"]}
+    findings = {f["check"]: f for f in result.json()["findings"]}
     here = [r for r in findings["connections"]["details"] if r["database"] == db_url.database]
     host = socket.gethostname()
     assert sorted(r["application_name"] for r in here) == sorted(

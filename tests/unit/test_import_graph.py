@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-import os
+import json
 import subprocess
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -525,9 +525,49 @@ def _importable_modules() -> list[str]:
     return [m for m in sorted(module_files(PACKAGE_DIR)) if m not in SCRIPTS]
 
 
-def _import_alone(module: str) -> subprocess.CompletedProcess[str]:
+#: Imports each module of a package first, in a child forked from one preloaded interpreter.
+IMPORT_ALONE = Path(__file__).with_name("import_alone.py")
+
+
+def preload_names(package_dir: Path) -> list[str]:
+    """What the package's modules import from outside it when they run (the standard library
+    and third-party libraries): the helper imports these before it forks, never the package."""
+    package = package_dir.name
+    names: set[str] = set()
+    for path in module_files(package_dir).values():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in _imports(tree, type_checking=False):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif node.level == 0 and node.module:
+                names.add(node.module)
+    return sorted(n for n in names if n != package and not n.startswith(f"{package}."))
+
+
+def import_each_first(
+    package_dir: Path, modules: list[str], *, path: tuple[Path, ...] = ()
+) -> dict[str, Any]:
+    """``tests/unit/import_alone.py`` on ``modules``: the package's modules that ``import
+    package`` loads, the modules checked one by one, and each failure's last line."""
+    request = {
+        "package": package_dir.name,
+        "modules": modules,
+        "preload": preload_names(package_dir),
+        "path": [str(p) for p in path],
+    }
+    run = _import_alone(request)
+    assert run.returncode == 0, run.stderr
+    answer: dict[str, Any] = json.loads(run.stdout)
+    return answer
+
+
+def _import_alone(request: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-c", f"import {module}"], capture_output=True, text=True, timeout=120
+        [sys.executable, str(IMPORT_ALONE)],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
 
 
@@ -535,39 +575,63 @@ def test_every_module_imports_alone_in_a_fresh_interpreter() -> None:
     """Import order decides whether a circle bites: each module must work as the first import.
 
     ``import pgqueue.X`` first runs ``pgqueue/__init__`` in full, so for every module that
-    ``import pgqueue`` already loads, the fresh import is the same run as ``import pgqueue``
-    itself; one interpreter checks those, and every other module gets its own.
+    ``import pgqueue`` already loads, the first import is the same run as ``import pgqueue``
+    itself; one child checks those, and every other module gets a child of that one, starting
+    from where the package's import left it (``tests/unit/import_alone.py``).
     """
     missing_extras = [m for m, dep in EXTRAS.items() if importlib.util.find_spec(dep) is None]
-    probe = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, pgqueue; print(*(m for m in sys.modules if m.startswith('pgqueue.')))",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert probe.returncode == 0, probe.stderr
-    loaded_by_package = {"pgqueue", *probe.stdout.split()}
+    modules = [m for m in _importable_modules() if m not in missing_extras]
+    answer = import_each_first(PACKAGE_DIR, modules)
+    loaded_by_package = set(answer["loaded_by_package"])
     assert "pgqueue.worker" in loaded_by_package
-
-    modules = [
-        m for m in _importable_modules() if m not in loaded_by_package and m not in missing_extras
-    ]
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        results = dict(zip(modules, pool.map(_import_alone, modules), strict=True))
-    failures = {
-        module: proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "no output"
-        for module, proc in results.items()
-        if proc.returncode != 0
-    }
-    assert not failures, failures
-    covered = loaded_by_package | set(results)
+    assert not answer["failures"], answer["failures"]
+    covered = loaded_by_package | set(answer["checked"])
     assert covered >= set(_importable_modules()) - set(missing_extras)
     if missing_extras:
         pytest.skip(f"optional packages missing, not imported: {missing_extras}")
+
+
+def test_the_helper_catches_a_circle_that_bites_in_one_import_order(tmp_path: Path) -> None:
+    """``pkg.b`` imports fine first (it completes ``pkg.a`` on the way), ``pkg.a`` does not: its
+    circle through ``pkg.b`` finds it half run. A check that imported both in one interpreter,
+    ``pkg.b`` first, would pass; each first in a child of its own, ``pkg.a`` fails."""
+    package = write_package(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg import fine\n",
+            "pkg/fine.py": "import json\n",
+            "pkg/a.py": "import pkg.b\n\nX = 1\n",
+            "pkg/b.py": "from pkg.a import X\n",
+        },
+    )
+    answer = import_each_first(package, ["pkg", "pkg.a", "pkg.b", "pkg.fine"], path=(tmp_path,))
+    assert answer["loaded_by_package"] == ["pkg", "pkg.fine"]
+    assert answer["checked"] == ["pkg.a", "pkg.b"]
+    assert answer["failures"] == {
+        "pkg.a": "ImportError: cannot import name 'X' from partially initialized module 'pkg.a' "
+        f"(most likely due to a circular import) ({package / 'a.py'})"
+    }
+
+
+def test_the_helper_refuses_to_preload_the_package_itself(tmp_path: Path) -> None:
+    """A preloaded module of the package would already be there when each child starts."""
+    write_package(tmp_path, {"pkg/__init__.py": "", "pkg/fine.py": "import json\n"})
+    request = {
+        "package": "pkg",
+        "modules": ["pkg"],
+        "preload": ["pkg.fine"],
+        "path": [str(tmp_path)],
+    }
+    run = _import_alone(request)
+    assert run.returncode == 2
+    assert "preloading imported the package itself: ['pkg', 'pkg.fine']" in run.stderr
+    assert run.stdout == ""
+
+
+def test_the_preloaded_libraries_are_pgqueues_dependencies_and_never_pgqueue() -> None:
+    names = preload_names(PACKAGE_DIR)
+    assert {"sqlalchemy", "psycopg", "alembic", "starlette"} <= {n.split(".")[0] for n in names}
+    assert not [n for n in names if n.split(".")[0] == "pgqueue"]
 
 
 def test_nothing_outside_the_dashboard_imports_it() -> None:
