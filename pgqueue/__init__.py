@@ -13,6 +13,7 @@ from pgqueue.errors import (
     InvalidPayloadError,
     JobNotFoundError,
     JobTimeoutError,
+    JobWaitingError,
     PgQueueError,
     UniqueKeyError,
     UnknownDependencyError,
@@ -20,7 +21,7 @@ from pgqueue.errors import (
 from pgqueue.flow import QueueSettings, Rate
 from pgqueue.hooks import WorkerHooks
 from pgqueue.jobs import JobContext, Outcome, Registry, Snooze, WorkerStats, current_job
-from pgqueue.models import Job, JobDependency, JobStatus, metadata
+from pgqueue.models import Job, JobDependency, JobState, JobStatus, metadata
 from pgqueue.periodic import Periodic
 from pgqueue.pooler import pooled_engine_options
 from pgqueue.repository import (
@@ -44,6 +45,7 @@ from pgqueue.repository import (
     retry,
     retry_failed,
     set_queue_limits,
+    unblock,
 )
 from pgqueue.results import (
     CancelledJob,
@@ -83,8 +85,10 @@ __all__ = [
     "JobDependency",
     "JobNotFoundError",
     "JobResult",
+    "JobState",
     "JobStatus",
     "JobTimeoutError",
+    "JobWaitingError",
     "Outcome",
     "Periodic",
     "PeriodicRow",
@@ -130,6 +134,7 @@ __all__ = [
     "retry",
     "retry_failed",
     "set_queue_limits",
+    "unblock",
     "use_schema",
     "wait_for",
 ]

@@ -11,6 +11,7 @@ text, so one such row never breaks a listing.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -42,14 +43,14 @@ from pgqueue._sql.reads import (
 from pgqueue._sql.reads import get_job_statement as get_job_statement  # public, as above
 from pgqueue._sql.reads import list_jobs_statement as list_jobs_statement  # public, as above
 from pgqueue.flow import Rate
-from pgqueue.models import JobStatus
+from pgqueue.models import JobState, JobStatus
 
 
 def list_jobs(
     conn: Connection,
     *,
     queue: str | None = None,
-    status: JobStatus | None = None,
+    status: JobState | JobStatus | None = None,
     limit: int = 50,
     before_id: int | None = None,
     payload_contains: Any = None,
@@ -58,7 +59,15 @@ def list_jobs(
     with_payload: bool = True,
     task: str | None = None,
 ) -> list[dict[str, Any]]:
-    """The most recent jobs (highest id first), optionally of one queue and one status.
+    """The most recent jobs (highest id first), optionally of one queue and one state.
+
+    Each row's ``status`` is its :class:`pgqueue.JobState`: ``waiting`` for a queued job that
+    waits for its dependencies (then ``run_at`` is ``None`` and ``waiting_for`` holds the ids it
+    waits for, the first 20; ``waiting_on`` counts them), ``cancelled`` for a cancelled one, else
+    the stored status (docs/lifecycle.md, "The states people see"). ``status`` filters by state:
+    ``JobState.WAITING`` (or ``"waiting"``), ``JobState.CANCELLED``; a :class:`JobStatus` names
+    the state of its value, so ``JobStatus.QUEUED`` leaves the waiting jobs out and
+    ``JobStatus.FAILED`` the cancelled ones (``.. versionchanged:: 0.1.0``).
 
     ``before_id`` pages by keyset: only ids below it, so page N costs what page 1 costs (a
     backward scan of ``jobs_pkey`` from that id, or of the partial index of the status), where an
@@ -96,6 +105,9 @@ def get_job(
 ) -> dict[str, Any] | None:
     """One job with its payload, or ``None`` when there is no such id.
 
+    Its ``status``, ``run_at`` and ``waiting_for`` are shown as :func:`list_jobs` shows them;
+    ``waiting_on`` and ``cancelled_at`` are the stored columns.
+
     With ``payload_chars``, the payload is not decoded: ``payload_text`` holds at most the first
     ``payload_chars`` characters of its JSON text and ``payload_length`` the full text's length,
     both computed by the server, so a payload of 100 MB sends (and costs this process) only
@@ -119,6 +131,19 @@ def get_job(
     return job
 
 
+def waiting_more(job: Mapping[str, Any]) -> int:
+    """How many of a waiting job's dependencies its ``waiting_for`` leaves out: past the first
+    ids it shows, or no longer found (deleted by hand: ``pgqueue doctor`` names those); 0 for a
+    job in any other state. Reads a row of :func:`list_jobs` or :func:`get_job`.
+
+    .. versionadded:: 0.1.0
+    """
+    shown = job.get("waiting_for")
+    if shown is None:
+        return 0
+    return max(int(job.get("waiting_on") or 0) - len(shown), 0)
+
+
 #: How many dependencies and dependents :func:`job_links` returns of a job, each.
 JOB_LINKS_LIMIT = 100
 
@@ -129,7 +154,8 @@ def job_links(conn: Connection, job_id: int, limit: int = JOB_LINKS_LIMIT) -> di
 
     Returns ``{"waits_for": [{"id", "status"}, ...], "waited_by": [...], "more": {"waits_for":
     bool, "waited_by": bool}}``, each list by id and cut at ``limit`` (``more`` says a list was
-    cut: a fan-in of 10,000 members shows its first ones).
+    cut: a fan-in of 10,000 members shows its first ones); ``status`` is each job's
+    :class:`pgqueue.JobState`.
 
     Raises:
         InvalidArgumentError: for an id no ``bigint`` holds, or a bad ``limit``, before any SQL.
@@ -177,7 +203,8 @@ def _timestamp(value: Any) -> Any:
 
 
 def job_statuses(conn: Connection, job_ids: list[int]) -> dict[int, str]:
-    """The current status of each existing id, to explain why a command left a job alone."""
+    """The current state (:class:`pgqueue.JobState`'s value) of each existing id, to explain why
+    a command left a job alone."""
     rows = conn.execute(job_statuses_statement(job_ids))
     return {row.id: row.status for row in rows}
 
@@ -195,8 +222,9 @@ def queue_stats(conn: Connection) -> list[dict[str, Any]]:
     """Per queue: ready, scheduled, waiting, running, expired leases, done, failed, cancelled,
     oldest ready age (s).
 
-    ``waiting`` counts the queued jobs waiting for a dependency (``depends_on``,
-    ``waiting_on > 0``); ``scheduled`` the queued jobs due later that wait for nothing else.
+    Each job is counted in its :class:`pgqueue.JobState` (:func:`pgqueue.models.in_state`), the
+    ``queued`` ones as ``ready`` (due now) or ``scheduled`` (due later). ``waiting`` counts the
+    queued jobs waiting for a dependency (``depends_on``, ``waiting_on > 0``).
 
     ``failed`` counts the jobs that failed for good on their own; ``cancelled`` those an operator
     cancelled (also ``status = 'failed'``, with ``cancelled_at`` set): the two never overlap.

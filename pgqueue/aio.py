@@ -95,6 +95,7 @@ __all__ = [
     "retry_failed",
     "set_queue_limits",
     "snooze",
+    "unblock",
     "wait_for",
 ]
 
@@ -294,8 +295,13 @@ async def purge(
 async def retry(
     conn: AsyncExecutor, job_ids: Iterable[int], *, attempts: int = DEFAULT_MAX_ATTEMPTS
 ) -> list[int]:
-    """Requeue failed or waiting jobs now; see :func:`pgqueue.repository.retry`."""
-    return await _run(conn, _calls.retry(job_ids, attempts))
+    """Requeue failed or queued jobs now; see :func:`pgqueue.repository.retry`."""
+    return await _drive(conn, _calls.retry(job_ids, attempts))
+
+
+async def unblock(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[int]:
+    """Free waiting jobs from deleted dependencies; see :func:`pgqueue.repository.unblock`."""
+    return await _drive(conn, _calls.unblock(job_ids))
 
 
 async def retry_failed(

@@ -101,6 +101,7 @@ def run_checks(
         _storage,
         _jobs,
         lambda c: _backlog(c, backlog_age),
+        _dependencies,
         _periodic,
         _connections,
         *([_listen] if listen else []),
@@ -443,6 +444,55 @@ def _backlog(conn: Connection, max_age: timedelta) -> Iterator[Finding]:
         conn.execute(reads.WORKERS_HERE, {"prefix": WORKER_PREFIX}).scalar_one() if ready else 0
     )
     yield from backlog_findings(ready, int(workers), max_age)
+
+
+#: Jobs the ``dependencies`` finding lists at most (in its details; ids in the message: 10).
+MISSING_DEPENDENCIES_SHOWN = 100
+
+
+def dependency_findings(rows: list[dict[str, Any]]) -> Iterator[Finding]:
+    """The ``dependencies`` finding for the waiting jobs whose dependency no longer exists.
+
+    Args:
+        rows: ``{"id", "queue", "waiting_on", "found", "total"}`` per such job, by id (at most
+            :data:`MISSING_DEPENDENCIES_SHOWN`): ``found`` the dependencies still there and
+            unfinished, ``total`` how many such jobs there are in all.
+    """
+    if not rows:
+        yield Finding("dependencies", "ok", "every waiting job's dependencies exist")
+        return
+    total = int(rows[0]["total"])
+    ids = [str(row["id"]) for row in rows]
+    listed = ", ".join(ids[:10]) + (f" (+{total - 10} more)" if total > 10 else "")
+    named = " ".join(ids) + (" ..." if total > len(ids) else "")
+    yield Finding(
+        "dependencies",
+        "warning",
+        f"{total} waiting job(s) wait for a dependency that no longer exists (its row was "
+        f"deleted by hand, the count of what they wait for was not): {listed}; they would "
+        "wait for ever",
+        f"`pgqueue unblock {named}` (`pgqueue.unblock(conn, ids)`): each waits only for the "
+        "dependencies that remain, and runs once they are done; or `pgqueue cancel "
+        f"{named}` (`pgqueue.cancel(conn, ids)`) to drop them and what waits for them",
+        [{k: row[k] for k in ("id", "queue", "waiting_on", "found")} for row in rows],
+    )
+
+
+def _dependencies(conn: Connection) -> Iterator[Finding]:
+    """Waiting jobs whose dependency's row was deleted by hand (pgqueue_0013)."""
+    readable = conn.execute(reads.DEPENDENCIES_READABLE).scalar_one()
+    if readable is None:
+        return  # before pgqueue_0013: the revision check says so
+    if not readable:
+        yield Finding(
+            "dependencies",
+            "info",
+            "this role cannot read jobs_dependencies: waiting jobs' dependencies not checked",
+            "grant it SELECT on jobs_dependencies (see `pgqueue grants --role-monitor`)",
+        )
+        return
+    stmt = reads.missing_dependencies_statement(MISSING_DEPENDENCIES_SHOWN)
+    yield from dependency_findings([dict(row._mapping) for row in conn.execute(stmt)])
 
 
 def _periodic(conn: Connection) -> Iterator[Finding]:

@@ -170,3 +170,43 @@ class UnknownDependencyError(PgQueueError, LookupError):
         shown = ", ".join(str(i) for i in ids[:10]) + (", ..." if len(ids) > 10 else "")
         super().__init__(f"depends_on: no job has id {shown}")
         self.ids = ids
+
+
+class JobWaitingError(PgQueueError):
+    """A retry named jobs that wait for their dependencies (``depends_on``); nothing of that call
+    was written.
+
+    Such a job is ``queued`` (shown ``waiting``) and runs once its dependencies are done: a retry
+    cannot run it sooner. Cancel it (:func:`pgqueue.cancel`) to drop it; one that waits for a
+    dependency deleted by hand is freed by :func:`pgqueue.unblock`.
+
+    Attributes:
+        waiting: ``{job_id: [ids of the unfinished dependencies it waits for, by id]}``; an
+            empty list when they no longer exist.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, waiting: dict[int, list[int]]) -> None:
+        said = [_waits(job_id, ids) for job_id, ids in list(waiting.items())[:5]]
+        if len(waiting) > 5:
+            said.append(f"and {len(waiting) - 5} more waiting job(s)")
+        named = " ".join(str(i) for i in waiting)
+        them = "it" if len(waiting) == 1 else "them"
+        super().__init__(
+            "; ".join(said) + f"; nothing was retried (cancel {them}: `pgqueue cancel {named}`)"
+        )
+        self.waiting = waiting
+
+
+def _waits(job_id: int, ids: list[int]) -> str:
+    if not ids:
+        return (
+            f"job {job_id} waits for a dependency that no longer exists (deleted by hand): "
+            f"`pgqueue unblock {job_id}` frees it"
+        )
+    what = f"job {ids[0]}" if len(ids) == 1 else "jobs " + ", ".join(str(i) for i in ids)
+    return (
+        f"job {job_id} waits for {what} (depends_on): it runs once "
+        f"{'it is' if len(ids) == 1 else 'they are'} done, a retry cannot run it sooner"
+    )

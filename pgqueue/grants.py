@@ -32,8 +32,9 @@ roles get only DML:
   ``jobs_dependencies`` and
   ``alembic_version``.
 
-Each role gets ``USAGE`` on the schema. ``purge``, ``retry`` and ``cancel`` are maintenance: run
-them as the owner, or grant ``DELETE`` (purge) and ``UPDATE`` (retry, cancel) to a role of yours;
+Each role gets ``USAGE`` on the schema. ``purge``, ``retry``, ``cancel`` and ``unblock`` are
+maintenance: run them as the owner, or grant ``DELETE`` (purge) and ``UPDATE`` (retry, cancel,
+unblock; which also read ``jobs_dependencies``) to a role of yours;
 so is ``pgqueue periodic --remove`` (``DELETE`` on ``jobs_periodic``), and so are ``pause``,
 ``resume`` and ``set_queue_limits`` (``SELECT, INSERT, UPDATE`` on ``jobs_queues``: they upsert
 the queue's row).

@@ -24,6 +24,7 @@ from sqlalchemy import (
     SmallInteger,
     Table,
     Text,
+    case,
     func,
     literal_column,
     text,
@@ -55,6 +56,52 @@ class JobStatus(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class JobState(str, enum.Enum):
+    """A job's state as people see it (``pgqueue list``, ``show``, the dashboard): its stored
+    :class:`JobStatus`, with the two statuses that mean two things each told apart.
+
+    ``queued`` and ``waiting`` are both stored ``queued``; ``failed`` and ``cancelled`` are both
+    stored ``failed``. :func:`in_state` is the rule that tells them apart, and :data:`JOB_STATE`
+    the value a reader shows; ``jobs.status`` and :attr:`pgqueue.JobResult.status` keep the
+    stored status (docs/lifecycle.md, "The states people see").
+
+    .. versionadded:: 0.1.0
+    """
+
+    #: Stored ``queued``, waiting for no dependency: ready, or due at its ``run_at``.
+    QUEUED = "queued"
+    #: Stored ``queued`` with ``waiting_on > 0``: not claimed until its dependencies
+    #: (``depends_on``) are done; it has no ``run_at`` of its own until then.
+    WAITING = "waiting"
+    #: Stored ``running``: a worker holds it.
+    RUNNING = "running"
+    #: Stored ``done``.
+    DONE = "done"
+    #: Stored ``failed`` without ``cancelled_at``: failed for good on its own.
+    FAILED = "failed"
+    #: Stored ``failed`` with ``cancelled_at``: cancelled (by an operator, or by a cancelled
+    #: dependency).
+    CANCELLED = "cancelled"
+
+    @property
+    def stored(self) -> JobStatus:
+        """The status ``jobs.status`` holds for a job in this state."""
+        return _STORED[self]
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_STORED = {
+    JobState.QUEUED: JobStatus.QUEUED,
+    JobState.WAITING: JobStatus.QUEUED,
+    JobState.RUNNING: JobStatus.RUNNING,
+    JobState.DONE: JobStatus.DONE,
+    JobState.FAILED: JobStatus.FAILED,
+    JobState.CANCELLED: JobStatus.FAILED,
+}
 
 
 class Base(DeclarativeBase):
@@ -174,6 +221,40 @@ def status_literal(status: JobStatus) -> ColumnClause[Any]:
     Here, beside the table, so that every statement module shares it without importing another.
     """
     return literal_column(f"'{status.value}'", Text)
+
+
+def in_state(state: JobState | JobStatus | str) -> ColumnElement[bool]:
+    """The condition on ``jobs`` of a job in ``state`` (a :class:`JobState`, or its value; a
+    :class:`JobStatus` names the state of its value): the one rule that tells ``waiting`` from
+    ``queued`` and ``cancelled`` from ``failed``, for every reader that filters or counts by
+    state. The stored status is a literal, so a partial index on it still serves the filter.
+
+    Raises:
+        ValueError: ``state`` names no state.
+    """
+    wanted = JobState(state)
+    condition = jobs_table.c.status == status_literal(wanted.stored)
+    if wanted is JobState.QUEUED:
+        condition = condition & (jobs_table.c.waiting_on == 0)
+    elif wanted is JobState.WAITING:
+        condition = condition & (jobs_table.c.waiting_on > 0)
+    elif wanted is JobState.FAILED:
+        condition = condition & jobs_table.c.cancelled_at.is_(None)
+    elif wanted is JobState.CANCELLED:
+        condition = condition & jobs_table.c.cancelled_at.is_not(None)
+    return condition
+
+
+#: A job's :class:`JobState` as text (``'waiting'``, ``'cancelled'``, else the stored status):
+#: what the operator's readers select as ``status``.
+JOB_STATE: ColumnElement[str] = case(
+    *(
+        (in_state(state), literal_column(f"'{state.value}'", Text))
+        for state in JobState
+        if state.value != state.stored.value
+    ),
+    else_=jobs_table.c.status,
+)
 
 
 #: A job's outcome as :class:`pgqueue.JobResult` reads it: only the columns a producer that waits

@@ -394,7 +394,7 @@ def purge(
 def retry(
     conn: Executor, job_ids: Iterable[int], *, attempts: int = DEFAULT_MAX_ATTEMPTS
 ) -> list[int]:
-    """Requeue failed (or waiting queued) jobs now, with ``attempts`` more attempts to spend.
+    """Requeue failed (or queued, due later) jobs now, with ``attempts`` more attempts to spend.
 
     ``max_attempts`` is raised to ``attempts_so_far + attempts``; ``attempts`` itself is never
     reset, since it is the token of every guarded update. Returns the ids requeued; running and
@@ -403,9 +403,40 @@ def retry(
     :class:`pgqueue.errors.UniqueKeyError`). A cancelled job named here is requeued (and no
     longer marked cancelled), unlike with :func:`retry_failed`.
 
+    Raises:
+        JobWaitingError: a job named waits for its dependencies (``depends_on``, shown
+            ``waiting``): it runs once they are done, and a retry cannot run it sooner. Checked
+            first: nothing of the call is written (``.. versionadded:: 0.1.0``).
+
     .. versionadded:: 0.1.0
     """
-    return _run(conn, _calls.retry(job_ids, attempts))
+    return _drive(conn, _calls.retry(job_ids, attempts))
+
+
+def unblock(conn: Executor, job_ids: Iterable[int]) -> list[int]:
+    """Free waiting jobs from dependencies that no longer exist (a row deleted by hand).
+
+    A waiting job counts its unfinished dependencies (``waiting_on``); deleting a dependency's
+    row by hand takes its edge with it (``ON DELETE CASCADE``) but not the count, so the job
+    would wait for ever (``pgqueue doctor`` reports such jobs). ``unblock`` counts again what
+    each named job waits for: the dependencies that exist and have not finished. One left waiting
+    for nothing is ready now; one still waiting for others runs once they are done. Jobs that
+    are not waiting, whose dependencies all exist, or that do not exist are left alone.
+
+    The rows are locked first, in id order, so a dependency finishing at the same moment is
+    counted once (see :data:`pgqueue._sql.workflow_statements.UNBLOCK`). Runs in the caller's
+    transaction (READ COMMITTED).
+
+    Returns:
+        The ids whose count dropped, in id order.
+
+    Raises:
+        InvalidArgumentError: an id no ``bigint`` holds, before any SQL.
+        InvalidArgumentTypeError: ``job_ids`` is not an iterable of ids, before any SQL.
+
+    .. versionadded:: 0.1.0
+    """
+    return _drive(conn, _calls.unblock(job_ids))
 
 
 def retry_failed(

@@ -30,7 +30,7 @@ from pgqueue._base.validation import MAX_JSON_DEPTH, json_nested_deeper_than
 READABLE_FROM: ColumnElement[Any] = literal_column("'0001-01-03 00:00:00+00'::timestamptz")
 READABLE_UNTIL: ColumnElement[Any] = literal_column("'9999-12-29 00:00:00+00'::timestamptz")
 #: Suffix of the column that carries a timestamp's text when the timestamp itself cannot come.
-_STORED = "__stored"
+STORED_SUFFIX = "__stored"
 _TIME_PROBLEM = "outside the years 1 to 9999 of Python's datetime"
 
 
@@ -65,7 +65,7 @@ def readable(columns: Iterable[Any]) -> list[ColumnElement[Any]]:
         if isinstance(column.type, DateTime):
             inside = column.between(READABLE_FROM, READABLE_UNTIL)
             selected.append(case((inside, column)).label(column.name))
-            selected.append(case((~inside, cast(column, Text))).label(column.name + _STORED))
+            selected.append(case((~inside, cast(column, Text))).label(column.name + STORED_SUFFIX))
         elif isinstance(column.type, JSONB):
             selected.append(cast(column, Text).label(column.name))
         else:
@@ -81,9 +81,9 @@ def decoded(
     :class:`Unreadable`."""
     values: dict[str, Any] = {}
     for key, value in row._mapping.items():
-        if key.endswith(_STORED):
+        if key.endswith(STORED_SUFFIX):
             if value is not None:
-                values[key.removesuffix(_STORED)] = Unreadable(value, _TIME_PROBLEM)
+                values[key.removesuffix(STORED_SUFFIX)] = Unreadable(value, _TIME_PROBLEM)
         elif key in json_columns:
             values[key] = decode_json(value)
         else:

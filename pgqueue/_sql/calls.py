@@ -39,6 +39,7 @@ from pgqueue._sql.options import EnqueueOptions
 from pgqueue.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
+    JobWaitingError,
     UniqueKeyError,
     UnknownDependencyError,
 )
@@ -408,12 +409,48 @@ def purge_done(
     return Call(stmt, params, _rowcount)
 
 
-def retry(job_ids: Iterable[int], attempts: int) -> Call[list[int]]:
+def retry(job_ids: Iterable[int], attempts: int) -> Plan[list[int]]:
+    """Refuse jobs waiting for their dependencies (:class:`JobWaitingError`, before anything is
+    written), then retry. The ids and attempts are checked here, before the plan runs."""
     params = {
         "job_ids": _ids(job_ids),
         "extra_attempts": check_positive_int("attempts", attempts),
     }
-    return Call(statements.retry_statement() if params["job_ids"] else None, params, _sorted_ids)
+    return _retry(params)
+
+
+def _retry(params: dict[str, Any]) -> Plan[list[int]]:
+    if not params["job_ids"]:
+        nothing: list[int] = yield Call(None, params, _sorted_ids)
+        return nothing
+    among = {"job_ids": params["job_ids"]}
+    waiting: dict[int, list[int]] = yield Call(
+        workflow_statements.WAITING_AMONG, among, _waiting_for
+    )
+    if waiting:
+        raise JobWaitingError(waiting)
+    # No job becomes waiting after its enqueue (waiting only ever ends); the statement leaves
+    # waiting jobs alone all the same.
+    retried: list[int] = yield Call(statements.retry_statement(), params, _sorted_ids)
+    return retried
+
+
+def unblock(job_ids: Iterable[int]) -> Plan[list[int]]:
+    """Lock the waiting jobs among ``job_ids``, then count again what they wait for
+    (:data:`workflow_statements.UNBLOCK`, which says why in two statements). The ids are checked
+    here, before the plan runs."""
+    return _unblock({"job_ids": _ids(job_ids)})
+
+
+def _unblock(params: dict[str, Any]) -> Plan[list[int]]:
+    if not params["job_ids"]:
+        nothing: list[int] = yield Call(None, params, _sorted_ids)
+        return nothing
+    locked: list[int] = yield Call(workflow_statements.LOCK_WAITING, params, _sorted_ids)
+    if not locked:
+        return []
+    counted: list[int] = yield Call(workflow_statements.UNBLOCK, {"job_ids": locked}, _sorted_ids)
+    return counted
 
 
 def retry_failed(
@@ -645,6 +682,12 @@ def _holders(result: Result[Any] | None) -> dict[str, int]:
 
 def _id_set(result: Result[Any] | None) -> set[int]:
     return set() if result is None else {int(row.id) for row in result}
+
+
+def _waiting_for(result: Result[Any] | None) -> dict[int, list[int]]:
+    if result is None:
+        return {}
+    return {int(row.id): [int(i) for i in row.waiting_for or ()] for row in result}
 
 
 def _nothing(result: Result[Any] | None) -> None:

@@ -18,17 +18,20 @@ the worker, the CLI or the dashboard.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    ColumnElement,
     Float,
     Integer,
     Interval,
     Select,
     and_,
     bindparam,
+    case,
     cast,
     func,
     literal,
@@ -41,20 +44,35 @@ from sqlalchemy import (
 )
 from sqlalchemy import Text as TextType
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql.elements import Label
 from sqlalchemy.sql.expression import column
 
 from pgqueue._base.connections import WORKER_PREFIX
-from pgqueue._base.readable import READABLE_FROM, readable
+from pgqueue._base.readable import READABLE_FROM, STORED_SUFFIX, readable
 from pgqueue._base.validation import check_unique_key, encode_payload
+from pgqueue._sql.workflow_statements import MISSING_DEPENDENCY, PENDING_EDGES, waiting_for
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
-from pgqueue.models import JobStatus, dependencies_table, jobs_table, queues_table, workers_table
+from pgqueue.models import (
+    JOB_STATE,
+    JobState,
+    JobStatus,
+    dependencies_table,
+    in_state,
+    jobs_table,
+    queues_table,
+    workers_table,
+)
 from pgqueue.statements import status_literal
 
 jobs = jobs_table
 
 # -- admin: jobs ----------------------------------------------------------------------------------
 
-#: The columns ``pgqueue list`` and ``show`` print, in order.
+#: The columns ``pgqueue list`` and ``show`` print, in order. ``status`` is the job's
+#: :class:`pgqueue.JobState` (``waiting``, ``cancelled``: :data:`pgqueue.models.JOB_STATE`), not
+#: the stored status; ``run_at`` is ``None`` for a waiting job (it has no time of its own until
+#: its dependencies are done), and ``waiting_for`` the ids it waits for
+#: (:func:`pgqueue._sql.workflow_statements.waiting_for`), ``None`` for a job in any other state.
 JOB_COLUMNS = (
     "id",
     "queue",
@@ -69,7 +87,29 @@ JOB_COLUMNS = (
     "created_at",
     "finished_at",
     "task",
+    "waiting_on",
+    "waiting_for",
 )
+
+
+def _shown(columns: Iterable[Any]) -> list[ColumnElement[Any]]:
+    """``columns`` of ``jobs`` as the operator's readers show them (:data:`JOB_COLUMNS`): through
+    :func:`readable`, ``status`` as the state, no ``run_at`` while waiting, and ``waiting_for``
+    after them."""
+    waiting = in_state(JobState.WAITING)
+    shown: list[ColumnElement[Any]] = []
+    for selected in readable(columns):
+        if selected.name == "status":
+            selected = JOB_STATE.label("status")
+        elif selected.name in ("run_at", "run_at" + STORED_SUFFIX):
+            assert isinstance(selected, Label)  # readable() labels every timestamp
+            selected = case((~waiting, selected.element)).label(selected.name)
+        shown.append(selected)
+    return [*shown, waiting_for().label("waiting_for")]
+
+
+#: The columns of ``jobs`` behind :data:`JOB_COLUMNS` (``waiting_for`` is derived).
+_LISTED = tuple(name for name in JOB_COLUMNS if name != "waiting_for")
 
 
 #: Most characters of ``error_contains``: a search, not a document.
@@ -79,7 +119,7 @@ MAX_SEARCH_CHARS = 1000
 def list_jobs_statement(
     *,
     queue: str | None = None,
-    status: JobStatus | None = None,
+    status: JobState | JobStatus | None = None,
     limit: int = 50,
     before_id: int | None = None,
     payload_contains: Any = None,
@@ -90,12 +130,12 @@ def list_jobs_statement(
 ) -> Select[Any]:
     """The statement :func:`pgqueue.admin.list_jobs` runs (its plan is checked on a million done
     jobs)."""
-    names = (*JOB_COLUMNS, "payload") if with_payload else JOB_COLUMNS
-    stmt: Select[Any] = select(*readable(jobs.c[name] for name in names))
+    names = (*_LISTED, "payload") if with_payload else _LISTED
+    stmt: Select[Any] = select(*_shown(jobs.c[name] for name in names))
     if queue is not None:
         stmt = stmt.where(jobs.c.queue == bindparam("queue_name", queue))
     if status is not None:
-        stmt = stmt.where(jobs.c.status == status_literal(status))
+        stmt = stmt.where(in_state(status))
     if before_id is not None:
         stmt = stmt.where(jobs.c.id < bindparam("before_id", before_id, type_=BigInteger))
     if payload_contains is not None:
@@ -133,7 +173,7 @@ def _search_text(name: str, value: object) -> str:
 def job_statement(job_id: int) -> Select[Any]:
     """:func:`pgqueue.admin.get_job` without ``payload_chars``: the whole row of ``job_id``
     (checked by the caller)."""
-    return select(*readable(jobs.c)).where(jobs.c.id == job_id)
+    return select(*_shown(jobs.c)).where(jobs.c.id == job_id)
 
 
 def get_job_statement(payload_chars: int) -> Select[Any]:
@@ -145,7 +185,7 @@ def get_job_statement(payload_chars: int) -> Select[Any]:
         .offset(literal_column("0"))
         .lateral("p")
     )
-    columns = readable(c for c in jobs.c if c.name != "payload")
+    columns = _shown(c for c in jobs.c if c.name != "payload")
     return (
         select(
             *columns,
@@ -161,9 +201,10 @@ def get_job_statement(payload_chars: int) -> Select[Any]:
 
 def job_links_statement() -> Any:
     """:func:`pgqueue.admin.job_links` (parameters ``job_id``, ``limit``): ``direction, id,
-    status`` of the jobs ``job_id`` waits for (``'waits_for'``) and of those that wait for it
-    (``'waited_by'``), at most ``limit`` of each, by id: one index scan each (the edges' primary
-    key, ``jobs_dependencies_job_id_idx``), so a fan-in of 10,000 members shows its first ones.
+    status`` (its :class:`pgqueue.JobState`) of the jobs ``job_id`` waits for (``'waits_for'``)
+    and of those that wait for it (``'waited_by'``), at most ``limit`` of each, by id: one index
+    scan each (the edges' primary key, ``jobs_dependencies_job_id_idx``), so a fan-in of 10,000
+    members shows its first ones.
     """
     edges = dependencies_table
     job_id = bindparam("job_id", type_=BigInteger)
@@ -171,7 +212,7 @@ def job_links_statement() -> Any:
 
     def side(direction: str, near: Any, far: Any) -> Any:
         return (
-            select(literal(direction).label("direction"), jobs.c.id, jobs.c.status)
+            select(literal(direction).label("direction"), jobs.c.id, JOB_STATE.label("status"))
             .select_from(edges.join(jobs, jobs.c.id == far))
             .where(near == job_id)
             .order_by(jobs.c.id)
@@ -185,8 +226,9 @@ def job_links_statement() -> Any:
 
 
 def job_statuses_statement(job_ids: list[int]) -> Select[Any]:
-    """``id, status`` of each existing id (:func:`pgqueue.admin.job_statuses`)."""
-    return select(jobs.c.id, jobs.c.status).where(jobs.c.id.in_(job_ids))
+    """``id, status`` (its :class:`pgqueue.JobState`) of each existing id
+    (:func:`pgqueue.admin.job_statuses`)."""
+    return select(jobs.c.id, JOB_STATE.label("status")).where(jobs.c.id.in_(job_ids))
 
 
 def key_holders_statement(job_ids: list[int]) -> Select[Any]:
@@ -219,10 +261,11 @@ def _count(*conditions: Any) -> Any:
 
 
 def queue_stats_statement() -> Select[Any]:
-    """The statement :func:`pgqueue.admin.queue_stats` runs: one pass over ``jobs``."""
-    queued = jobs.c.status == status_literal(JobStatus.QUEUED)
-    running = jobs.c.status == status_literal(JobStatus.RUNNING)
-    failed = jobs.c.status == status_literal(JobStatus.FAILED)
+    """The statement :func:`pgqueue.admin.queue_stats` runs: one pass over ``jobs``, counting
+    each :class:`pgqueue.JobState` by its rule (:func:`pgqueue.models.in_state`), ``queued`` as
+    ``ready`` and ``scheduled``."""
+    queued = in_state(JobState.QUEUED)
+    running = in_state(JobState.RUNNING)
     ready = and_(queued, jobs.c.run_at <= func.now())
     # greatest(): a run_at of '-infinity' (written by SQL) would fail the subtraction below.
     oldest_ready = func.min(func.greatest(jobs.c.run_at, READABLE_FROM)).filter(ready)
@@ -230,13 +273,13 @@ def queue_stats_statement() -> Select[Any]:
         select(
             jobs.c.queue,
             _count(ready).label("ready"),
-            _count(queued, jobs.c.run_at > func.now(), jobs.c.waiting_on == 0).label("scheduled"),
-            _count(queued, jobs.c.waiting_on > 0).label("waiting"),
+            _count(queued, jobs.c.run_at > func.now()).label("scheduled"),
+            _count(in_state(JobState.WAITING)).label("waiting"),
             _count(running).label("running"),
             _count(running, jobs.c.locked_until < func.now()).label("expired_leases"),
-            _count(jobs.c.status == status_literal(JobStatus.DONE)).label("done"),
-            _count(failed, jobs.c.cancelled_at.is_(None)).label("failed"),
-            _count(failed, jobs.c.cancelled_at.is_not(None)).label("cancelled"),
+            _count(in_state(JobState.DONE)).label("done"),
+            _count(in_state(JobState.FAILED)).label("failed"),
+            _count(in_state(JobState.CANCELLED)).label("cancelled"),
             func.extract("epoch", func.now() - oldest_ready)
             .cast(Float)
             .label("oldest_ready_age_s"),
@@ -256,13 +299,11 @@ def queue_overview_statement() -> Select[Any]:
     have all finished and that has no settings is not listed (``pgqueue stats`` lists it).
     """
     queues = queues_table
-    queued = jobs.c.status == status_literal(JobStatus.QUEUED)
-    running = jobs.c.status == status_literal(JobStatus.RUNNING)
     live = (
         select(
             jobs.c.queue,
-            _count(queued, jobs.c.run_at <= func.now()).label("ready"),
-            _count(running).label("running"),
+            _count(in_state(JobState.QUEUED), jobs.c.run_at <= func.now()).label("ready"),
+            _count(in_state(JobState.RUNNING)).label("running"),
         )
         .where(
             jobs.c.status.in_([status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)])
@@ -533,6 +574,35 @@ WORKERS_HERE = text(
     WHERE datname = current_database() AND starts_with(application_name, :prefix)
     """
 )
+
+# to_regclass() and has_table_privilege() on a table that may be missing (before pgqueue_0013).
+DEPENDENCIES_READABLE = text(
+    "SELECT CASE WHEN to_regclass('jobs_dependencies') IS NULL THEN NULL "
+    "ELSE has_table_privilege(to_regclass('jobs_dependencies'), 'SELECT') END"
+)
+
+
+def missing_dependencies_statement(limit: int) -> Select[Any]:
+    """``id, queue, waiting_on, found, total`` of the first ``limit`` waiting jobs (by id) that
+    wait for a dependency that no longer exists (:data:`MISSING_DEPENDENCY
+    <pgqueue._sql.workflow_statements.MISSING_DEPENDENCY>`): ``found`` the dependencies still
+    there and unfinished, ``total`` how many such jobs there are in all. Reads the queued rows
+    only (``jobs_ready_idx``'s), and the edges of the waiting ones. Run after
+    :data:`DEPENDENCIES_READABLE` said the edges' table is there (pgqueue_0013).
+    """
+    return (
+        select(
+            jobs.c.id,
+            jobs.c.queue,
+            jobs.c.waiting_on,
+            PENDING_EDGES.label("found"),
+            func.count().over().label("total"),
+        )
+        .where(MISSING_DEPENDENCY)
+        .order_by(jobs.c.id)
+        .limit(limit)
+    )
+
 
 # Server settings and pg_stat_activity: catalog views without models.
 CONNECTION_LIMITS = text(

@@ -21,6 +21,7 @@ from sqlalchemy import (
     ARRAY,
     BigInteger,
     Boolean,
+    ColumnElement,
     Integer,
     Select,
     Text,
@@ -37,8 +38,10 @@ from sqlalchemy import (
 
 from pgqueue.models import (
     JOB_RESULT_COLUMNS,
+    JobState,
     JobStatus,
     dependencies_table,
+    in_state,
     jobs_table,
     status_literal,
 )
@@ -169,4 +172,87 @@ DEPENDENCY_RESULTS: Select[Any] = (
     .join(edges, edges.c.depends_on == jobs.c.id)
     .where(edges.c.job_id == bindparam("job_id", type_=BigInteger))
     .order_by(jobs.c.id)
+)
+
+
+#: How many ids :func:`waiting_for` gives of one job: a fan-in of 10,000 members shows its first
+#: ones (``waiting_on`` says how many there are).
+WAITING_FOR_LIMIT = 20
+
+
+def waiting_for(limit: int = WAITING_FOR_LIMIT) -> ColumnElement[Any]:
+    """The ids a waiting job waits for, the first ``limit`` by id: its pending edges, the
+    dependencies that exist and have not finished; ``NULL`` for a job in any other state.
+
+    Correlated with the enclosing ``jobs`` row; the subquery runs for waiting rows only (one
+    probe of ``jobs_dependencies_job_id_idx`` each), so a page of finished jobs costs nothing
+    more.
+    """
+    pending = (
+        select(edges.c.depends_on)
+        .where(edges.c.job_id == jobs.c.id, edges.c.pending)
+        .order_by(edges.c.depends_on)
+        .limit(limit)
+        .scalar_subquery()
+    )
+    return case((in_state(JobState.WAITING), func.array(pending, type_=ARRAY(BigInteger))))
+
+
+def _named_ids() -> Any:
+    return jobs.c.id == func.any(bindparam("job_ids", type_=ARRAY(BigInteger)))
+
+
+#: The waiting jobs among ``:job_ids``, and what each waits for (:func:`waiting_for`): what a
+#: retry refuses, before it writes anything. Returns ``id, waiting_for``, by id.
+WAITING_AMONG: Select[Any] = (
+    select(jobs.c.id, waiting_for().label("waiting_for"))
+    .where(_named_ids(), in_state(JobState.WAITING))
+    .order_by(jobs.c.id)
+)
+
+#: Lock the waiting jobs among ``:job_ids``, in id order (the order of every batched statement
+#: of the worker). Returns ``id``. The first statement of an unblock: see :data:`UNBLOCK`.
+LOCK_WAITING: Select[Any] = (
+    select(jobs.c.id)
+    .where(_named_ids(), in_state(JobState.WAITING))
+    .order_by(jobs.c.id)
+    .with_for_update()
+)
+
+#: How many dependencies a job waits for that exist and have not finished: its pending edges
+#: (correlated with the enclosing ``jobs`` row). A waiting job's ``waiting_on`` equals it, until a
+#: dependency's row is deleted by hand: its edge goes with it (``ON DELETE CASCADE``), the count
+#: does not, and the job would wait for ever (:data:`MISSING_DEPENDENCY`).
+PENDING_EDGES: ColumnElement[int] = (
+    select(func.count())
+    .select_from(edges)
+    .where(edges.c.job_id == jobs.c.id, edges.c.pending)
+    .scalar_subquery()
+)
+#: A waiting job that waits for a dependency that no longer exists: what ``pgqueue doctor``
+#: reports and :data:`UNBLOCK` repairs.
+MISSING_DEPENDENCY: ColumnElement[bool] = in_state(JobState.WAITING) & (
+    jobs.c.waiting_on > PENDING_EDGES
+)
+
+#: Count again what each waiting job of ``:job_ids`` waits for: its pending edges, which a
+#: dependency deleted by hand took with it (``ON DELETE CASCADE``), so a missing dependency stops
+#: counting; a job left waiting for nothing is ready now. Only jobs whose count drops are
+#: written. Returns ``id``.
+#:
+#: Why its rows are locked first, by :data:`LOCK_WAITING` in a statement of its own: a
+#: completion of a dependency settles its edge and then decrements the job, both before it
+#: commits. Were the count taken in the statement that waits for the job's row, it would be read
+#: in that statement's snapshot, from before the completion committed: the settled edge counted
+#: again, the job waiting for ever on a count one too high. Once the rows are locked, this
+#: statement's fresh snapshot sees every completion that came before, and any later one waits
+#: for the lock and decrements the count taken here (its edge still pending in it).
+UNBLOCK: Update = (
+    jobs.update()
+    .where(_named_ids(), MISSING_DEPENDENCY)
+    .values(
+        waiting_on=PENDING_EDGES,
+        run_at=case((PENDING_EDGES == 0, func.now()), else_=jobs.c.run_at),
+    )
+    .returning(jobs.c.id)
 )

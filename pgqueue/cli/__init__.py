@@ -53,12 +53,13 @@ from pgqueue.cli.ops import (
     cmd_retry,
     cmd_show,
     cmd_stats,
+    cmd_unblock,
     cmd_workers,
 )
 from pgqueue.cli.web import ENV_WEB_AUTH, cmd_web, web_port
 from pgqueue.cli.worker import DEFAULT_HEALTH_HOST, cmd_worker, probe_port
 from pgqueue.errors import PgQueueError
-from pgqueue.models import JobStatus
+from pgqueue.models import JobState
 from pgqueue.schema import SCHEMA_ENV_VAR
 
 # -- commands ------------------------------------------------------------------------------------
@@ -220,10 +221,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true", help='print {"id": N, "inserted": true|false}')
 
-    statuses = [s.value for s in JobStatus]
     p = add("list", cmd_list, "list jobs, newest first")
     p.add_argument("--queue")
-    p.add_argument("--status", choices=statuses)
+    p.add_argument(
+        "--status",
+        choices=[s.value for s in JobState],
+        help="only the jobs in this state (waiting: for their dependencies; cancelled: apart "
+        "from failed)",
+    )
     p.add_argument("--task", help="only the jobs of the task of this name")
     p.add_argument("--limit", type=positive_int, default=50, help="default 50")
     p.add_argument("--json", action="store_true")
@@ -304,6 +309,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = add("cancel", cmd_cancel, "fail queued or running jobs for good, marked cancelled")
+    p.add_argument("ids", type=job_id, nargs="+", metavar="ID")
+
+    p = add(
+        "unblock",
+        cmd_unblock,
+        "free waiting jobs from dependencies that no longer exist (deleted by hand)",
+    )
     p.add_argument("ids", type=job_id, nargs="+", metavar="ID")
 
     p = add("queues", cmd_queues, "each queue's pause, limits, ready and running jobs")

@@ -39,7 +39,7 @@ from pgqueue.cli.common import (
     transaction,
 )
 from pgqueue.errors import InvalidArgumentError, PgQueueError
-from pgqueue.models import JobStatus
+from pgqueue.models import JobState, JobStatus
 from pgqueue.tasks import Task, encode_call
 
 
@@ -176,7 +176,7 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
 
 def cmd_list(args: argparse.Namespace) -> int:
     """List jobs, newest first."""
-    status = JobStatus(args.status) if args.status else None
+    status = JobState(args.status) if args.status else None
     with transaction(args) as conn:
         rows = admin.list_jobs(
             conn,
@@ -209,7 +209,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 r["status"],
                 r["priority"],
                 f"{r['attempts']}/{r['max_attempts']}",
-                r["run_at"],
+                _after(r) if r["status"] == JobState.WAITING.value else r["run_at"],
                 r["locked_until"],
                 r["last_error"],
                 r["task"],
@@ -218,6 +218,15 @@ def cmd_list(args: argparse.Namespace) -> int:
         ],
     )
     return 0
+
+
+def _after(job: Mapping[str, Any]) -> str:
+    """A waiting job's ``run_at`` cell: what it runs after (it has no time of its own)."""
+    ids = ", ".join(str(i) for i in job["waiting_for"] or ())
+    more = admin.waiting_more(job)
+    if not ids:
+        return f"after {more} missing job(s)"
+    return f"after {ids}" + (f" and {more} more" if more else "")
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -238,6 +247,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         if as_json and not isinstance(value, admin.Unreadable):
             value = json.dumps(value, indent=2, default=json_default)
             value = value.replace("\n", "\n" + " " * 15)
+        elif key == "waiting_for" and value is not None:
+            value = _after(job).removeprefix("after ")
         emit(f"{key + ':':<14} {value if as_json else cell(value)}")
     for side, label in (("waits_for", "waiting on:"), ("waited_by", "waited by:")):
         shown = ", ".join(f"{link['id']} ({link['status']})" for link in links[side]) or "-"
@@ -467,6 +478,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
                     "done": "it is done",
                     # Left alone for its key, whose holder has finished since: the key is free.
                     "failed": "its unique key was held by another live job; try again",
+                    "cancelled": "its unique key was held by another live job; try again",
                 },
                 lambda untouched: _held_keys(conn, untouched),
             )
@@ -489,8 +501,10 @@ def cmd_cancel(args: argparse.Namespace) -> int:
             {
                 "running": "its row was locked (mid-claim or mid-update); try again",
                 "queued": "its row was locked (mid-claim); try again",
+                "waiting": "its row was locked (mid-unblock); try again",
                 "done": "it is already done",
                 "failed": "it has already failed",
+                "cancelled": "it was already cancelled",
             },
             lambda untouched: {
                 job_id: f"skipped: another transaction held its row for over {held_for} (a "
@@ -506,6 +520,34 @@ def cmd_cancel(args: argparse.Namespace) -> int:
         emit(f"skipped, their rows held by another transaction: {_ids(report.skipped)}")
     if report.dependents:
         emit(f"and the jobs waiting for them (depends_on): {_ids(report.dependents)}")
+    return code
+
+
+def cmd_unblock(args: argparse.Namespace) -> int:
+    """Free waiting jobs from dependencies that no longer exist (their rows deleted by hand):
+    each waits only for the dependencies that exist and have not finished; say which are ready
+    now, and why the others were left alone."""
+    with transaction(args) as conn:
+        unblocked = repository.unblock(conn, args.ids)
+        states = admin.job_statuses(conn, unblocked) if unblocked else {}
+        code = _report_untouched(
+            conn,
+            args.ids,
+            unblocked,
+            "unblocked",
+            {
+                JobState.WAITING.value: "its dependencies all exist (it runs once they are done)",
+                **{
+                    s.value: f"it is {s.value}, not waiting for a dependency"
+                    for s in JobState
+                    if s is not JobState.WAITING
+                },
+            },
+        )
+    emit(f"unblocked {len(unblocked)} job(s): {_ids(unblocked)}")
+    ready = [i for i in unblocked if states.get(i) == JobState.QUEUED.value]
+    if unblocked:
+        emit(f"of which ready now: {_ids(ready)} (the others wait for dependencies that exist)")
     return code
 
 

@@ -23,11 +23,10 @@ from starlette.responses import Response
 from pgqueue import admin, repository
 from pgqueue._base.durations import format_duration, parse_duration
 from pgqueue._base.validation import check_queue
-from pgqueue.errors import PgQueueError
-from pgqueue.models import JobStatus
+from pgqueue.errors import JobWaitingError, PgQueueError
 from pgqueue.web import _csrf
 from pgqueue.web._db import in_thread
-from pgqueue.web._pages import MAX_JOB_ID, MAX_PAGE_SIZE
+from pgqueue.web._pages import MAX_JOB_ID, MAX_PAGE_SIZE, STATES
 from pgqueue.web._render import error_page, page, redirect, settings, url
 
 T = TypeVar("T")
@@ -141,8 +140,11 @@ async def _job_action(request: Request, verb: str) -> Response:
     except Refused as refused:
         return error_page(request, refused.status, str(refused))
     if verb == "retry":
-        changed = await _write(request, lambda conn: repository.retry(conn, [job_id]))
-        code = "retried" if changed else "not-retried"
+        try:
+            changed = await _write(request, lambda conn: repository.retry(conn, [job_id]))
+            code = "retried" if changed else "not-retried"
+        except JobWaitingError:
+            code = "not-retried-waiting"
     else:
         changed = await _write(request, lambda conn: repository.cancel(conn, [job_id]))
         code = "cancelled" if changed else "not-cancelled"
@@ -272,6 +274,6 @@ def _list_filters(fields: dict[str, list[str]]) -> dict[str, str]:
         with contextlib.suppress(PgQueueError):
             back["queue"] = check_queue(queue)
     status = (fields.get("status") or [""])[0]
-    if status in {s.value for s in JobStatus}:
+    if status in STATES:
         back["status"] = status
     return back

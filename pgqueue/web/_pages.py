@@ -15,7 +15,7 @@ from pgqueue import admin
 from pgqueue._base.readable import Unreadable, decode_json
 from pgqueue._base.validation import check_queue, check_unique_key, encode_payload
 from pgqueue.errors import InvalidArgumentError, PgQueueError
-from pgqueue.models import JobStatus
+from pgqueue.models import JobState
 from pgqueue.web._db import in_thread
 from pgqueue.web._render import error_page, page, settings
 
@@ -36,14 +36,16 @@ MESSAGES = {
     "retried": "Job requeued: it is queued and due now, with a fresh budget of attempts.",
     "not-retried": "Job not requeued: only failed and queued jobs are (and a failed job stays "
     "failed while another live job holds its unique key).",
+    "not-retried-waiting": "Job not requeued: it waits for its dependencies (depends_on) and runs "
+    "once they are done; a retry cannot run it sooner. Cancel it to drop it.",
     "cancelled": "Job cancelled: it failed for good, marked cancelled (cancelled_at).",
-    "not-cancelled": "Job not cancelled: only queued and running jobs are, and not while "
+    "not-cancelled": "Job not cancelled: only queued, waiting and running jobs are, and not while "
     "another transaction holds its row for long (a transaction-mode worker); try again.",
     "retried-failed": "{n} failed job(s) requeued (cancelled jobs are left as they are).",
-    "retried-selected": "{n} of the selected job(s) requeued (only failed and queued jobs are, "
-    "and not while another live job holds a failed one's unique key).",
-    "cancelled-selected": "{n} of the selected job(s) cancelled (only queued and running jobs "
-    "are, and not while another transaction holds their row).",
+    "retried-selected": "{n} of the selected job(s) requeued (only failed, cancelled and queued "
+    "jobs are, and not while another live job holds a failed one's unique key).",
+    "cancelled-selected": "{n} of the selected job(s) cancelled (only queued, waiting and "
+    "running jobs are, and not while another transaction holds their row).",
     "purged": "{n} done job(s) deleted.",
     "purged-more": "{n} done job(s) deleted; more remain: purge again.",
     "paused": "Queue paused: workers claim none of its jobs until it is resumed (running jobs "
@@ -52,6 +54,10 @@ MESSAGES = {
     "resumed": "Queue resumed: workers claim its jobs again.",
     "not-paused": "The queue was not paused: nothing changed.",
 }
+
+
+#: What the list filters by: the states people see (``waiting`` and ``cancelled`` included).
+STATES = [s.value for s in JobState]
 
 
 class BadRequest(Exception):
@@ -102,7 +108,7 @@ class JobQuery:
     """The job list's filters and searches, checked; ``search`` is what its links carry."""
 
     queue: str | None = None
-    status: JobStatus | None = None
+    status: JobState | None = None
     before: int | None = None
     limit: int = PAGE_SIZE
     payload: str | None = None  # the JSON text as typed
@@ -143,10 +149,9 @@ def _filters(request: Request) -> JobQuery:
         except PgQueueError as exc:
             raise BadRequest(str(exc)) from exc
     raw_status = request.query_params.get("status") or None
-    statuses = [s.value for s in JobStatus]
-    if raw_status is not None and raw_status not in statuses:
-        raise BadRequest(f"status must be one of {', '.join(statuses)}, got {raw_status!r}")
-    status = JobStatus(raw_status) if raw_status else None
+    if raw_status is not None and raw_status not in STATES:
+        raise BadRequest(f"status must be one of {', '.join(STATES)}, got {raw_status!r}")
+    status = JobState(raw_status) if raw_status else None
     before = _int_param(request, "before", 1, MAX_JOB_ID)
     limit = _int_param(request, "limit", 1, MAX_PAGE_SIZE) or PAGE_SIZE
     payload = _text_param(request, "payload")
@@ -205,7 +210,8 @@ async def jobs(request: Request) -> Response:
         jobs=rows[: q.limit],
         queue=q.queue,
         status=q.status.value if q.status else None,
-        statuses=[s.value for s in JobStatus],
+        statuses=STATES,
+        waiting_more=admin.waiting_more,
         before=q.before,
         search=q.search,
         searching=bool(q.payload or q.error or q.key or q.task),

@@ -239,7 +239,7 @@ def test_cancel_queued_and_running_says_which_were_running(cli: Cli, db: Engine)
     assert jobs[3][0] == "queued"
     done = cli("cancel", "1")
     assert done.code == 1
-    assert "job 1 not cancelled: it has already failed" in done.err
+    assert "job 1 not cancelled: it was already cancelled" in done.err  # its state, not "failed"
 
 
 def test_retry_raises_the_budget_never_resets_attempts(cli: Cli, db: Engine) -> None:
@@ -462,7 +462,7 @@ def test_show_prints_what_a_job_waits_for_and_stats_counts_waiting_jobs(
     assert shown.code == 0, shown.err
     assert re.search(rf"^waiting on: +{parent} \(queued\)$", shown.out, re.M), shown.out
     assert re.search(r"^waited by: +-$", shown.out, re.M), shown.out
-    assert re.search(rf"^waited by: +{child} \(queued\)$", cli("show", str(parent)).out, re.M)
+    assert re.search(rf"^waited by: +{child} \(waiting\)$", cli("show", str(parent)).out, re.M)
     as_json = cli("show", str(child), "--json").json()
     assert as_json["waits_for"] == [{"id": parent, "status": "queued"}]
     assert as_json["waited_by"] == []

@@ -25,6 +25,7 @@ COMMANDS = [
     "purge",
     "retry",
     "cancel",
+    "unblock",
     "web",
 ]
 

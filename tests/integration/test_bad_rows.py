@@ -99,7 +99,9 @@ def test_one_poison_job_shows_with_its_other_values(
     assert headers["payload"] == {}
     assert (fine["payload"], fine["headers"]) == ({"n": 1}, {"h": "v"})
     assert infinite["run_at"] == Unreadable("infinity", TIME)
-    assert set(infinite) == {c.name for c in pgqueue.Job.__table__.columns}
+    # Every column, and what a waiting job waits for (None here: it waits for nothing).
+    assert set(infinite) == {c.name for c in pgqueue.Job.__table__.columns} | {"waiting_for"}
+    assert infinite["waiting_for"] is None
 
 
 @pytest.mark.parametrize("zone", ["UTC", "Pacific/Kiritimati", "Pacific/Pago_Pago", "Asia/Tokyo"])

@@ -105,8 +105,19 @@ def test_a_signature_is_checked_when_made_and_options_return_a_new_one() -> None
         add_previous.s(1, 2)  # type: ignore[call-arg]
     with pytest.raises(InvalidPayloadError, match="jsonb"):
         add_previous.s(object())  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentError, match="do not bind"):
+        add_previous.s(j=3)  # type: ignore[call-arg]
+    with pytest.raises(InvalidPayloadError, match="levels deep"):
+        add_previous.s(_nested(pgqueue.MAX_JSON_DEPTH + 1))  # type: ignore[arg-type]
     with pytest.raises(InvalidArgumentError, match="priority"):
         sig.options(priority=12)
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
 
 
 def test_a_chain_of_three_passes_results_through_drain(engine: Engine) -> None:

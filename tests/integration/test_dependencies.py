@@ -166,7 +166,9 @@ def test_retry_leaves_a_waiting_job_waiting(engine: Engine) -> None:
     with engine.begin() as conn:
         parent = pgqueue.enqueue(conn, "p")
         child = pgqueue.enqueue(conn, "c", depends_on=[parent])
-        assert repository.retry(conn, [child]) == []
+    # Refused with a reason, not silently nothing (tests/integration/test_waiting_jobs.py).
+    with engine.begin() as conn, pytest.raises(pgqueue.JobWaitingError):
+        repository.retry(conn, [child])
     assert tuple(_row(engine, child)[:3]) == ("queued", 1, False)
 
 

@@ -16,6 +16,7 @@ from pgqueue.doctor import (
     DEAD_TUPLES_MIN,
     Finding,
     backlog_findings,
+    dependency_findings,
     vacuum_finding,
 )
 
@@ -123,3 +124,38 @@ def test_many_queues_are_listed_five_at_a_time() -> None:
     (finding,) = _backlog([(f"q{i}", 10.0) for i in range(8)], 0)
     assert "q4 10 s (+3 more)" in finding.message
     assert len(finding.details) == 8
+
+
+def _missing(ids: list[int], total: int | None = None) -> list[dict[str, Any]]:
+    """Rows of waiting jobs each missing one of two dependencies, as the check reads them."""
+    return [
+        {"id": i, "queue": "steps", "waiting_on": 2, "found": 1, "total": total or len(ids)}
+        for i in ids
+    ]
+
+
+def test_waiting_jobs_whose_dependencies_all_exist_are_ok() -> None:
+    (finding,) = dependency_findings([])
+    assert (finding.check, finding.severity, finding.fix) == ("dependencies", "ok", "")
+
+
+def test_a_missing_dependency_warns_and_names_the_commands_that_unblock_or_cancel() -> None:
+    (finding,) = dependency_findings(_missing([7, 9]))
+    assert finding.severity == "warning"
+    assert finding.message.startswith("2 waiting job(s) wait for a dependency that no longer")
+    assert "7, 9; they would wait for ever" in finding.message
+    assert "`pgqueue unblock 7 9` (`pgqueue.unblock(conn, ids)`)" in finding.fix
+    assert "`pgqueue cancel 7 9` (`pgqueue.cancel(conn, ids)`)" in finding.fix
+    assert finding.details == [
+        {"id": 7, "queue": "steps", "waiting_on": 2, "found": 1},
+        {"id": 9, "queue": "steps", "waiting_on": 2, "found": 1},
+    ]
+
+
+def test_many_missing_dependencies_are_counted_in_all_and_listed_ten_at_a_time() -> None:
+    (finding,) = dependency_findings(_missing(list(range(1, 101)), total=250))
+    assert finding.message.startswith("250 waiting job(s)")
+    assert "1, 2, 3, 4, 5, 6, 7, 8, 9, 10 (+240 more)" in finding.message
+    assert "`pgqueue unblock 1 2 3" in finding.fix
+    assert "99 100 ...`" in finding.fix  # the first 100 named; more remain
+    assert len(finding.details) == 100

@@ -6,6 +6,8 @@ as text, and decode it into an :class:`pgqueue.admin.Unreadable` rather than fai
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy.dialects import postgresql
 
 from pgqueue import MAX_JSON_DEPTH, admin
@@ -38,16 +40,17 @@ def test_json_too_deep_or_with_a_huge_number_is_unreadable_not_an_error() -> Non
 
 def test_the_readers_select_timestamps_and_json_in_a_form_that_always_loads() -> None:
     sql = _sql(admin.list_jobs_statement(limit=10))
+    # run_at is also NULL while the job waits for its dependencies (it has no time of its own).
     assert (
-        "CASE WHEN (jobs.run_at BETWEEN '0001-01-03 00:00:00+00'::timestamptz AND "
-        "'9999-12-29 00:00:00+00'::timestamptz) THEN jobs.run_at END AS run_at"
+        "THEN CASE WHEN (jobs.run_at BETWEEN '0001-01-03 00:00:00+00'::timestamptz AND "
+        "'9999-12-29 00:00:00+00'::timestamptz) THEN jobs.run_at END END AS run_at"
     ) in sql
-    assert "THEN CAST(jobs.run_at AS TEXT) END AS run_at__stored" in sql
+    assert "THEN CAST(jobs.run_at AS TEXT) END END AS run_at__stored" in sql
     for column in ("locked_until", "created_at", "finished_at"):
         assert f"END AS {column}__stored" in sql
     assert "CAST(jobs.payload AS TEXT) AS payload" in sql
     # The plan is the same keyset page: the CASEs only run on the rows of the page.
-    assert sql.endswith("ORDER BY jobs.id DESC \n LIMIT %(param_1)s::INTEGER")
+    assert re.search(r"ORDER BY jobs.id DESC \n LIMIT %\(param_\d\)s::INTEGER$", sql), sql
 
 
 def test_a_listing_that_shows_no_payload_does_not_fetch_it() -> None:

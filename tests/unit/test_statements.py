@@ -491,7 +491,8 @@ def test_batch_calls_pass_parallel_arrays_in_input_order(
         (lambda: _calls.extend_leases([], timedelta(seconds=30)), set()),
         (lambda: _calls.settled_among([]), {}),
         (lambda: _calls.fail_many([], timedelta(seconds=1), timedelta(seconds=2)), {}),
-        (lambda: _calls.retry([], 1), []),
+        (lambda: next(_calls.retry([], 1)), []),
+        (lambda: next(_calls.unblock([])), []),
         (lambda: _calls.snooze_many([]), set()),
     ],
     ids=[
@@ -501,6 +502,7 @@ def test_batch_calls_pass_parallel_arrays_in_input_order(
         "settled_among",
         "fail_many",
         "retry",
+        "unblock",
         "snooze_many",
     ],
 )
@@ -675,11 +677,50 @@ def test_cancel_and_retry_reject_an_id_that_is_not_an_int(bad: Any) -> None:
 
 
 def test_retry_call_passes_ids_and_the_extra_attempts() -> None:
-    """The listed jobs get ``attempts`` more tries."""
-    call = _calls.retry([8, 2], 3)
+    """The listed jobs get ``attempts`` more tries, once none of them waits for a dependency."""
+    plan = _calls.retry([8, 2], 3)
+    first = next(plan)
+    assert first.statement is workflow_statements.WAITING_AMONG
+    assert first.params == {"job_ids": [8, 2]}
+    assert bind_names(workflow_statements.WAITING_AMONG) == set(first.params)
+    call = plan.send({})
     assert call.statement is statements.retry_statement()
     assert call.params == {"job_ids": [8, 2], "extra_attempts": 3}
     assert bind_names(statements.retry_statement()) == set(call.params)
+    assert _finish(plan, [2, 8]) == [2, 8]
+
+
+def test_a_retry_naming_a_waiting_job_raises_before_it_writes() -> None:
+    """What the first statement found waiting is the error; the retry statement never comes."""
+    plan = _calls.retry([8, 2, 5], 3)
+    next(plan)
+    with pytest.raises(pgqueue.JobWaitingError) as raised:
+        plan.send({2: [1], 5: []})
+    assert raised.value.waiting == {2: [1], 5: []}
+    said = str(raised.value)
+    assert "job 2 waits for job 1 (depends_on): it runs once it is done" in said
+    assert "job 5 waits for a dependency that no longer exists" in said
+    assert "`pgqueue unblock 5` frees it" in said
+    assert said.endswith("nothing was retried (cancel them: `pgqueue cancel 2 5`)")
+
+
+def test_unblock_locks_the_waiting_jobs_then_counts_again_in_a_statement_of_its_own() -> None:
+    """Two statements: the count must be read in a snapshot taken after the rows are locked."""
+    plan = _calls.unblock([9, 4])
+    lock = next(plan)
+    assert lock.statement is workflow_statements.LOCK_WAITING
+    assert lock.params == {"job_ids": [9, 4]}
+    assert "FOR UPDATE" in sql(workflow_statements.LOCK_WAITING)
+    recount = plan.send([4])
+    assert recount.statement is workflow_statements.UNBLOCK
+    assert recount.params == {"job_ids": [4]}
+    assert bind_names(workflow_statements.UNBLOCK) == set(recount.params)
+    assert _finish(plan, [4]) == [4]
+    nothing_waits = _calls.unblock([9])
+    next(nothing_waits)
+    assert _finish(nothing_waits, []) == []  # no second statement
+    with pytest.raises(pgqueue.InvalidArgumentTypeError, match="job_ids"):
+        _calls.unblock("9")
 
 
 @pytest.mark.parametrize("attempts", [0, -1])

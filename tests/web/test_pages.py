@@ -173,7 +173,10 @@ def test_job_list_pages_by_keyset(engine: Engine, client: TestClient) -> None:
 @pytest.mark.parametrize(
     ("params", "problem"),
     [
-        ({"status": "bogus"}, "status must be one of queued, running, done, failed"),
+        (
+            {"status": "bogus"},
+            "status must be one of queued, waiting, running, done, failed, cancelled",
+        ),
         ({"before": "x"}, "before must be an integer"),
         ({"before": "0"}, "before must be an integer from 1"),
         ({"before": str(2**63)}, "before must be an integer"),
