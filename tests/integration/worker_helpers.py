@@ -164,10 +164,11 @@ def row_locked(
     seconds: float,
     sql: str = "SELECT 1 FROM jobs WHERE id = :id FOR UPDATE",
 ) -> Iterator[threading.Event]:
-    """Another session locks the job's row (``sql``, by default ``SELECT ... FOR UPDATE``) for
-    ``seconds``, then commits: a real concurrent transaction. Yields once the lock is held; the
-    event is set when the holder let go. Waits (bounded) for the holder on the way out."""
-    locked, released = threading.Event(), threading.Event()
+    """Another session locks the job's row (``sql``, by default ``SELECT ... FOR UPDATE``) and
+    commits after ``seconds``, or when the block ends if that comes first: a real concurrent
+    transaction. Yields once the lock is held; the event is set when the holder let go. A long
+    hold costs nothing once the block is done with it."""
+    locked, released, done = threading.Event(), threading.Event(), threading.Event()
     failure: list[BaseException] = []
 
     def hold() -> None:
@@ -175,7 +176,7 @@ def row_locked(
             with engine.connect() as conn:
                 conn.execute(text(sql), {"id": job_id})
                 locked.set()
-                time.sleep(seconds)
+                done.wait(seconds)
                 conn.commit()
         except BaseException as exc:  # reported by the test's thread
             failure.append(exc)
@@ -189,7 +190,8 @@ def row_locked(
     try:
         yield released
     finally:
-        thread.join(seconds + 30)
+        done.set()
+        thread.join(30)
         assert not failure, failure
 
 
