@@ -122,6 +122,10 @@ class Claimer:
         self._notified: dict[str, None] = {}
         self._poll_requested = False
         self._claimed_since_poll = 0
+        # Whether the last poll began with nothing held: one made while jobs were in flight
+        # proves nothing to ``until_empty``, as their outcomes (a snooze, a retry) may queue
+        # them again after it.
+        self._polled_with_nothing_held = False
         self._idle_polls = 0
         self.pulse = Pulse("claimer")
         #: The name every claim of this worker records in ``jobs.locked_by``.
@@ -206,6 +210,7 @@ class Claimer:
                 with rt.lock:
                     self._ready.update(dict.fromkeys(self._lanes))
                     self._claimed_since_poll = 0
+                    self._polled_with_nothing_held = self._intake.in_flight() == 0
                     interval = self._next_poll_interval()
                 next_poll = time.monotonic() + interval
             elif now >= next_reap and not self.idle_interval():
@@ -217,8 +222,9 @@ class Claimer:
                     return
                 parked = self._flow.any_parked()
                 if until_empty and not self._ready and self._intake.in_flight() == 0 and not parked:
-                    # Everything claimed is finished: stop once a whole poll found nothing.
-                    if self._claimed_since_poll == 0:
+                    # Everything claimed is finished: stop once a whole poll, begun with nothing
+                    # held, found nothing.
+                    if self._claimed_since_poll == 0 and self._polled_with_nothing_held:
                         return
                     self._poll_requested = True
                     continue

@@ -5,7 +5,8 @@ once at start, then sleeps until the earliest next tick, fires what is due with 
 compare-and-set statement per definition (:data:`pgqueue._sql.periodic_statements.FIRE`), and sleeps
 again. Whoever wins a tick's compare-and-set enqueues it; the others re-read the rows and find
 nothing due. While awake it refreshes ``declared_at`` every few minutes; while the worker is idle
-(scale-to-zero) it sends nothing between ticks.
+(scale-to-zero) it sends nothing between ticks. What time it is, and the sleep until the next tick,
+come from its :class:`Clock` (the wall clock unless one is given).
 """
 
 from __future__ import annotations
@@ -14,10 +15,9 @@ import dataclasses
 import enum
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import ProgrammingError
@@ -44,11 +44,42 @@ class _Firing(enum.Enum):
     FAILED = "failed"  # a transient error (logged): try again shortly
 
 
-def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+class Clock(Protocol):
+    """The scheduler's time: what time it is, and its sleep until a tick."""
+
+    def now(self) -> datetime:
+        """The current time, aware."""
+        ...
+
+    def sleep(self, seconds: float, stop: threading.Event) -> None:
+        """Return after ``seconds`` of this clock's time, or sooner once ``stop`` is set."""
+        ...
+
+
+class WallClock:
+    """The real time: ``datetime.now(timezone.utc)``, and a sleep on the stop event."""
+
+    def now(self) -> datetime:
+        return datetime.now(timezone.utc)
+
+    def sleep(self, seconds: float, stop: threading.Event) -> None:
+        stop.wait(seconds)
 
 
 class Scheduler:
+    """Fires ``definitions`` on a thread of its own until ``stop`` is set.
+
+    Args:
+        engine: Where the definitions' state and their jobs live.
+        definitions: The periodic definitions to declare and fire.
+        stop: Set when the worker stops; the scheduler's waits end on it.
+        idle: Whether the worker is idle (scale-to-zero): then no refresh between ticks.
+        on_enqueued: Called with a definition's queue after one of its ticks was enqueued.
+        clock: Where the time comes from, and the sleep until the next tick or refresh of
+            ``declared_at``: the wall clock (:class:`WallClock`) by default; a test may give a
+            clock it moves itself. The pauses after a failed statement are real seconds.
+    """
+
     def __init__(
         self,
         engine: Engine,
@@ -57,7 +88,7 @@ class Scheduler:
         stop: threading.Event,
         idle: Callable[[], bool],
         on_enqueued: Callable[[str], None],
-        clock: Callable[[], datetime] = utc_now,
+        clock: Clock | None = None,
     ) -> None:
         self._engine = engine
         self._definitions = list(definitions)
@@ -65,7 +96,7 @@ class Scheduler:
         self._stop = stop
         self._idle = idle
         self._on_enqueued = on_enqueued
-        self._clock = clock
+        self._clock = clock if clock is not None else WallClock()
         self._rows: dict[str, PeriodicRow] = {}
         self._not_ours: set[str] = set()
         self._thread = threading.Thread(target=self._loop, name="pgqueue-scheduler", daemon=True)
@@ -82,29 +113,29 @@ class Scheduler:
     def fire_due_once(self) -> None:
         """``run(until_empty=True)``: declare, enqueue whatever is due now, and return."""
         if self._declare():
-            self._fire_due(self._clock())
+            self._fire_due(self._clock.now())
 
     # -- the loop ---------------------------------------------------------------------------------
 
     def _loop(self) -> None:
         while not self._stop.is_set() and not self._declare():
             self._stop.wait(_RETRY_DELAY)
-        next_refresh = time.monotonic() + REFRESH_INTERVAL
+        clock, refresh_every = self._clock, timedelta(seconds=REFRESH_INTERVAL)
+        next_refresh = clock.now() + refresh_every
         while not self._stop.is_set():
             try:
-                wake = self._fire_due(self._clock())
+                wake = self._fire_due(clock.now())
             except Exception:
                 log.exception("periodic: firing failed; trying again in %ss", _RETRY_DELAY)
                 self._stop.wait(_RETRY_DELAY)
                 continue
             idle = self._idle()
-            if not idle and time.monotonic() >= next_refresh:
+            if not idle and clock.now() >= next_refresh:
                 self._run(lambda c: repository.refresh_periodic(c, self._names), "refresh")
-                next_refresh = time.monotonic() + REFRESH_INTERVAL
-            timeout = (wake - self._clock()).total_seconds()
+                next_refresh = clock.now() + refresh_every
             if not idle:
-                timeout = min(timeout, next_refresh - time.monotonic())
-            self._stop.wait(max(0.0, timeout) + 0.001)
+                wake = min(wake, next_refresh)
+            clock.sleep(max(0.0, (wake - clock.now()).total_seconds()) + 0.001, self._stop)
 
     def _fire_due(self, now: datetime) -> datetime:
         """Fire every due tick; return when the next one is."""
@@ -176,7 +207,7 @@ class Scheduler:
     # -- statements -------------------------------------------------------------------------------
 
     def _declare(self) -> bool:
-        now = self._clock()
+        now = self._clock.now()
         rows = self._run(
             lambda c: repository.declare_periodic(c, self._definitions, now), "declare"
         )
@@ -192,7 +223,7 @@ class Scheduler:
         self._rows = {row.name: row for row in rows}
         missing = [d for d in self._definitions if d.name not in self._rows]
         if missing:
-            now = self._clock()
+            now = self._clock.now()
             declared = self._run(lambda c: repository.declare_periodic(c, missing, now), "declare")
             self._rows.update({row.name: row for row in declared or []})
         return True

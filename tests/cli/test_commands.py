@@ -308,11 +308,12 @@ def test_stats_count_cancelled_jobs_apart_from_failed_ones(cli: Cli, db: Engine)
 
 
 def test_cancel_names_the_ids_it_skipped(cli: Cli, db: Engine) -> None:
-    """A row held for long (here 5 s, as a transaction-mode worker holds its job) is skipped
-    after the cancel's bounded wait, and named; the other ids are cancelled."""
+    """A row held for long (here until the command returned, however long its interpreter
+    took to start, 60 s at most: as a transaction-mode worker holds its job) is skipped after
+    the cancel's bounded wait, and named; the other ids are cancelled."""
     with db.begin() as conn:
         held, free = pgqueue.enqueue_many(conn, [{}, {}])
-    with row_locked(db, held, 5.0) as released:
+    with row_locked(db, held, 60.0) as released:
         result = cli("cancel", str(held), str(free))
         assert not released.is_set()
     assert result.code == 1

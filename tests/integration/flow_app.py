@@ -8,7 +8,8 @@ Queues ``flow`` and ``other``, one handler: it marks itself live (a committed ro
 ``flow_live``), then records in ``flow_log`` its job, attempt, pid, key, the database clock, how
 many handlers were live and how many jobs of its queue (and of its key) were ``running`` in the
 table at that moment,
-works ``payload["sleep"]`` seconds (default 0), and unmarks itself. A handler counts the live
+works (``app_support.hold``: ``payload["sleep"]`` seconds, default 0, or until the file
+``payload["until"]`` exists), and unmarks itself. A handler counts the live
 rows after its own row committed, so of handlers that run at once the last to count sees them
 all: the peak of ``flow_log.live`` is the peak of handlers running together.
 """
@@ -17,9 +18,8 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 
-from app_support import app_engine, serve
+from app_support import app_engine, hold, serve
 from sqlalchemy import text
 
 import pgqueue
@@ -46,7 +46,7 @@ def main() -> int:
                 ),
                 {"j": job.id, "a": job.attempts, "p": os.getpid(), "q": job.queue},
             )
-        time.sleep(float((job.payload or {}).get("sleep", 0)))
+        hold(job.payload)
         with engine.begin() as conn:
             conn.execute(
                 text("DELETE FROM flow_live WHERE job_id = :j AND attempts = :a"),

@@ -1,15 +1,16 @@
 """A target for ``pgqueue worker scale_app:handlers --processes N`` in the supervisor tests.
 
 ``effects`` inserts ``(job_id, attempts, pid)`` into ``effects`` (through an engine of its own on
-``PGQUEUE_APP_URL``), then sleeps ``payload["sleep"]`` seconds (default 0).
+``PGQUEUE_APP_URL``), then works (``app_support.hold``: ``payload["sleep"]`` seconds, default 0,
+or until the file ``payload["until"]`` exists).
 """
 
 from __future__ import annotations
 
 import os
 import threading
-import time
 
+from app_support import hold
 from sqlalchemy import Engine, create_engine, text
 
 import pgqueue
@@ -32,7 +33,7 @@ def effects(job: pgqueue.JobContext) -> None:
             text("INSERT INTO effects VALUES (:j, :a, :p)"),
             {"j": job.id, "a": job.attempts, "p": os.getpid()},
         )
-    time.sleep(float((job.payload or {}).get("sleep", 0)))
+    hold(job.payload)
 
 
 handlers = {"effects": effects}

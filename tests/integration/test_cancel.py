@@ -40,7 +40,7 @@ def test_cancel_gives_the_caller_its_own_lock_timeout_back(engine: Engine, kind:
         brief, held = pgqueue.enqueue_many(conn, ["brief", "held"])
     with (
         row_locked(engine, brief, 0.3),
-        row_locked(engine, held, 5.0) as released,
+        row_locked(engine, held, 30.0) as released,  # held until the block ends
         _caller(engine, kind) as conn,
     ):
         conn.execute(text("SET LOCAL lock_timeout = '3s'"))

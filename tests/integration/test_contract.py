@@ -395,11 +395,11 @@ def test_cancel_waits_for_a_row_another_statement_holds_briefly(q: Runner) -> No
 
 
 def test_cancel_skips_a_row_held_for_long_and_names_it(q: Runner) -> None:
-    """A transaction holding the row for 5 s: the cancel gives up on that row after its lock
-    timeout, cancels the others, names the one skipped, and the caller's transaction (a write
-    before and one after) commits as if nothing happened."""
+    """A transaction holding the row until the cancel returned (30 s at most): the cancel gives
+    up on that row after its lock timeout, cancels the others, names the one skipped, and the
+    caller's transaction (a write before and one after) commits as if nothing happened."""
     held, free = q.run("enqueue_many", ["held", "free"], queue="long")
-    with row_locked(q.engine, held, 5.0) as released:
+    with row_locked(q.engine, held, 30.0) as released:
         started = time.monotonic()
         _, report, _ = q.tx(
             [

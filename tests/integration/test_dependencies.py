@@ -6,13 +6,14 @@ the graph, bad input writes nothing, and the claim keeps its plan with waiting j
 from __future__ import annotations
 
 import threading
+from contextlib import ExitStack
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
 from test_article import _assert_article_shape as assert_article_shape
-from worker_helpers import claim_plan, scalar
+from worker_helpers import claim_plan, row_locked, scalar
 
 import pgqueue
 from pgqueue import repository
@@ -412,3 +413,26 @@ def test_testing_drain_runs_a_fan_out_and_its_fan_in_to_the_end_in_dependency_or
     assert order[0] == first
     assert sorted(order[1:4]) == members
     assert order[4:] == [fan_in, last]
+
+
+def test_a_worker_drain_runs_the_job_the_last_completion_released(engine: Engine) -> None:
+    """``run(until_empty=True)`` on a chain of two: the parent's completion waits for another
+    session's row lock (a real transaction) while the claimer polls every 50 ms and finds
+    nothing, as the child still waits; the drain polls again once the completion released the
+    child, and runs it."""
+    with engine.begin() as conn:
+        parent = pgqueue.enqueue(conn, "parent")
+        child = pgqueue.enqueue(conn, "child", depends_on=[parent])
+    ran: list[int] = []
+    with ExitStack() as holder:
+
+        def handler(job: pgqueue.JobContext) -> None:
+            ran.append(job.id)
+            if job.id == parent:  # held for a second: the completion waits, the claimer polls
+                holder.enter_context(row_locked(engine, job.id, 1.0))
+
+        worker = pgqueue.Worker(engine, {"default": handler}, listen=False, poll_interval=0.05)
+        stats = worker.run(until_empty=True)
+    assert ran == [parent, child]
+    assert stats.done == 2
+    assert [_row(engine, i).status for i in (parent, child)] == ["done", "done"]

@@ -111,14 +111,17 @@ def test_a_key_with_a_backlog_does_not_hold_up_the_others(
     assert scalar(flow, "SELECT max(running) FROM flow_log") <= 4
 
 
-def test_pause_and_resume(flow: Engine, spawn: Callable[..., subprocess.Popen[str]]) -> None:
+def test_pause_and_resume(
+    flow: Engine, spawn: Callable[..., subprocess.Popen[str]], tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
     with flow.begin() as conn:
         assert pgqueue.pause(conn, "flow")
     paused = _enqueue(flow, [{}] * 20, "flow")
     others = _enqueue(flow, [{}] * 20, "other")
     worker = spawn(concurrency=4, poll=0.5)  # started while the queue is paused
     until(lambda: _done(flow, "other") == len(others), 30, "the other queue to drain")
-    time.sleep(1.5)  # another settings read and fallback poll pass: still nothing of `flow`
+    time.sleep(1.2)  # an absence: a settings read (every 1 s) and two polls pass, none claims it
     assert scalar(flow, "SELECT count(*) FROM flow_log WHERE queue = 'flow'") == 0
     assert scalar(
         flow, "SELECT count(*) FROM jobs WHERE id = ANY(:ids) AND status = 'queued'", ids=paused
@@ -126,8 +129,9 @@ def test_pause_and_resume(flow: Engine, spawn: Callable[..., subprocess.Popen[st
     with flow.begin() as conn:
         assert pgqueue.resume(conn, "flow")
     until(lambda: _done(flow, "flow") == len(paused), 30, "the resumed queue to drain")
-    # Paused while running: jobs already running finish, no new one starts.
-    running = _enqueue(flow, [{"sleep": 2}] * 2, "flow")
+    # Paused while running: jobs already running finish, no new one starts. They work until the
+    # test releases them.
+    running = _enqueue(flow, [{"until": str(release)}] * 2, "flow")
     until(
         lambda: (
             scalar(flow, "SELECT count(*) FROM flow_log WHERE job_id = ANY(:ids)", ids=running) == 2
@@ -141,6 +145,7 @@ def test_pause_and_resume(flow: Engine, spawn: Callable[..., subprocess.Popen[st
     later = _enqueue(flow, [{}] * 10, "flow")
     more = _enqueue(flow, [{}] * 10, "other")
     until(lambda: _done(flow, "other") == len(others) + len(more), 30, "the others to drain")
+    release.touch()
     until(
         lambda: (
             scalar(
@@ -153,7 +158,7 @@ def test_pause_and_resume(flow: Engine, spawn: Callable[..., subprocess.Popen[st
         30,
         "the running jobs to finish normally",
     )
-    time.sleep(1.5)
+    time.sleep(1.0)  # an absence: the freed slots and two polls claim nothing of `flow`
     assert scalar(
         flow, "SELECT count(*) FROM jobs WHERE id = ANY(:ids) AND status = 'queued'", ids=later
     ) == len(later)

@@ -1,5 +1,10 @@
 """Periodic jobs on a real server: one job per tick across workers and restarts, missed ticks,
-a changed schedule, busy handlers, scale-to-zero, the CLI and doctor."""
+a changed schedule, busy handlers, scale-to-zero, the CLI and doctor.
+
+Where the wall clock is not the point (which ticks are enqueued, how often, by whom), the
+schedulers run on a :class:`SteppedClock` the test moves itself, a second a step, without waiting
+for real seconds to pass; the worker processes, the busy handlers' lateness and scale-to-zero run
+on the real time."""
 
 from __future__ import annotations
 
@@ -8,7 +13,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta, timezone
 from itertools import pairwise
 from typing import Any
@@ -16,11 +22,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
-from worker_helpers import running, statements_sent, until
+from worker_helpers import running, scalar, statements_sent, until
 
 import pgqueue
 import pgqueue._worker.scheduler
 from pgqueue import repository
+from pgqueue._worker.scheduler import Scheduler
 from tests.cli.conftest import Result, run_pgqueue
 
 UTC = timezone.utc
@@ -56,12 +63,79 @@ def quiet_worker(engine: Engine, periodic: list[pgqueue.Periodic], **kw: Any) ->
     )
 
 
+class SteppedClock:
+    """A scheduler's clock (:class:`pgqueue._worker.scheduler.Clock`) whose time moves only when
+    the test steps it; a step returns once every scheduler on it sleeps past the new time, that
+    is, once each did what was due."""
+
+    def __init__(self) -> None:
+        # Half a second past a whole one: a step of whole seconds never lands on a tick, where a
+        # scheduler's sleep (it wakes a millisecond past the tick) would not have ended yet.
+        self._now = datetime.now(UTC).replace(microsecond=500_000)
+        self._cond = threading.Condition()
+        self._wakes: dict[int, datetime] = {}  # sleeping thread -> the time it wakes at
+
+    def now(self) -> datetime:
+        with self._cond:
+            return self._now
+
+    def sleep(self, seconds: float, stop: threading.Event) -> None:
+        me = threading.get_ident()
+        with self._cond:
+            wake = self._now + timedelta(seconds=seconds)
+            self._wakes[me] = wake
+            self._cond.notify_all()
+            try:
+                while self._now < wake and not stop.is_set():
+                    self._cond.wait(0.05)  # a stop is seen within 50 ms
+            finally:
+                del self._wakes[me]
+
+    def step(self, by: timedelta = SECOND, *, schedulers: int = 1) -> None:
+        """Move the time on by ``by``, then wait until ``schedulers`` sleep past it."""
+        with self._cond:
+            self._now += by
+            self._cond.notify_all()
+            settled = self._cond.wait_for(
+                lambda: sum(w > self._now for w in self._wakes.values()) >= schedulers, 30
+            )
+        assert settled, f"{schedulers} scheduler(s) expected asleep past {self._now}"
+
+    def settle(self, *, schedulers: int = 1) -> None:
+        """Wait until ``schedulers`` declared their definitions and sleep until a tick."""
+        self.step(timedelta(0), schedulers=schedulers)
+
+
+@contextmanager
+def scheduling(
+    engine: Engine, definitions: list[pgqueue.Periodic], clock: SteppedClock
+) -> Iterator[None]:
+    """A worker's scheduler for ``definitions`` on ``clock``, on its thread for the block."""
+    stop = threading.Event()
+    scheduler = Scheduler(
+        engine, definitions, stop=stop, idle=lambda: False, on_enqueued=lambda q: None, clock=clock
+    )
+    scheduler.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        scheduler.join(10)
+
+
 @pytest.mark.slow
 def test_three_worker_processes_enqueue_each_tick_once(
     effects: Engine, spawn: Callable[..., subprocess.Popen[str]]
 ) -> None:
+    ran = "SELECT count(*) FROM effects"
     procs = [spawn(periodic="every-second=1") for _ in range(3)]
-    time.sleep(7)
+    # Stopped just after a tick's job ran, every tick enqueued so far having run: the next tick
+    # is most of a second away.
+    until(
+        lambda: scalar(effects, ran) >= 5 and scalar(effects, ran) == len(ticks_of(effects)),
+        30,
+        "five ticks run",
+    )
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     for proc in procs:
@@ -71,11 +145,11 @@ def test_three_worker_processes_enqueue_each_tick_once(
     assert_one_job_per_tick(first)
     # Every tick's job ran once.
     with effects.connect() as conn:
-        ran = conn.execute(text("SELECT count(*), count(DISTINCT job_id) FROM effects")).one()
-    assert ran == (len(first), len(first))
+        runs = conn.execute(text("SELECT count(*), count(DISTINCT job_id) FROM effects")).one()
+    assert runs == (len(first), len(first))
     # A worker started afterwards adds none of the ticks that already ran.
     late = spawn(periodic="every-second=1")
-    time.sleep(2.5)
+    until(lambda: len(ticks_of(effects)) > len(first), 30, "a tick of the late worker")
     late.send_signal(signal.SIGTERM)
     assert late.wait(30) == 0
     after = ticks_of(effects)
@@ -86,12 +160,19 @@ def test_three_worker_processes_enqueue_each_tick_once(
 
 
 def test_many_workers_in_threads_share_each_tick(engine: Engine) -> None:
-    """Four workers of one process declare the same definition: one job per tick."""
+    """Four workers' schedulers declare the same definition and wake at each tick together: one
+    job per tick."""
     every = pgqueue.Periodic("shared", SECOND, "ticks")
-    workers = [quiet_worker(engine, [every]) for _ in range(4)]
-    with running(workers[0]), running(workers[1]), running(workers[2]), running(workers[3]):
-        until(lambda: len(ticks_of(engine)) >= 4, 10, "four ticks")
-    assert_one_job_per_tick(ticks_of(engine))
+    clock = SteppedClock()
+    with ExitStack() as schedulers:
+        for _ in range(4):
+            schedulers.enter_context(scheduling(engine, [every], clock))
+        clock.settle(schedulers=4)
+        for _ in range(4):
+            clock.step(schedulers=4)
+    ticks = ticks_of(engine)
+    assert len(ticks) == 4, ticks
+    assert_one_job_per_tick(ticks)
 
 
 def _seed(engine: Engine, definition: pgqueue.Periodic, last_tick: datetime) -> None:
@@ -140,10 +221,14 @@ def test_a_new_definition_gets_no_job_for_the_past(engine: Engine) -> None:
 
 def test_a_job_carries_its_origin_and_the_definition_payload(engine: Engine) -> None:
     every = pgqueue.Periodic("sync-crm", SECOND, "crm", {"full": False}, priority=7, max_attempts=2)
+    clock = SteppedClock()
+    with scheduling(engine, [every], clock):
+        clock.settle()
+        clock.step()
+        clock.step()
     seen: list[pgqueue.JobContext] = []
-    worker = quiet_worker(engine, [every], handlers={"crm": seen.append})
-    with running(worker):
-        until(lambda: len(seen) >= 2, 10, "two ticks handled")
+    pgqueue.Worker(engine, {"crm": seen.append}, listen=False).run(until_empty=True)
+    assert len(seen) == 2, seen
     job = seen[0]
     assert job.payload == {"full": False}
     assert job.priority == 7
@@ -166,18 +251,23 @@ def test_a_changed_schedule_takes_effect_from_the_next_tick_and_never_doubles(
 ) -> None:
     old = pgqueue.Periodic("report", SECOND, "ticks")
     new = pgqueue.Periodic("report", timedelta(seconds=2), "ticks")
-    old_worker = quiet_worker(engine, [old])
-    with running(old_worker):
-        until(lambda: len(ticks_of(engine)) >= 2, 10, "ticks of the old schedule")
-        switched = datetime.now(UTC)
+    clock = SteppedClock()
+    with scheduling(engine, [old], clock):
+        clock.settle()
+        clock.step()
+        clock.step()
+        assert len(ticks_of(engine)) == 2  # ticks of the old schedule
+        switched = clock.now()
         # The new deploy starts beside the old worker: the newest declaration wins.
-        with running(quiet_worker(engine, [new])):
-            time.sleep(4.5)
+        with scheduling(engine, [new], clock):
+            clock.settle(schedulers=2)
+            for _ in range(4):
+                clock.step(schedulers=2)
     ticks = ticks_of(engine)
     before = [t for t in ticks if t <= switched]
     after = [t for t in ticks if t > switched]
     assert_one_job_per_tick(before)
-    assert len(after) >= 2, ticks
+    assert len(after) == 2, ticks  # four seconds of the new schedule
     assert_one_job_per_tick(after, step=timedelta(seconds=2))
     assert all(t.timestamp() % 2 == 0 for t in after)
     with engine.connect() as conn:
@@ -215,21 +305,33 @@ def test_ticks_are_enqueued_on_time_while_every_handler_thread_is_busy(engine: E
 def test_skip_if_running_skips_a_tick_while_the_previous_job_runs(engine: Engine) -> None:
     release = threading.Event()
     every = pgqueue.Periodic("exclusive", SECOND, "ticks", skip_if_running=True)
-    worker = quiet_worker(
-        engine, [every], handlers={"ticks": lambda job: release.wait(20)}, concurrency=2
+    worker = pgqueue.Worker(
+        engine,
+        {"ticks": lambda job: release.wait(20)},
+        concurrency=2,
+        poll_interval=0.05,
+        install_signal_handlers=False,
     )
-    with running(worker):
+    status = "SELECT status FROM jobs ORDER BY id LIMIT 1"
+    clock = SteppedClock()
+    with running(worker), scheduling(engine, [every], clock):
+        clock.settle()
         try:
-            time.sleep(3.5)
+            clock.step()
+            until(lambda: scalar(engine, status) == "running", 10, "the first tick's job runs")
+            for _ in range(3):
+                clock.step()
             during = ticks_of(engine)
         finally:
             release.set()
-        until(lambda: len(ticks_of(engine)) > len(during), 10, "a tick after the job ended")
+        until(lambda: scalar(engine, status) == "done", 10, "the first tick's job done")
+        clock.step()
+        after = ticks_of(engine)
     assert len(during) == 1  # three ticks came while the first job ran: skipped
+    assert after == [during[0], during[0] + 4 * SECOND]  # the first tick after the job ended
     with engine.connect() as conn:
         (row,) = repository.periodic_states(conn, ["exclusive"])
-    assert row.last_tick is not None
-    assert row.last_tick > during[0] + SECOND
+    assert row.last_tick == during[0] + 4 * SECOND
 
 
 def test_an_idle_worker_sends_nothing_between_ticks(
@@ -237,18 +339,18 @@ def test_an_idle_worker_sends_nothing_between_ticks(
 ) -> None:
     """Scale-to-zero: an idle worker's scheduler sleeps until the next tick, while an awake one
     refreshes ``declared_at`` (every 0.3 s here instead of 5 minutes)."""
-    monkeypatch.setattr(pgqueue._worker.scheduler, "REFRESH_INTERVAL", 0.3)
+    monkeypatch.setattr(pgqueue._worker.scheduler, "REFRESH_INTERVAL", 0.2)
     nightly = pgqueue.Periodic("nightly", "0 3 * * *", "ticks")
     with (
         statements_sent(engine, "jobs_periodic") as awake,
         running(quiet_worker(engine, [nightly])),
     ):
-        time.sleep(2)
-    assert len(awake) >= 4, awake  # the declaration, then refreshes
+        until(lambda: len(awake) >= 4, 10, "the declaration, then refreshes")
     idle_worker = quiet_worker(engine, [nightly], idle_poll_interval=600, idle_after=0)
     with statements_sent(engine, "jobs_periodic") as idle, running(idle_worker):
         until(lambda: len(idle) >= 1, 10, "the declaration")
-        time.sleep(2)
+        until(lambda: idle_worker.idle, 10, "the worker idle")
+        time.sleep(1.0)  # an absence: five refreshes' worth of an awake worker
         assert idle_worker.idle
     assert len(idle) == 1, idle  # the declaration only: nothing until 03:00
 

@@ -11,11 +11,13 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import URL
+from worker_helpers import heard, until
 
 import pgqueue
 import pgqueue.migrations
@@ -130,7 +132,7 @@ def test_notify_uses_the_schema_channel(placed: tuple[Engine, Engine], empty_db_
         listener.execute("LISTEN jobs")
         with mapped.begin() as conn:
             pgqueue.enqueue(conn, {}, queue="mail")
-        got = [(n.channel, n.payload) for n in listener.notifies(timeout=1.0)]
+        got = heard(listener, 10, expect=1)
     assert got == [(f"{SCHEMA}.jobs", "mail")]
 
 
@@ -148,7 +150,7 @@ def test_priorities_keys_and_cancel_follow_the_schema(
         listener.execute(f'LISTEN "{SCHEMA}.jobs"')
         with mapped.begin() as conn:
             assert pgqueue.cancel(conn, [low]) == [low]
-        got = [(n.channel, n.payload) for n in listener.notifies(timeout=1.0)]
+        got = heard(listener, 10, expect=1)
     assert got == [(f"{SCHEMA}.jobs", ",cancel")]  # the cancel hint on the schema's channel
     with mapped.begin() as conn:
         assert pgqueue.enqueue(conn, {}, queue="mail", unique_key="k") != low  # freed
@@ -171,9 +173,7 @@ def test_periodic_definitions_follow_the_schema(placed: tuple[Engine, Engine]) -
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        deadline = time.monotonic() + 10
-        while len(handled) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until(lambda: len(handled) >= 2, 10, "two ticks handled")
     finally:
         worker.stop()
         thread.join(30)
@@ -197,26 +197,22 @@ def test_worker_listens_on_the_schema_channel(
     )
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
+
+    def listening() -> bool:
+        with psycopg.connect(to_libpq_url(empty_db_url), autocommit=True) as probe:
+            row = probe.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
+                (f'LISTEN "{SCHEMA}.jobs"',),
+            ).fetchone()
+        return bool(row and row[0])
+
     try:
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            with psycopg.connect(to_libpq_url(empty_db_url), autocommit=True) as probe:
-                row = probe.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE query = %s",
-                    (f'LISTEN "{SCHEMA}.jobs"',),
-                ).fetchone()
-            if row and row[0]:
-                break
-            time.sleep(0.05)
-        else:
-            raise AssertionError("the worker never listened on the schema's channel")
+        until(listening, 10, "the worker to listen on the schema's channel")
         time.sleep(0.2)  # past the first poll
         t0 = time.monotonic()
         with mapped.begin() as conn:
             job_id = pgqueue.enqueue(conn, {}, queue="mail")
-        while job_id not in started and time.monotonic() - t0 < 5:
-            time.sleep(0.01)
-        assert job_id in started
+        until(lambda: job_id in started, 5, "the notified job")
         assert started[job_id] - t0 < 3  # woken by the notification, not the 30 s poll
     finally:
         worker.stop()
@@ -339,15 +335,15 @@ def test_the_workers_row_and_view_follow_the_schema(placed: tuple[Engine, Engine
         job_id = pgqueue.enqueue(conn, {}, queue="mail")
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
+    seen: list[dict[str, Any]] = []
+
+    def holding() -> bool:
+        with mapped.connect() as conn:
+            seen[:] = admin.connected_workers(conn)
+        return bool(seen) and seen[0]["jobs_held"] == 1
+
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            with mapped.connect() as conn:
-                seen = admin.connected_workers(conn)
-            if seen and seen[0]["jobs_held"] == 1:
-                break
-            assert time.monotonic() < deadline, seen
-            time.sleep(0.05)
+        until(holding, 20, "the worker's row to show its job")
         assert seen[0]["queues"] == ["mail"]
         with plain.connect() as conn:
             row = conn.execute(text(f"SELECT name, queues FROM {SCHEMA}.jobs_workers")).one()

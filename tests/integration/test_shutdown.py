@@ -7,9 +7,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -19,22 +19,32 @@ import pgqueue
 
 
 def test_leases_of_running_handlers_are_kept_during_the_shutdown_grace(
-    effects: Engine, spawn: Callable[..., subprocess.Popen[str]]
+    effects: Engine, spawn: Callable[..., subprocess.Popen[str]], tmp_path: Path
 ) -> None:
     # Issue #20 item 1: the heartbeat used to stop at SIGTERM, the lease (3 s) ran out inside
     # the grace (10 s), the other worker's reaper requeued the job and ran attempt 2 while the
-    # first handler (7 s) still ran.
+    # first handler still ran. Here the handler runs until the test releases it.
+    release = tmp_path / "release"
+    lease, reap = timedelta(seconds=3), timedelta(seconds=0.5)
     with effects.begin() as conn:
-        job_id = pgqueue.enqueue(conn, {"sleep": 7}, queue="effects")
-    first = spawn(concurrency=1, lease=3, shutdown=10, poll=0.2)
+        job_id = pgqueue.enqueue(conn, {"until": str(release)}, queue="effects")
+    first = spawn(concurrency=1, lease=lease.seconds, shutdown=10, poll=0.2)
     until(lambda: scalar(effects, "SELECT count(*) FROM effects") == 1, 20, "the handler")
-    started = time.monotonic()
-    second = spawn(concurrency=1, lease=3, reap=0.5, poll=0.2)
-    time.sleep(max(0.0, started + 1.0 - time.monotonic()))
+    second = spawn(concurrency=1, lease=lease.seconds, reap=reap.total_seconds(), poll=0.2)
+    until(lambda: scalar(effects, "SELECT count(*) FROM jobs_workers") == 2, 20, "both workers")
+    signalled = scalar(effects, "SELECT now()")
     first.send_signal(signal.SIGTERM)
+    # Past the end of the lease the job had at the signal, and two of the second worker's reaps
+    # after it: the lease is still ahead, the job still the first worker's.
+    until(
+        lambda: scalar(effects, "SELECT now() > :t", t=signalled + lease + 2 * reap),
+        20,
+        "the lease of the signal's time to be over",
+    )
+    assert first.poll() is None  # still in its grace, waiting for its handler
+    assert scalar(effects, "SELECT locked_until > now() FROM jobs WHERE id = :id", id=job_id)
+    release.touch()
     assert first.wait(20) == 0
-    assert time.monotonic() - started >= 6.5  # it waited for its handler
-    time.sleep(1.5)  # three more reaps by the second worker: nothing left to take
     second.send_signal(signal.SIGTERM)
     assert second.wait(20) == 0
     with effects.connect() as conn:
@@ -76,8 +86,10 @@ def test_a_handler_still_running_at_the_deadline_is_left_to_its_lease(engine: En
         assert not thread.is_alive()
         ended = _locked_until(engine, job_id)
         assert ended > stopped_at + lease  # extended during the grace
-        time.sleep(1.0)  # two beats' worth
-        assert _locked_until(engine, job_id) == ended  # none after the deadline
+        # No beat after the deadline: the lease runs out (a beat every 0.5 s would have moved
+        # it twice meanwhile).
+        until(lambda: scalar(engine, "SELECT now() > :t", t=ended), 10, "the lease's end")
+        assert _locked_until(engine, job_id) == ended
         until(lambda: _reap(engine) == [job_id], 10, "the lease to expire")
     finally:
         release.set()
@@ -99,13 +111,14 @@ def _reap(engine: Engine) -> list[int]:
 
 
 def test_a_handler_that_stops_on_job_stopping_gives_its_job_back_with_snooze(
-    effects: Engine, spawn: Callable[..., subprocess.Popen[str]]
+    effects: Engine, spawn: Callable[..., subprocess.Popen[str]], tmp_path: Path
 ) -> None:
     # Issue #20 item 2: a handler returning early on job.stopping got its unfinished job marked
     # done. ``raise pgqueue.Snooze(0)`` gives it back without using up an attempt, so even with
-    # max_attempts=1 a later worker runs it to the end.
+    # max_attempts=1 a later worker runs it to the end. Its work lasts until the test releases it.
+    release = tmp_path / "release"
     with effects.begin() as conn:
-        job_id = pgqueue.enqueue(conn, {"sleep": 3}, queue="polite", max_attempts=1)
+        job_id = pgqueue.enqueue(conn, {"until": str(release)}, queue="polite", max_attempts=1)
     first = spawn(concurrency=1, lease=3, shutdown=10, poll=0.2)
     until(lambda: scalar(effects, "SELECT count(*) FROM effects") == 1, 20, "the handler")
     first.send_signal(signal.SIGTERM)
@@ -120,6 +133,7 @@ def test_a_handler_that_stops_on_job_stopping_gives_its_job_back_with_snooze(
         ).one()
     assert tuple(given_back) == ("queued", 1, 2, 1, True, None, None, None)
 
+    release.touch()  # the next run works to the end
     second = spawn(concurrency=1, lease=3, poll=0.2, until_empty=1)
     assert second.wait(20) == 0
     with effects.connect() as conn:

@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from datetime import timedelta
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
-from worker_helpers import statements_sent
+from worker_helpers import row_locked, statements_sent
 
 import pgqueue
 import pgqueue.aio
@@ -131,6 +132,29 @@ def test_snooze_zero_runs_the_job_again_at_once_with_all_its_attempts(engine: En
 
     worker = pgqueue.Worker(engine, {"q": handler}, listen=False, poll_interval=0.1)
     stats = worker.run(until_empty=True)
+    assert runs == [1, 2]
+    assert (stats.snoozed, stats.done, stats.failed) == (1, 1, 0)
+    assert tuple(_row(engine, job_id))[:4] == ("done", 2, 2, 1)
+
+
+def test_a_drain_does_not_end_on_a_poll_made_while_a_snooze_was_still_being_written(
+    engine: Engine,
+) -> None:
+    """The snooze's write waits for another session's row lock (a real transaction) while the
+    claimer polls every 50 ms and finds nothing: those polls came before the job was queued
+    again, so ``until_empty`` must poll once more after the write, not return."""
+    (job_id,) = _enqueue(engine, [{}], max_attempts=1)
+    runs: list[int] = []
+    with ExitStack() as holder:
+
+        def handler(job: JobContext) -> None:
+            runs.append(job.attempts)
+            if job.attempts == 1:  # held for a second: the flush waits, the claimer polls
+                holder.enter_context(row_locked(engine, job.id, 1.0))
+                raise pgqueue.Snooze(0)
+
+        worker = pgqueue.Worker(engine, {"q": handler}, listen=False, poll_interval=0.05)
+        stats = worker.run(until_empty=True)
     assert runs == [1, 2]
     assert (stats.snoozed, stats.done, stats.failed) == (1, 1, 0)
     assert tuple(_row(engine, job_id))[:4] == ("done", 2, 2, 1)

@@ -134,18 +134,19 @@ def test_two_processes_drain_five_thousand_jobs_exactly_once(
 
 
 def test_sigterm_stops_every_child_cleanly_and_charges_no_unstarted_job(
-    effects: Engine, supervise: Callable[..., Supervised]
+    effects: Engine, supervise: Callable[..., Supervised], tmp_path: Path
 ) -> None:
-    ids = _enqueue(effects, [{"sleep": 1.5}] * 20)
+    release = tmp_path / "release"  # the handlers work until the test releases them
+    ids = _enqueue(effects, [{"until": str(release)}] * 20)
     run = supervise("--processes", "2", "--concurrency", "2", "--poll-interval", "0.2")
     until(lambda: scalar(effects, "SELECT count(*) FROM effects") == 4, 30, "four handlers")
     # Two running and two prefetched per process.
-    until(
-        lambda: scalar(effects, "SELECT count(*) FROM jobs WHERE attempts = 1") == 8,
-        10,
-        "both processes to prefetch",
-    )
+    claimed = "SELECT count(*) FROM jobs WHERE attempts = 1"
+    until(lambda: scalar(effects, claimed) == 8, 10, "both processes to prefetch")
     run.proc.send_signal(signal.SIGTERM)
+    # Both children stopped claiming and gave their prefetched jobs back; their handlers run.
+    until(lambda: scalar(effects, claimed) == 4, 30, "the unstarted jobs given back")
+    release.touch()
     assert run.proc.wait(60) == 0, run.text()
     with effects.connect() as conn:
         rows = {r.id: r for r in conn.execute(text("SELECT id, status, attempts FROM jobs"))}
@@ -264,10 +265,12 @@ def test_a_child_that_dies_before_it_started_stops_after_three_tries(
 
 
 def test_each_child_is_a_worker_of_its_own_name_row_and_jobs(
-    effects: Engine, supervise: Callable[..., Supervised]
+    effects: Engine, supervise: Callable[..., Supervised], tmp_path: Path
 ) -> None:
-    # Two running and up to two prefetched per child: both children get some.
-    _enqueue(effects, [{"sleep": 5}] * 8)
+    # Two running and up to two prefetched per child: both children get some. The handlers work
+    # until the test releases them.
+    release = tmp_path / "release"
+    _enqueue(effects, [{"until": str(release)}] * 8)
     port = free_port()
     run = supervise(
         "--processes", "2", "--concurrency", "2", "--poll-interval", "0.2",
@@ -297,5 +300,6 @@ def test_each_child_is_a_worker_of_its_own_name_row_and_jobs(
         j: locked_by[j] for j in holders
     }
     run.proc.send_signal(signal.SIGTERM)
+    release.touch()
     assert run.proc.wait(90) == 0, run.text()
     assert scalar(effects, "SELECT count(*) FROM jobs_workers") == 0

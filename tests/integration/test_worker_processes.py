@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,11 +48,26 @@ HANDLER_KINDS = pytest.mark.parametrize(
 @pytest.mark.slow
 @HANDLER_KINDS
 def test_kill_9_only_in_flight_jobs_run_twice(
-    effects: Engine, spawn: Callable[..., subprocess.Popen[str]], queue: str, slots: dict[str, int]
+    effects: Engine,
+    spawn: Callable[..., subprocess.Popen[str]],
+    queue: str,
+    slots: dict[str, int],
+    tmp_path: Path,
 ) -> None:
-    ids = _enqueue(effects, [{"sleep": 0.5}] * 60, queue)
+    # Eight quick jobs, then jobs that work until the test releases them: the victim dies with
+    # eight done and its four handlers busy.
+    release = tmp_path / "release"
+    ids = _enqueue(effects, [{}] * 8, queue)  # an earlier run_at: claimed first
+    ids += _enqueue(effects, [{"until": str(release)}] * 52, queue)
     victim = spawn(**slots, lease=2, poll=0.2)
-    until(lambda: scalar(effects, "SELECT count(*) FROM effects") >= 8, 20, "work to start")
+    until(
+        lambda: (
+            scalar(effects, "SELECT count(*) FROM effects") == 12
+            and scalar(effects, "SELECT count(*) FROM jobs WHERE status = 'done'") == 8
+        ),
+        20,
+        "eight jobs done and four handlers busy",
+    )
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
     with effects.connect() as conn:
@@ -59,6 +75,7 @@ def test_kill_9_only_in_flight_jobs_run_twice(
             conn.execute(text("SELECT id FROM jobs WHERE status = 'running'")).scalars()
         )
     assert in_flight
+    release.touch()
     spawn(**slots, lease=2, poll=0.2, reap=0.3)
     until(
         lambda: scalar(effects, "SELECT count(*) FROM jobs WHERE status = 'done'") == len(ids),
@@ -78,11 +95,12 @@ def test_kill_9_only_in_flight_jobs_run_twice(
 
 @pytest.mark.slow
 def test_with_default_options_a_killed_workers_jobs_run_again_within_a_minute(
-    effects: Engine, spawn: Callable[..., subprocess.Popen[str]]
+    effects: Engine, spawn: Callable[..., subprocess.Popen[str]], tmp_path: Path
 ) -> None:
     """No lease, reap or poll option: the worker's defaults alone bring the jobs of a worker
     killed with SIGKILL back to another running worker within 60 seconds."""
-    victim_ids = _enqueue(effects, [{"sleep": 3}] * 2, "effects")
+    release = tmp_path / "release"  # the jobs work until the survivor started them
+    victim_ids = _enqueue(effects, [{"until": str(release)}] * 2, "effects")
     victim = spawn(concurrency=4, lease="default", prefetch=0)
     until(
         lambda: scalar(effects, "SELECT count(*) FROM effects WHERE pid = :p", p=victim.pid) == 2,
@@ -114,6 +132,7 @@ def test_with_default_options_a_killed_workers_jobs_run_again_within_a_minute(
     )
     restarted_after = time.monotonic() - killed
     assert restarted_after < 60, restarted_after
+    release.touch()
     until(
         lambda: scalar(effects, "SELECT count(*) FROM jobs WHERE status = 'done'") == 2,
         30,
@@ -150,15 +169,24 @@ def test_job_that_kills_its_worker_ends_failed_via_the_reaper(
     ids=["threads", "asyncio"],
 )
 def test_sigterm_finishes_running_and_releases_claimed_jobs(
-    effects: Engine, spawn: Callable[..., subprocess.Popen[str]], queue: str, slots: dict[str, int]
+    effects: Engine,
+    spawn: Callable[..., subprocess.Popen[str]],
+    queue: str,
+    slots: dict[str, int],
+    tmp_path: Path,
 ) -> None:
-    ids = _enqueue(effects, [{"sleep": 2}] * 10, queue)
+    release = tmp_path / "release"  # the handlers work until the test releases them
+    ids = _enqueue(effects, [{"until": str(release)}] * 10, queue)
     proc = spawn(**slots, prefetch=2, poll=0.2, shutdown=20)
     until(lambda: scalar(effects, "SELECT count(*) FROM effects") == 2, 20, "two handlers")
-    claimed = scalar(effects, "SELECT count(*) FROM jobs WHERE attempts = 1")
-    assert claimed == 4  # two running, two prefetched
+    claimed = "SELECT count(*) FROM jobs WHERE attempts = 1"
+    assert scalar(effects, claimed) == 4  # two running, two prefetched
     t0 = time.monotonic()
     proc.send_signal(signal.SIGTERM)
+    # The prefetched two given back (the stop is in force), the running two still running.
+    until(lambda: scalar(effects, claimed) == 2, 10, "the unstarted jobs given back")
+    assert proc.poll() is None  # it waits for its handlers
+    release.touch()
     assert proc.wait(20) == 0
     assert time.monotonic() - t0 < 10
     with effects.connect() as conn:

@@ -7,22 +7,21 @@ PGQUEUE_APP_UNTIL_EMPTY (1 to drain and exit), PGQUEUE_APP_ASYNC_CONCURRENCY,
 PGQUEUE_APP_PERIODIC (``name=seconds``: a periodic definition enqueuing on ``ticks`` every that
 many seconds).
 
-Queues: ``effects`` inserts ``(job_id, attempts, pid)`` into ``effects``, then sleeps
-``payload["sleep"]`` seconds; ``aeffects`` does the same from an ``async def`` handler through an
-``AsyncEngine`` and ``asyncio.sleep``; ``crash`` kills its worker every time; ``polite`` records
-like ``effects`` and works ``payload["sleep"]`` seconds, but gives its job back with
-``raise pgqueue.Snooze(0)`` as soon as ``job.stopping`` is set.
+Queues: ``effects`` inserts ``(job_id, attempts, pid)`` into ``effects``, then works
+(``app_support.hold``: ``payload["sleep"]`` seconds, or until the file ``payload["until"]``
+exists); ``aeffects`` does the same from an ``async def`` handler through an ``AsyncEngine`` and
+``asyncio.sleep``; ``crash`` kills its worker every time; ``polite`` records and works like
+``effects``, but gives its job back with ``raise pgqueue.Snooze(0)`` as soon as ``job.stopping``
+is set.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sys
-import time
 from datetime import timedelta
 
-from app_support import app_engine, serve
+from app_support import ahold, app_engine, hold, serve
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -45,7 +44,7 @@ def main() -> int:
 
     def effects(job: pgqueue.JobContext) -> None:
         record(engine, job)  # first: a row means the handler started
-        time.sleep(float((job.payload or {}).get("sleep", 0)))  # ignores job.stopping on purpose
+        hold(job.payload)  # ignores job.stopping on purpose
 
     aengine = create_async_engine(env["PGQUEUE_APP_URL"], pool_size=10)
 
@@ -55,17 +54,15 @@ def main() -> int:
                 text("INSERT INTO effects VALUES (:j, :a, :p)"),
                 {"j": job.id, "a": job.attempts, "p": os.getpid()},
             )
-        await asyncio.sleep(float((job.payload or {}).get("sleep", 0)))
+        await ahold(job.payload)
 
     def crash(job: pgqueue.JobContext) -> None:
         os._exit(3)
 
     def polite(job: pgqueue.JobContext) -> None:
         record(engine, job)  # first: a row means the handler started
-        end = time.monotonic() + float((job.payload or {}).get("sleep", 0))
-        while time.monotonic() < end:
-            if job.stopping.wait(0.05):
-                raise pgqueue.Snooze(0)  # what the docs advise: give the job back
+        if hold(job.payload, job.stopping):
+            raise pgqueue.Snooze(0)  # what the docs advise: give the job back
 
     periodic = []
     if env.get("PGQUEUE_APP_PERIODIC"):

@@ -88,10 +88,19 @@ def claim_plan(engine: Engine) -> list[str]:
     return plan
 
 
-def heard(listener: Any, timeout: float) -> list[tuple[str, str]]:
-    """``(channel, payload)`` of every notification the ``listener`` fixture gets in
-    ``timeout`` seconds."""
-    return [(n.channel, n.payload) for n in listener.notifies(timeout=timeout)]
+#: Seconds a listener on this host waits after the notifications it expected: one more sent by
+#: the same commit (a duplicate, a queue too many) arrives with them, well within that.
+QUIET = 0.3
+
+
+def heard(listener: Any, timeout: float, *, expect: int | None = None) -> list[tuple[str, str]]:
+    """``(channel, payload)`` of the notifications a LISTEN connection (the ``listener`` fixture)
+    gets: every one in ``timeout`` seconds; with ``expect``, as soon as that many came
+    (``timeout`` at most), with any more that follow within :data:`QUIET` seconds."""
+    if expect is None:
+        return [(n.channel, n.payload) for n in listener.notifies(timeout=timeout)]
+    got = [(n.channel, n.payload) for n in listener.notifies(timeout=timeout, stop_after=expect)]
+    return got + [(n.channel, n.payload) for n in listener.notifies(timeout=QUIET)]
 
 
 class Tally:
@@ -164,10 +173,11 @@ def row_locked(
     seconds: float,
     sql: str = "SELECT 1 FROM jobs WHERE id = :id FOR UPDATE",
 ) -> Iterator[threading.Event]:
-    """Another session locks the job's row (``sql``, by default ``SELECT ... FOR UPDATE``) for
-    ``seconds``, then commits: a real concurrent transaction. Yields once the lock is held; the
-    event is set when the holder let go. Waits (bounded) for the holder on the way out."""
-    locked, released = threading.Event(), threading.Event()
+    """Another session locks the job's row (``sql``, by default ``SELECT ... FOR UPDATE``) and
+    commits after ``seconds``, or when the block ends if that comes first: a real concurrent
+    transaction. Yields once the lock is held; the event is set when the holder let go. A long
+    hold costs nothing once the block is done with it."""
+    locked, released, done = threading.Event(), threading.Event(), threading.Event()
     failure: list[BaseException] = []
 
     def hold() -> None:
@@ -175,7 +185,7 @@ def row_locked(
             with engine.connect() as conn:
                 conn.execute(text(sql), {"id": job_id})
                 locked.set()
-                time.sleep(seconds)
+                done.wait(seconds)
                 conn.commit()
         except BaseException as exc:  # reported by the test's thread
             failure.append(exc)
@@ -189,7 +199,8 @@ def row_locked(
     try:
         yield released
     finally:
-        thread.join(seconds + 30)
+        done.set()
+        thread.join(30)
         assert not failure, failure
 
 
