@@ -273,6 +273,14 @@ def split_target(spec: str) -> tuple[str, str]:
     return module_name, attr
 
 
+def put_cwd_on_path() -> None:
+    """The current directory first on ``sys.path``, as ``python -m`` has it: the user's code in
+    the folder the command runs in is importable (the ``pgqueue`` script alone puts its own
+    folder there). Called before any module of the user's is looked up or imported."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
 def load_target(spec: str) -> object:
     """Import ``module:attr`` (the current directory first on ``sys.path``, like ``python -m``).
 
@@ -280,8 +288,7 @@ def load_target(spec: str) -> object:
     own ``RuntimeError("config missing")``, even ``sys.exit``) is a user error naming it.
     """
     module_name, attr = split_target(spec)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    put_cwd_on_path()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
