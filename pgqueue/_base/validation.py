@@ -149,11 +149,16 @@ def encode_headers(headers: object) -> str | None:
 
 
 def check_queue(queue: object) -> str:
-    """A queue name travels as the NOTIFY payload and in comma-separated CLI lists."""
+    """A queue name travels as the NOTIFY payload and in comma-separated CLI lists: a non-empty
+    ``str``, not blank, without a comma or control characters, of at most 7,999 bytes.
+
+    Every function that takes a queue name checks it here."""
     if not isinstance(queue, str):
         raise InvalidArgumentTypeError("queue", "str", queue)
     if not queue:
         raise InvalidArgumentError("queue", "must not be empty")
+    if queue.isspace():  # " " or "\u3000": stored, it is a row no one can read or click
+        raise InvalidArgumentError("queue", f"must not be blank, got {queue!r}")
     if "," in queue:
         raise InvalidArgumentError("queue", f"must not contain a comma: {queue!r}")
     if not queue.isprintable():  # the fast test; the search only for a name that fails it
@@ -179,6 +184,13 @@ def check_queue(queue: object) -> str:
 
 #: PostgreSQL keeps the first 63 bytes of an ``application_name``: a name to match one fits.
 MAX_NAME_BYTES = 63
+
+
+def is_ascii_digits(text: str) -> bool:
+    """``text`` is a number written in ASCII digits ``0-9`` only: what the command line and the
+    dashboard take as an id or a count. ``str.isdigit`` and ``int`` also take other scripts'
+    digits (``"٣"`` is 3 to ``int``), which nobody types as an id on purpose."""
+    return text.isascii() and text.isdigit()
 
 
 def check_name(name: str, value: object) -> str:

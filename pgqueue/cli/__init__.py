@@ -336,6 +336,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="at most LIMIT jobs started per PERIOD, e.g. 10/1s or 100/5m",
     )
     p.add_argument("--clear", action="store_true", help="remove every limit (then set those given)")
+    p.add_argument(
+        "--forget",
+        action="store_true",
+        help="drop the queue's settings row: unpaused, no limits (given alone)",
+    )
 
     p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue-sa[web])")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

@@ -27,7 +27,14 @@ from pgqueue._base import durations as _durations
 from pgqueue._base.readable import Unreadable
 from pgqueue._base.text import psql_table
 from pgqueue._base.urls import error_line, mask_text, mask_url, to_sqlalchemy_url
-from pgqueue._base.validation import MAX_BIGINT, MAX_INT32, MAX_PORT, MIN_BIGINT, check_port
+from pgqueue._base.validation import (
+    MAX_BIGINT,
+    MAX_INT32,
+    MAX_PORT,
+    MIN_BIGINT,
+    check_port,
+    is_ascii_digits,
+)
 from pgqueue._sql.driver_errors import DriverError, classify, driver_exception
 from pgqueue.errors import PgQueueError
 from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
@@ -59,6 +66,8 @@ def parse_duration(value: str) -> timedelta:
 def tcp_port(value: str, *, lowest: int) -> int:
     """A port typed on the command line, from ``lowest`` to 65535 (checked as the API checks it)."""
     try:
+        if not is_ascii_digits(value):
+            raise ValueError(value)
         return check_port("port", int(value), lowest=lowest)
     except ValueError:  # not a number, or out of range
         raise argparse.ArgumentTypeError(
@@ -67,11 +76,8 @@ def tcp_port(value: str, *, lowest: int) -> int:
 
 
 def positive_int(value: str) -> int:
-    """A count: 1 to the largest PostgreSQL ``integer`` (2147483647)."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
+    """A count: 1 to the largest PostgreSQL ``integer`` (2147483647), in ASCII digits."""
+    number = int(value) if is_ascii_digits(value) else 0
     if not 1 <= number <= MAX_INT32:
         raise argparse.ArgumentTypeError(
             f"expected a positive integer of at most {MAX_INT32}, got {value!r}"
@@ -80,11 +86,9 @@ def positive_int(value: str) -> int:
 
 
 def job_id(value: str) -> int:
-    """A job id: an integer a ``bigint`` holds; anything else is refused before any SQL."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = None
+    """A job id: an integer a ``bigint`` holds, in ASCII digits; anything else is refused before
+    any SQL."""
+    number = int(value) if is_ascii_digits(value) else None
     if number is None or not MIN_BIGINT <= number <= MAX_BIGINT:
         raise argparse.ArgumentTypeError(
             f"expected a job id (an integer of at most {MAX_BIGINT}), got {value!r}"
@@ -121,6 +125,28 @@ def note(text: str) -> None:
     """A progress or diagnostic line on stderr, passwords masked."""
     sys.stderr.write(mask_text(text) + "\n")
     sys.stderr.flush()
+
+
+class _NoteHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        note(f"pgqueue: {record.levelname.lower()}: {record.getMessage()}")
+
+
+@contextmanager
+def warnings_noted(logger: str) -> Iterator[None]:
+    """While the block runs, the WARNING (and worse) records of ``logger`` are lines on stderr
+    (``pgqueue: warning: ...``, masked like every line), and nowhere else: a command that
+    configures no logging still shows what the library warns of."""
+    target = logging.getLogger(logger)
+    handler = _NoteHandler(logging.WARNING)
+    propagate = target.propagate
+    target.addHandler(handler)
+    target.propagate = False
+    try:
+        yield
+    finally:
+        target.removeHandler(handler)
+        target.propagate = propagate
 
 
 def cell(value: object, width: int = 0) -> str:
