@@ -136,7 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("worker", cmd_worker, "run a worker for module:attr (Worker, mapping or Registry)")
     p.add_argument("target", metavar="module:attr", help="e.g. myapp.jobs:registry")
     p.add_argument("--queues", help="comma-separated subset of the handlers' queues")
-    p.add_argument("--concurrency", type=positive_int, help="handler threads (default 4)")
+    p.add_argument(
+        "--concurrency",
+        type=positive_int,
+        help="handler threads (default 4; at most 1000 unless --force-bounds)",
+    )
     p.add_argument("--burst", action="store_true", help="drain the ready jobs and exit")
     p.add_argument(
         "--lease",
@@ -156,7 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--processes",
         type=positive_int,
         default=1,
-        help="worker processes under one supervisor, each with its own engine (default 1)",
+        help="worker processes under one supervisor, each with its own engine (default 1; at "
+        "most 4 per CPU unless --force-bounds)",
+    )
+    p.add_argument(
+        "--force-bounds",
+        action="store_true",
+        help="take --processes above 4 per CPU and --concurrency above 1000",
     )
     p.add_argument(
         "--health-port",
