@@ -371,6 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="another Host name the dashboard answers to, e.g. the public name behind a proxy "
         "(repeatable; always: --host, localhost, 127.0.0.1, [::1])",
     )
+    p.add_argument(
+        "--show-raw-values",
+        action="store_true",
+        help="show payloads, errors and every other value as stored, passwords included "
+        "(default: masked as the command line masks them)",
+    )
     return parser
 
 

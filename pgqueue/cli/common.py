@@ -26,7 +26,7 @@ from sqlalchemy.engine import URL
 from pgqueue._base import durations as _durations
 from pgqueue._base.readable import Unreadable
 from pgqueue._base.text import psql_table
-from pgqueue._base.urls import error_line, mask_text, mask_url, to_sqlalchemy_url
+from pgqueue._base.urls import error_line, mask_text, mask_url, mask_value, to_sqlalchemy_url
 from pgqueue._base.validation import (
     MAX_BIGINT,
     MAX_INT32,
@@ -117,8 +117,12 @@ def emit(text: str = "") -> None:
 
 
 def emit_json(data: object) -> None:
-    """Print ``data`` as indented JSON on stdout, passwords masked."""
-    emit(json.dumps(data, indent=2, default=json_default))
+    """Print ``data`` as indented JSON on stdout, passwords masked in every string of it
+    (:func:`~pgqueue._base.urls.mask_value`), so the text printed is valid JSON of the same
+    structure; never masked again as text, which could not tell a JSON quote from a password's."""
+    masked = mask_value(data)
+    text = json.dumps(masked, indent=2, default=lambda v: mask_value(json_default(v)))
+    sys.stdout.write(text + "\n")
 
 
 def note(text: str) -> None:
@@ -160,7 +164,8 @@ def cell(value: object, width: int = 0) -> str:
         return f"{value:.1f}"
     if isinstance(value, Unreadable) and width:
         value = f"unreadable: {value.text}"  # a table's cell; the note on stderr says why
-    text = _CONTROL.sub(" ", str(value))  # a newline or a tab would break the line or table
+    # Masked before it is cut: a URL cut before its '@' would no longer look like one.
+    text = _CONTROL.sub(" ", mask_text(str(value)))  # a newline or a tab would break the table
     return text if not width or len(text) <= width else text[: width - 1] + "…"
 
 
