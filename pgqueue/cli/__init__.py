@@ -6,8 +6,8 @@ Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cance
 (bad arguments, no connection, no schema). Passwords are masked in every line printed.
 
 This module parses and dispatches; the commands live beside it in ``ops``, ``worker`` (with the
-process ``supervisor``) and ``web``, on the helpers of ``common``, and none of them imports this
-module back. ``python -m pgqueue`` and ``python -m pgqueue.cli`` run :func:`run`.
+process ``supervisor``), ``web`` and ``dev_db``, on the helpers of ``common``, and none of them
+imports this module back. ``python -m pgqueue`` and ``python -m pgqueue.cli`` run :func:`run`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pgqueue.cli.common import (
     schema_arg,
     translate_error,
 )
+from pgqueue.cli.dev_db import cmd_dev_db
 from pgqueue.cli.flow import cmd_limit, cmd_pause, cmd_queues, cmd_resume, rate_arg
 from pgqueue.cli.ops import (
     cmd_cancel,
@@ -128,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("demo", cmd_demo, "reproduce the article on an embedded or given server")
     p.add_argument(
         "--jobs", type=positive_int, default=10_000, help="jobs for steps 1-2 (default 10000)"
+    )
+
+    add(
+        "dev-db",
+        cmd_dev_db,
+        "a throwaway embedded PostgreSQL for your app, migrated; prints its URL, Ctrl-C stops it",
     )
 
     p = add("migrate", cmd_migrate, "apply pgqueue's revisions (alembic upgrade pgqueue@head)")
