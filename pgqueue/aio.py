@@ -82,6 +82,7 @@ __all__ = [
     "extend_lease",
     "fail",
     "fetch_result",
+    "forget_queue_settings",
     "group",
     "pause",
     "periodic_states",
@@ -345,7 +346,7 @@ async def remove_periodic(conn: AsyncExecutor, name: str) -> bool:
 
 async def pause(conn: AsyncExecutor, queue: str) -> bool:
     """Pause a queue; see :func:`pgqueue.repository.pause`."""
-    return await _run(conn, _flow_calls.pause(queue, channel_of(conn)))
+    return await _drive(conn, _flow_calls.pause(queue, channel_of(conn)))
 
 
 async def resume(conn: AsyncExecutor, queue: str) -> bool:
@@ -362,8 +363,13 @@ async def set_queue_limits(
     rate: Rate | None = None,
 ) -> QueueSettings:
     """Set a queue's limits; see :func:`pgqueue.repository.set_queue_limits`."""
-    call = _flow_calls.set_limits(queue, concurrency, per_key, rate, channel_of(conn))
-    return await _run(conn, call)
+    plan = _flow_calls.set_limits(queue, concurrency, per_key, rate, channel_of(conn))
+    return await _drive(conn, plan)
+
+
+async def forget_queue_settings(conn: AsyncExecutor, queue: str) -> bool:
+    """Drop a queue's settings row; see :func:`pgqueue.repository.forget_queue_settings`."""
+    return await _run(conn, _flow_calls.forget(queue, channel_of(conn)))
 
 
 async def queue_settings(conn: AsyncExecutor, queue: str | None = None) -> list[QueueSettings]:

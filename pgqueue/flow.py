@@ -29,7 +29,8 @@ from pgqueue._base.validation import check_duration, check_positive_int, check_q
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 
 # ``10/1s``, ``100/5m``, ``3/250ms``; a bare number after the slash is seconds (``10/2``).
-_RATE_TEXT = re.compile(r"\s*(\d+)\s*/\s*(\S+)\s*")
+# ASCII digits only, as every number pgqueue reads from text.
+_RATE_TEXT = re.compile(r"\s*([0-9]+)\s*/\s*(\S+)\s*")
 
 
 @dataclass(frozen=True)

@@ -671,15 +671,20 @@ def pause(conn: Executor, queue: str) -> bool:
     on (within about a second: a notification, else their fallback poll), until :func:`resume`.
 
     Running jobs finish normally, and enqueueing into a paused queue still works. The state is
-    stored in ``jobs_queues``, so it holds for workers started later and survives restarts.
-    Returns True when the queue was not paused before (False: already paused, nothing changed).
+    stored in ``jobs_queues``, so it holds for workers started later and survives restarts
+    (:func:`forget_queue_settings` drops it). Returns True when the queue was not paused before
+    (False: already paused, nothing changed).
+
+    A queue nothing knows (no queued or running job, no settings: not in ``pgqueue queues``) is
+    paused all the same, with a WARNING on the ``pgqueue.flow`` logger naming it: a typo's
+    likely sign.
 
     Raises:
-        InvalidArgumentError: an invalid queue name, before any SQL.
+        InvalidArgumentError: an invalid queue name (empty, blank, a comma...), before any SQL.
 
     .. versionadded:: 0.1.0
     """
-    return _run(conn, _flow_calls.pause(queue, channel_of(conn)))
+    return _drive(conn, _flow_calls.pause(queue, channel_of(conn)))
 
 
 def resume(conn: Executor, queue: str) -> bool:
@@ -713,7 +718,8 @@ def set_queue_limits(
             ``rate.period``, on the database clock.
 
     Running workers follow within about a second of the commit. Returns the queue's settings
-    after the change.
+    after the change. A queue nothing knows is limited all the same, with a WARNING on the
+    ``pgqueue.flow`` logger (as :func:`pause` does).
 
     Raises:
         InvalidArgumentError: before any SQL, for an invalid queue name or a limit below 1.
@@ -722,8 +728,8 @@ def set_queue_limits(
 
     .. versionadded:: 0.1.0
     """
-    call = _flow_calls.set_limits(queue, concurrency, per_key, rate, channel_of(conn))
-    return _run(conn, call)
+    plan = _flow_calls.set_limits(queue, concurrency, per_key, rate, channel_of(conn))
+    return _drive(conn, plan)
 
 
 def queue_settings(conn: Executor, queue: str | None = None) -> list[QueueSettings]:
@@ -741,4 +747,20 @@ def lock_queue_settings(conn: Executor, queue: str) -> QueueSettings:
     limits and keeps the others): two of them on one queue take turns instead of losing one's
     change.
     """
-    return _run(conn, _flow_calls.lock_settings(queue))
+    return _drive(conn, _flow_calls.lock_settings(queue))
+
+
+def forget_queue_settings(conn: Executor, queue: str) -> bool:
+    """Drop the queue's settings row (``jobs_queues``), in the caller's transaction: the queue
+    is then unpaused and unlimited, its rate window forgotten, and it leaves ``pgqueue queues``
+    once it has no queued or running job. Running workers follow within about a second of the
+    commit, as for :func:`pause`. ``pgqueue limit Q --forget`` runs it.
+
+    Returns True when a row was dropped (False: nothing was stored for the queue).
+
+    Raises:
+        InvalidArgumentError: an invalid queue name, before any SQL.
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _flow_calls.forget(queue, channel_of(conn)))

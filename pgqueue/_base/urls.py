@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from sqlalchemy.engine import URL, make_url
 
@@ -44,8 +45,27 @@ _SECRET_IN_TEXT = re.compile(
     r"(?<![a-zA-Z0-9+.-])(?P<pre>[0-9+.-]*[a-zA-Z][a-zA-Z0-9+.-]*://[^:/@\s]*:)"
     r"(?P<password>[^@\s]*)(?P<at>@?)"
 )
-# ``password=...`` conninfo pairs: each try ends at the run of blanks or the quote after it.
-_PASSWORD_KV = re.compile(r"(?P<pre>password\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+# ``password=...`` pairs (conninfo, a DSN, a config line), the value masked whole and nothing
+# after it, so the text around keeps its structure (a JSON string its closing quote):
+# - quoted, ``'...'`` or ``"..."`` (a backslash escapes the next character, as in conninfo), or
+#   ``\"...\"``, the double quotes of a JSON string's text (``\\\"...\\\"`` in JSON inside JSON,
+#   three levels deep at most): masked with its quotes, spaces and all; a quote never closed, to
+#   the end of its line;
+# - bare: up to a blank, a quote, a backslash (unless it escapes a plain character), a comma, a
+#   brace or bracket, or ``&`` (the next URL query parameter).
+# Linear: a quoted value ends at the next quote of its kind that no backslash escapes, and every
+# opening quote of a later pair is one (it follows ``=`` or a blank), so no scan passes another
+# pair's opening quote; a bare run and a JSON-escaped value end at the next quote of any kind
+# (the at most 7 backslashes before it compared with the opening's at each character it gives
+# back: a bound, so an unbounded run of them costs no square).
+_PASSWORD_KV = re.compile(
+    r"(?P<pre>password\s*=\s*)"
+    r"(?:'(?:[^'\\\n]|\\.)*(?:'|$|(?=\n))"
+    r'|"(?:[^"\\\n]|\\.)*(?:"|$|(?=\n))'
+    r'|(?P<esc>\\{1,7})"[^"]*(?P=esc)"'
+    r"""|(?:['"]|\\")?(?:[^\s'"\\,{}\[\]&]|\\[^\s'"])+)""",
+    re.IGNORECASE,
+)
 
 
 def _masked_url(match: re.Match[str]) -> str:
@@ -53,12 +73,29 @@ def _masked_url(match: re.Match[str]) -> str:
 
 
 def mask_text(text: str) -> str:
-    """Mask passwords in any text that may embed URLs or ``password=`` conninfo pairs.
+    """Mask passwords in any text that may embed URLs or ``password=`` pairs.
 
-    Time linear in the length of ``text`` (output of ``pgqueue show`` holds whole payloads).
+    ``scheme://user:secret@`` becomes ``scheme://user:***@``; ``password=secret`` becomes
+    ``password=***``, a quoted value (``password="two words"``) masked whole with its quotes, a
+    bare one up to the next blank, quote, comma, brace or bracket, so a JSON string keeps its
+    closing quote. What every line the CLI prints and every value the dashboard shows goes
+    through. Time linear in the length of ``text`` (``pgqueue show`` prints whole payloads).
     """
     text = _SECRET_IN_TEXT.sub(_masked_url, text)
     return _PASSWORD_KV.sub(lambda m: m.group("pre") + "***", text)
+
+
+def mask_value(value: Any) -> Any:
+    """``value`` with :func:`mask_text` applied to every string in it, the keys of mappings too:
+    a JSON value masked keeps its structure, so its JSON text stays valid JSON (what ``pgqueue
+    show --json`` and ``list --json`` print). Other values are returned as they are."""
+    if isinstance(value, str):
+        return mask_text(value)
+    if isinstance(value, dict):
+        return {mask_value(k): mask_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [mask_value(v) for v in value]
+    return value
 
 
 def error_line(exc: BaseException) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
@@ -149,11 +150,16 @@ def encode_headers(headers: object) -> str | None:
 
 
 def check_queue(queue: object) -> str:
-    """A queue name travels as the NOTIFY payload and in comma-separated CLI lists."""
+    """A queue name travels as the NOTIFY payload and in comma-separated CLI lists: a non-empty
+    ``str``, not blank, without a comma or control characters, of at most 7,999 bytes.
+
+    Every function that takes a queue name checks it here."""
     if not isinstance(queue, str):
         raise InvalidArgumentTypeError("queue", "str", queue)
     if not queue:
         raise InvalidArgumentError("queue", "must not be empty")
+    if queue.isspace():  # " " or "\u3000": stored, it is a row no one can read or click
+        raise InvalidArgumentError("queue", f"must not be blank, got {queue!r}")
     if "," in queue:
         raise InvalidArgumentError("queue", f"must not contain a comma: {queue!r}")
     if not queue.isprintable():  # the fast test; the search only for a name that fails it
@@ -179,6 +185,13 @@ def check_queue(queue: object) -> str:
 
 #: PostgreSQL keeps the first 63 bytes of an ``application_name``: a name to match one fits.
 MAX_NAME_BYTES = 63
+
+
+def is_ascii_digits(text: str) -> bool:
+    """``text`` is a number written in ASCII digits ``0-9`` only: what the command line and the
+    dashboard take as an id or a count. ``str.isdigit`` and ``int`` also take other scripts'
+    digits (``"٣"`` is 3 to ``int``), which nobody types as an id on purpose."""
+    return text.isascii() and text.isdigit()
 
 
 def check_name(name: str, value: object) -> str:
@@ -218,6 +231,55 @@ def check_positive_int(name: str, value: object, *, most: int = MAX_INT32) -> in
         raise InvalidArgumentError(name, f"must be at least 1, got {value}")
     if value > most:
         raise InvalidArgumentError(name, f"must be at most {most}, got {value}")
+    return value
+
+
+#: Handler threads one worker process starts at most (``Worker(concurrency=...)``,
+#: ``--concurrency``) unless forced: each holds a stack and, while it runs a job, a connection;
+#: 100,000 of them ended in a double traceback and a worker deaf to SIGTERM for 20 s.
+MAX_THREADS = 1000
+#: Coroutines one worker's event loop runs at once at most (``async_concurrency``) unless forced:
+#: cheaper than threads, yet each holds a claimed job and its lease.
+MAX_ASYNC_CONCURRENCY = 10_000
+#: Worker processes a supervisor starts per CPU at most (``--processes``) unless forced: 1,000
+#: processes took a 2-CPU host into the OOM killer.
+PROCESSES_PER_CPU = 4
+
+
+def max_processes() -> int:
+    """The most worker processes one supervisor starts unforced: :data:`PROCESSES_PER_CPU` times
+    ``os.cpu_count()`` (8 on 2 CPUs)."""
+    return PROCESSES_PER_CPU * (os.cpu_count() or 1)
+
+
+def check_threads(name: str, value: int, *, force: bool, forced_by: str) -> int:
+    """``value`` handler threads, refused above :data:`MAX_THREADS` unless ``force``."""
+    return _within_host(name, value, "handler threads", MAX_THREADS, "", force, forced_by)
+
+
+def check_coroutines(name: str, value: int, *, force: bool, forced_by: str) -> int:
+    """``value`` coroutines, refused above :data:`MAX_ASYNC_CONCURRENCY` unless ``force``."""
+    most = MAX_ASYNC_CONCURRENCY
+    return _within_host(name, value, "coroutines", most, "", force, forced_by)
+
+
+def check_processes(name: str, value: int, *, force: bool, forced_by: str) -> int:
+    """``value`` worker processes, refused above :func:`max_processes` unless ``force``."""
+    basis = f" ({PROCESSES_PER_CPU} per CPU, {os.cpu_count() or 1} CPUs here)"
+    return _within_host(name, value, "worker processes", max_processes(), basis, force, forced_by)
+
+
+def _within_host(
+    name: str, value: int, unit: str, most: int, basis: str, force: bool, forced_by: str
+) -> int:
+    """The one rule of the bounds that protect the host: above ``most``, only when forced
+    (``forced_by`` says how: ``force_bounds=True``, ``--force-bounds``)."""
+    if value > most and not check_bool("force_bounds", force):
+        raise InvalidArgumentError(
+            name,
+            f"{value} {unit} is more than {most}{basis}, the most pgqueue starts unless told "
+            f"to: pass {forced_by} to start that many anyway",
+        )
     return value
 
 

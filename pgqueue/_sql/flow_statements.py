@@ -19,14 +19,17 @@ from sqlalchemy import (
     Text,
     Update,
     bindparam,
+    exists,
     false,
     func,
+    or_,
     select,
     true,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.sql.dml import ReturningDelete
 
-from pgqueue.models import queues_table
+from pgqueue.models import JobStatus, jobs_table, queues_table, status_literal
 
 queues = queues_table
 
@@ -103,4 +106,33 @@ LOCK_SETTINGS: Insert = (
     .values(queue=bindparam("queue_name", type_=Text))
     .on_conflict_do_update(index_elements=[queues.c.queue], set_={"queue": queues.c.queue})
     .returning(*_SETTINGS_COLUMNS)
+)
+
+#: The queue's row is deleted: unpaused and unlimited, its rate window forgotten (``pgqueue limit
+#: Q --forget``). Returns a row (and notifies) only when there was one.
+FORGET: ReturningDelete[Any] = (
+    queues.delete()
+    .where(queues.c.queue == bindparam("queue_name", type_=Text))
+    .returning(queues.c.queue, _notify())
+)
+
+
+def _live_job(status: JobStatus) -> Any:
+    # The literal status, so the plan may use the partial index of that status.
+    return exists().where(
+        jobs_table.c.queue == bindparam("queue_name", type_=Text),
+        jobs_table.c.status == status_literal(status),
+    )
+
+
+#: Whether anything knows the queue: a settings row, or a queued or running job (what ``pgqueue
+#: queues`` lists). Reads the rows of ``jobs_queues``' key and the partial ``jobs_ready_idx`` and
+#: ``jobs_lease_idx``, never the finished history; the cheapest test first, each ``EXISTS``
+#: evaluated only when the ones before it found nothing. Parameter ``queue_name``.
+QUEUE_KNOWN: Select[Any] = select(
+    or_(
+        exists().where(queues.c.queue == bindparam("queue_name", type_=Text)),
+        _live_job(JobStatus.QUEUED),
+        _live_job(JobStatus.RUNNING),
+    ).label("known")
 )

@@ -6,8 +6,8 @@ Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cance
 (bad arguments, no connection, no schema). Passwords are masked in every line printed.
 
 This module parses and dispatches; the commands live beside it in ``ops``, ``worker`` (with the
-process ``supervisor``) and ``web``, on the helpers of ``common``, and none of them imports this
-module back. ``python -m pgqueue`` and ``python -m pgqueue.cli`` run :func:`run`.
+process ``supervisor``), ``web`` and ``dev_db``, on the helpers of ``common``, and none of them
+imports this module back. ``python -m pgqueue`` and ``python -m pgqueue.cli`` run :func:`run`.
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from pgqueue.cli.common import (
     schema_arg,
     translate_error,
 )
+from pgqueue.cli.dev_db import cmd_dev_db
 from pgqueue.cli.flow import cmd_limit, cmd_pause, cmd_queues, cmd_resume, rate_arg
 from pgqueue.cli.ops import (
     cmd_cancel,
@@ -131,13 +132,23 @@ def build_parser() -> argparse.ArgumentParser:
         "--jobs", type=positive_int, default=10_000, help="jobs for steps 1-2 (default 10000)"
     )
 
+    add(
+        "dev-db",
+        cmd_dev_db,
+        "a throwaway embedded PostgreSQL for your app, migrated; prints its URL, Ctrl-C stops it",
+    )
+
     p = add("migrate", cmd_migrate, "apply pgqueue's revisions (alembic upgrade pgqueue@head)")
     p.add_argument("--sql", action="store_true", help="print the SQL instead (offline mode)")
 
     p = add("worker", cmd_worker, "run a worker for module:attr (Worker, mapping or Registry)")
     p.add_argument("target", metavar="module:attr", help="e.g. myapp.jobs:registry")
     p.add_argument("--queues", help="comma-separated subset of the handlers' queues")
-    p.add_argument("--concurrency", type=positive_int, help="handler threads (default 4)")
+    p.add_argument(
+        "--concurrency",
+        type=positive_int,
+        help="handler threads (default 4; at most 1000 unless --force-bounds)",
+    )
     p.add_argument("--burst", action="store_true", help="drain the ready jobs and exit")
     p.add_argument(
         "--lease",
@@ -157,7 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--processes",
         type=positive_int,
         default=1,
-        help="worker processes under one supervisor, each with its own engine (default 1)",
+        help="worker processes under one supervisor, each with its own engine (default 1; at "
+        "most 4 per CPU unless --force-bounds)",
+    )
+    p.add_argument(
+        "--force-bounds",
+        action="store_true",
+        help="take --processes above 4 per CPU and --concurrency above 1000",
     )
     p.add_argument(
         "--health-port",
@@ -348,6 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="at most LIMIT jobs started per PERIOD, e.g. 10/1s or 100/5m",
     )
     p.add_argument("--clear", action="store_true", help="remove every limit (then set those given)")
+    p.add_argument(
+        "--forget",
+        action="store_true",
+        help="drop the queue's settings row: unpaused, no limits (given alone)",
+    )
 
     p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue-sa[web])")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
@@ -367,6 +389,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="another Host name the dashboard answers to, e.g. the public name behind a proxy "
         "(repeatable; always: --host, localhost, 127.0.0.1, [::1])",
+    )
+    p.add_argument(
+        "--show-raw-values",
+        action="store_true",
+        help="show payloads, errors and every other value as stored, passwords included "
+        "(default: masked as the command line masks them)",
     )
     return parser
 

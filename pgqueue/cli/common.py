@@ -26,8 +26,15 @@ from sqlalchemy.engine import URL
 from pgqueue._base import durations as _durations
 from pgqueue._base.readable import Unreadable
 from pgqueue._base.text import psql_table
-from pgqueue._base.urls import error_line, mask_text, mask_url, to_sqlalchemy_url
-from pgqueue._base.validation import MAX_BIGINT, MAX_INT32, MAX_PORT, MIN_BIGINT, check_port
+from pgqueue._base.urls import error_line, mask_text, mask_url, mask_value, to_sqlalchemy_url
+from pgqueue._base.validation import (
+    MAX_BIGINT,
+    MAX_INT32,
+    MAX_PORT,
+    MIN_BIGINT,
+    check_port,
+    is_ascii_digits,
+)
 from pgqueue._sql.driver_errors import DriverError, classify, driver_exception
 from pgqueue.errors import PgQueueError
 from pgqueue.schema import SCHEMA_ENV_VAR, check_schema, use_schema
@@ -59,6 +66,8 @@ def parse_duration(value: str) -> timedelta:
 def tcp_port(value: str, *, lowest: int) -> int:
     """A port typed on the command line, from ``lowest`` to 65535 (checked as the API checks it)."""
     try:
+        if not is_ascii_digits(value):
+            raise ValueError(value)
         return check_port("port", int(value), lowest=lowest)
     except ValueError:  # not a number, or out of range
         raise argparse.ArgumentTypeError(
@@ -67,11 +76,8 @@ def tcp_port(value: str, *, lowest: int) -> int:
 
 
 def positive_int(value: str) -> int:
-    """A count: 1 to the largest PostgreSQL ``integer`` (2147483647)."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = 0
+    """A count: 1 to the largest PostgreSQL ``integer`` (2147483647), in ASCII digits."""
+    number = int(value) if is_ascii_digits(value) else 0
     if not 1 <= number <= MAX_INT32:
         raise argparse.ArgumentTypeError(
             f"expected a positive integer of at most {MAX_INT32}, got {value!r}"
@@ -80,11 +86,9 @@ def positive_int(value: str) -> int:
 
 
 def job_id(value: str) -> int:
-    """A job id: an integer a ``bigint`` holds; anything else is refused before any SQL."""
-    try:
-        number = int(value)
-    except ValueError:
-        number = None
+    """A job id: an integer a ``bigint`` holds, in ASCII digits; anything else is refused before
+    any SQL."""
+    number = int(value) if is_ascii_digits(value) else None
     if number is None or not MIN_BIGINT <= number <= MAX_BIGINT:
         raise argparse.ArgumentTypeError(
             f"expected a job id (an integer of at most {MAX_BIGINT}), got {value!r}"
@@ -113,14 +117,40 @@ def emit(text: str = "") -> None:
 
 
 def emit_json(data: object) -> None:
-    """Print ``data`` as indented JSON on stdout, passwords masked."""
-    emit(json.dumps(data, indent=2, default=json_default))
+    """Print ``data`` as indented JSON on stdout, passwords masked in every string of it
+    (:func:`~pgqueue._base.urls.mask_value`), so the text printed is valid JSON of the same
+    structure; never masked again as text, which could not tell a JSON quote from a password's."""
+    masked = mask_value(data)
+    text = json.dumps(masked, indent=2, default=lambda v: mask_value(json_default(v)))
+    sys.stdout.write(text + "\n")
 
 
 def note(text: str) -> None:
     """A progress or diagnostic line on stderr, passwords masked."""
     sys.stderr.write(mask_text(text) + "\n")
     sys.stderr.flush()
+
+
+class _NoteHandler(logging.Handler):
+    def emit(self, record: logging.LogRecord) -> None:
+        note(f"pgqueue: {record.levelname.lower()}: {record.getMessage()}")
+
+
+@contextmanager
+def warnings_noted(logger: str) -> Iterator[None]:
+    """While the block runs, the WARNING (and worse) records of ``logger`` are lines on stderr
+    (``pgqueue: warning: ...``, masked like every line), and nowhere else: a command that
+    configures no logging still shows what the library warns of."""
+    target = logging.getLogger(logger)
+    handler = _NoteHandler(logging.WARNING)
+    propagate = target.propagate
+    target.addHandler(handler)
+    target.propagate = False
+    try:
+        yield
+    finally:
+        target.removeHandler(handler)
+        target.propagate = propagate
 
 
 def cell(value: object, width: int = 0) -> str:
@@ -134,7 +164,8 @@ def cell(value: object, width: int = 0) -> str:
         return f"{value:.1f}"
     if isinstance(value, Unreadable) and width:
         value = f"unreadable: {value.text}"  # a table's cell; the note on stderr says why
-    text = _CONTROL.sub(" ", str(value))  # a newline or a tab would break the line or table
+    # Masked before it is cut: a URL cut before its '@' would no longer look like one.
+    text = _CONTROL.sub(" ", mask_text(str(value)))  # a newline or a tab would break the table
     return text if not width or len(text) <= width else text[: width - 1] + "…"
 
 
@@ -273,6 +304,14 @@ def split_target(spec: str) -> tuple[str, str]:
     return module_name, attr
 
 
+def put_cwd_on_path() -> None:
+    """The current directory first on ``sys.path``, as ``python -m`` has it: the user's code in
+    the folder the command runs in is importable (the ``pgqueue`` script alone puts its own
+    folder there). Called before any module of the user's is looked up or imported."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
 def load_target(spec: str) -> object:
     """Import ``module:attr`` (the current directory first on ``sys.path``, like ``python -m``).
 
@@ -280,8 +319,7 @@ def load_target(spec: str) -> object:
     own ``RuntimeError("config missing")``, even ``sys.exit``) is a user error naming it.
     """
     module_name, attr = split_target(spec)
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    put_cwd_on_path()
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -1,7 +1,8 @@
 """The flow-control commands: ``pgqueue queues``, ``pause``, ``resume`` and ``limit``.
 
 Each runs in one short transaction; ``pause``, ``resume`` and ``limit`` notify the workers on
-commit (:mod:`pgqueue.flow`), so running workers follow within about a second.
+commit (:mod:`pgqueue.flow`), so running workers follow within about a second. ``pause`` and
+``limit`` of a queue nothing knows print the library's warning on stderr and go ahead.
 """
 
 from __future__ import annotations
@@ -13,9 +14,20 @@ from typing import Any
 from sqlalchemy import Connection
 
 from pgqueue import admin, repository
-from pgqueue.cli.common import UserError, emit, emit_json, note, table, transaction
+from pgqueue.cli.common import (
+    UserError,
+    emit,
+    emit_json,
+    note,
+    table,
+    transaction,
+    warnings_noted,
+)
 from pgqueue.errors import PgQueueError
 from pgqueue.flow import Rate, describe_limits
+
+#: Where the flow-control functions log their warnings (:mod:`pgqueue._sql.flow_calls`).
+FLOW_LOGGER = "pgqueue.flow"
 
 
 def rate_arg(value: str) -> Rate:
@@ -75,7 +87,7 @@ def _toggle(
 ) -> int:
     """Run ``change`` on ``args.queue`` in one transaction, then say which way it went: a
     ``changed`` line on stdout, an ``unchanged`` note on stderr (both ``{!r}``: the queue)."""
-    with transaction(args) as conn:
+    with warnings_noted(FLOW_LOGGER), transaction(args) as conn:
         done = change(conn, args.queue)
     if done:
         emit(changed.format(args.queue))
@@ -86,15 +98,24 @@ def _toggle(
 
 def cmd_limit(args: argparse.Namespace) -> int:
     """Change a queue's limits: the flags given are set, the others kept; ``--clear`` removes
-    every limit first (``--clear --rate 10/1s``: the rate alone)."""
+    every limit first (``--clear --rate 10/1s``: the rate alone); ``--forget`` drops the queue's
+    settings row (pause and limits)."""
     given = {
         name: getattr(args, name)
         for name in ("concurrency", "per_key", "rate")
         if getattr(args, name) is not None
     }
+    if args.forget:
+        if given or args.clear:
+            raise UserError(
+                "--forget drops every setting of the queue (its pause too): give it alone"
+            )
+        return _forget(args)
     if not given and not args.clear:
-        raise UserError("name at least one of --concurrency, --per-key, --rate, or --clear")
-    with transaction(args) as conn:
+        raise UserError(
+            "name at least one of --concurrency, --per-key, --rate, or --clear (or --forget)"
+        )
+    with warnings_noted(FLOW_LOGGER), transaction(args) as conn:
         current = repository.lock_queue_settings(conn, args.queue)
         kept: dict[str, Any] = {}
         if not args.clear:
@@ -102,4 +123,14 @@ def cmd_limit(args: argparse.Namespace) -> int:
             kept["rate"] = current.rate
         now = repository.set_queue_limits(conn, args.queue, **{**kept, **given})
     emit(f"queue {args.queue!r}: {now.limits_text}")
+    return 0
+
+
+def _forget(args: argparse.Namespace) -> int:
+    with transaction(args) as conn:
+        dropped = repository.forget_queue_settings(conn, args.queue)
+    if dropped:
+        emit(f"forgot the settings of queue {args.queue!r}: unpaused, no limits")
+    else:
+        note(f"queue {args.queue!r} has no settings: nothing to forget")
     return 0

@@ -34,6 +34,7 @@ from pgqueue.cli.common import (
     make_engine,
     note,
     note_unreadable,
+    put_cwd_on_path,
     schema_arg,
     table,
     transaction,
@@ -126,6 +127,7 @@ def load_task(spec: str) -> Task[..., Any]:
     if ":" in spec:
         found = load_target(spec)
     else:
+        put_cwd_on_path()  # before find_spec: the module may live in the current folder
         parts = spec.split(".")
         for cut in range(len(parts) - 1, 0, -1):
             module = ".".join(parts[:cut])

@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import FrameType
 
+from pgqueue._base.validation import check_processes
 from pgqueue._worker.signals import handle_stop_signals
 from pgqueue.health import OK, Health
 
@@ -53,13 +54,18 @@ class SupervisorOptions:
     """How the supervisor runs its children.
 
     Attributes:
-        processes: Children to keep running.
+        processes: Children to keep running: at most 4 per CPU
+            (:func:`pgqueue._base.validation.max_processes`) unless ``force_bounds``.
         burst: Children drain and exit (``--burst``): one that exits 0 is done, not restarted.
         min_backoff: Seconds before the first restart of a child; doubles per restart.
         max_backoff: The cap of that backoff.
         stable_after: A child up this long had no crash loop: its backoff starts over.
         startup_failures: Failures before ``started`` in a row that stop the supervisor.
         stop_margin: Seconds beyond a child's shutdown timeout before it is killed.
+        force_bounds: Take more ``processes`` than the bound (``--force-bounds``).
+
+    Raises:
+        InvalidArgumentError: ``processes`` over the bound without ``force_bounds``.
     """
 
     processes: int
@@ -69,6 +75,12 @@ class SupervisorOptions:
     stable_after: float = 60.0
     startup_failures: int = 3
     stop_margin: float = 10.0
+    force_bounds: bool = False
+
+    def __post_init__(self) -> None:
+        check_processes(
+            "processes", self.processes, force=self.force_bounds, forced_by="force_bounds=True"
+        )
 
 
 @dataclass(frozen=True)

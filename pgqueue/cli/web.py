@@ -74,15 +74,17 @@ def cmd_web(args: argparse.Namespace) -> int:
                 engine,
                 read_only=args.read_only,
                 auth=auth,
+                show_raw_values=args.show_raw_values,
                 allowed_hosts=_allowed_hosts(args.host, args.allowed_host),
             )
         except PgQueueError as exc:
             raise UserError(f"--allowed-host: {exc}") from exc
         mode = "read-only" if args.read_only else "writable"
         guard = ", basic auth" if auth else ", no auth"
+        raw = ", raw values: passwords shown" if args.show_raw_values else ""
         note(
             f"pgqueue web: {mask_url(url)} on http://{args.host}:{args.port}/ "
-            f"({mode}{guard}); Ctrl-C stops it"
+            f"({mode}{guard}{raw}); Ctrl-C stops it"
         )
         if auth is None and args.host not in ("127.0.0.1", "localhost", "::1"):
             note(

@@ -16,6 +16,7 @@ from sqlalchemy import Engine, text
 from sqlalchemy import exc as sa_exc
 
 from pgqueue._base.urls import error_line, mask_url
+from pgqueue._base.validation import check_processes, check_threads
 from pgqueue.cli.common import (
     UserError,
     database_url,
@@ -91,7 +92,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def check_options(args: argparse.Namespace) -> None:
-    """What can be checked without importing the target: its form, the URLs, the schema."""
+    """What can be checked without importing the target: the bounds of ``--processes`` and
+    ``--concurrency`` (first: a refusal prints its one line before anything else happens), the
+    target's form, the URLs, the schema."""
+    force = args.force_bounds
+    try:
+        check_processes("--processes", args.processes, force=force, forced_by="--force-bounds")
+        if args.concurrency is not None:
+            check_threads(
+                "--concurrency", args.concurrency, force=force, forced_by="--force-bounds"
+            )
+    except PgQueueError as exc:
+        raise UserError(str(exc)) from None
     split_target(args.target)
     if args.listen_url is not None:
         postgres_url(args.listen_url, what="--listen-url")
@@ -152,7 +164,9 @@ def _supervise(args: argparse.Namespace) -> int:
     _configure_logging(f"supervisor pid {os.getpid()}")
     supervisor = Supervisor(
         child_command(args.argv),
-        SupervisorOptions(processes=args.processes, burst=args.burst),
+        SupervisorOptions(
+            processes=args.processes, burst=args.burst, force_bounds=args.force_bounds
+        ),
         health=args.health_port is not None,
     )
     server = (
@@ -221,6 +235,7 @@ def _build_worker(args: argparse.Namespace) -> Any:
         ):
             if value is not None:
                 kwargs[key] = value
+        kwargs["force_bounds"] = args.force_bounds
         url = database_url(args) or ""
         concurrency = kwargs.get("concurrency", 4)
         engine = make_engine(

@@ -22,7 +22,7 @@ from starlette.responses import Response
 
 from pgqueue import admin, repository
 from pgqueue._base.durations import format_duration, parse_duration
-from pgqueue._base.validation import check_queue
+from pgqueue._base.validation import check_queue, is_ascii_digits
 from pgqueue.errors import JobWaitingError, PgQueueError
 from pgqueue.web import _csrf
 from pgqueue.web._db import in_thread
@@ -260,7 +260,7 @@ def _selected_ids(raw: list[str]) -> list[int]:
         raise Refused(400, "No job selected: tick the jobs to act on, then press the button.")
     if len(raw) > MAX_PAGE_SIZE:
         raise Refused(400, f"At most {MAX_PAGE_SIZE} jobs at once, got {len(raw)}.")
-    bad = [value for value in raw if not value.isdigit() or not 1 <= int(value) <= MAX_JOB_ID]
+    bad = [v for v in raw if not is_ascii_digits(v) or not 1 <= int(v) <= MAX_JOB_ID]
     if bad:
         raise Refused(400, f"job_id must be job ids, got {bad[0][:40]!r}")
     return sorted({int(value) for value in raw})

@@ -107,6 +107,7 @@ def create_app(
     secret: bytes | None = None,
     idle_threshold: timedelta = DEFAULT_IDLE_THRESHOLD,
     allowed_hosts: Sequence[str] | None = None,
+    show_raw_values: bool = False,
 ) -> Starlette:
     """The dashboard as an ASGI app, to serve alone or mount under a prefix.
 
@@ -131,6 +132,10 @@ def create_app(
             came in on. Any other ``Host`` is answered 400 (DNS rebinding), and a POST whose
             ``Origin`` or ``Referer`` is another site's 403. Ports are not compared. Default
             none. See ``docs/web.md``.
+        show_raw_values: Show every value as stored. Default ``False``: each value a page shows
+            (payloads, results, errors and tracebacks, names) has its passwords masked as the
+            command line masks every line (``scheme://user:***@``, ``password=***``), by the
+            same function; ``True`` is for operators who must see, say, the DSN a job was given.
 
     .. versionadded:: 0.1.0
     """
@@ -138,6 +143,8 @@ def create_app(
         raise InvalidArgumentTypeError("engine", "a sync sqlalchemy Engine (create_engine)", engine)
     if not isinstance(refresh_seconds, (int, float)) or not 1 <= refresh_seconds <= 3600:
         raise InvalidArgumentError("refresh_seconds", "must be a number from 1 to 3600")
+    if not isinstance(show_raw_values, bool):
+        raise InvalidArgumentTypeError("show_raw_values", "bool", show_raw_values)
     if secret is not None and (not isinstance(secret, bytes) or len(secret) < 16):
         raise InvalidArgumentError("secret", "must be bytes, at least 16 of them")
     hosts = check_allowed_hosts(allowed_hosts)
@@ -154,6 +161,7 @@ def create_app(
         read_only=bool(read_only),
         secret=secret or secrets.token_bytes(32),
         refresh_s=float(refresh_seconds),
+        show_raw_values=show_raw_values,
         overview=OverviewSource(engine, idle_threshold=idle_threshold),
     )
     return app

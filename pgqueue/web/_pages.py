@@ -13,7 +13,12 @@ from starlette.responses import Response
 
 from pgqueue import admin
 from pgqueue._base.readable import Unreadable, decode_json
-from pgqueue._base.validation import check_queue, check_unique_key, encode_payload
+from pgqueue._base.validation import (
+    check_queue,
+    check_unique_key,
+    encode_payload,
+    is_ascii_digits,
+)
 from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobState
 from pgqueue.web._db import in_thread
@@ -70,7 +75,7 @@ def message(request: Request) -> str | None:
     if text is None:
         return None
     count = request.query_params.get("n", "0")
-    return text.format(n=int(count) if count.isdigit() else 0)
+    return text.format(n=int(count) if is_ascii_digits(count) else 0)
 
 
 async def read(request: Request, work: Callable[..., T], *args: object) -> T:
@@ -98,7 +103,7 @@ def _int_param(request: Request, name: str, low: int, high: int) -> int | None:
     raw = request.query_params.get(name, "")
     if raw == "":
         return None
-    if not raw.isdigit() or not low <= int(raw) <= high:
+    if not is_ascii_digits(raw) or not low <= int(raw) <= high:
         raise BadRequest(f"{name} must be an integer from {low} to {high}, got {raw!r}")
     return int(raw)
 

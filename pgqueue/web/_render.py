@@ -15,12 +15,15 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from jinja2 import Environment, PackageLoader, StrictUndefined
+from jinja2 import Environment, PackageLoader, StrictUndefined, pass_context
+from jinja2.runtime import Context
+from markupsafe import Markup
 from sqlalchemy import Engine
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
 from pgqueue._base.readable import Unreadable
+from pgqueue._base.urls import mask_text
 from pgqueue.web import _csrf
 
 if TYPE_CHECKING:  # the app builds the overview source; pages only read it
@@ -36,6 +39,7 @@ class Settings:
     secret: bytes
     refresh_s: float
     overview: OverviewSource
+    show_raw_values: bool = False
 
 
 def settings(request: Request) -> Settings:
@@ -77,17 +81,28 @@ def _json(value: object) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
 
 
+@pass_context
+def _masked(context: Context, value: object) -> object:
+    """Every value a template prints, passwords masked by the function that masks every line the
+    CLI prints, unless the app shows raw values. The ``finalize`` of every ``{{ }}``, and a filter
+    for the templates that cut a text: masked first, as a URL cut before its ``@`` is none."""
+    if isinstance(value, str) and not isinstance(value, Markup) and not context.get("raw_values"):
+        return mask_text(value)
+    return value
+
+
 def _environment() -> Environment:
     # autoescape=True for every template: every value from the database is escaped, in text
-    # and in attributes alike.
+    # and in attributes alike; finalize masks the passwords in each one first.
     env = Environment(
         loader=PackageLoader("pgqueue.web", "templates"),
         autoescape=True,
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=_masked,
     )
-    env.filters.update(age=_age, when=_when, json=_json)
+    env.filters.update(age=_age, when=_when, json=_json, masked=_masked)
     return env
 
 
@@ -108,6 +123,7 @@ def page(request: Request, template: str, status_code: int = 200, **context: Any
         csrf_token=_csrf.token_for(conf.secret, cookie),
         read_only=conf.read_only,
         refresh_s=conf.refresh_s,
+        raw_values=conf.show_raw_values,
         message=context.pop("message", None),
         **context,
     )

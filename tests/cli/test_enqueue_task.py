@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -9,8 +12,9 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
+from sqlalchemy.engine import URL
 
-from tests.cli.conftest import Result
+from tests.cli.conftest import Result, plain
 
 Cli = Callable[..., Result]
 
@@ -60,6 +64,24 @@ def test_a_task_is_enqueued_by_its_import_path(cli: Cli, db: Engine, app: str, p
         3,
     )
     assert job.payload == {"args": [42], "kwargs": {"template": "reset"}}
+
+
+@pytest.mark.parametrize("path", ["myapp.tasks.send_email", "myapp.tasks:send_email"])
+def test_the_console_script_imports_both_forms_from_the_current_folder(
+    db_url: URL, db: Engine, app: str, path: str
+) -> None:
+    """The installed ``pgqueue`` script, not ``python -m`` (which puts the current folder on
+    ``sys.path`` itself): the dotted form looked the module up before the folder was there."""
+    script = os.path.join(os.path.dirname(sys.executable), "pgqueue")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PGQUEUE_DATABASE_URL")}
+    done = subprocess.run(
+        [script, "enqueue", "--task", path, "[42]", "--url", plain(db_url)],
+        capture_output=True, text=True, timeout=120, env=env, cwd=app, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (job,) = _jobs(db)
+    assert int(done.stdout) == job.id
+    assert (job.queue, job.task) == ("emails", "myapp.tasks.send_email")
 
 
 def test_flags_override_the_tasks_defaults_and_kwargs_are_optional(

@@ -61,5 +61,5 @@ def test_every_install_line_uses_the_distribution_name() -> None:
     ]
     assert offenders == []
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert "pip install pgqueue-sa " in readme
+    assert "`pip install pgqueue-sa`" in readme  # named, as what works once it is published
     assert pip_install("web") == 'pip install "pgqueue-sa[web]"'

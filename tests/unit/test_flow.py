@@ -124,12 +124,22 @@ def test_set_limits_refuses_bad_input_before_any_statement(
 
 
 def test_the_calls_bind_the_settings_hint_on_the_given_channel() -> None:
-    call = flow_calls.pause("q", "pgq.jobs")
+    plan = flow_calls.pause("q", "pgq.jobs")
+    known = next(plan)  # first: does anything know the queue (else a warning)
+    assert (known.statement, known.params) == (flow_statements.QUEUE_KNOWN, {"queue_name": "q"})
+    call = plan.send(True)
     assert call.statement is flow_statements.PAUSE
     assert call.params == {"queue_name": "q", "channel": "pgq.jobs", "notify_payload": ",settings"}
     assert flow_calls.resume("q", "jobs").statement is flow_statements.RESUME
+    forget = flow_calls.forget("q", "jobs")
+    assert (forget.statement, forget.params["notify_payload"]) == (
+        flow_statements.FORGET,
+        ",settings",
+    )
     rate = Rate(5, timedelta(minutes=1))
-    limits = flow_calls.set_limits("q", 4, None, rate, "jobs")
+    plan = flow_calls.set_limits("q", 4, None, rate, "jobs")
+    assert next(plan).statement is flow_statements.QUEUE_KNOWN
+    limits = plan.send(True)
     assert limits.params["rate_limit"] == 5
     assert limits.params["rate_period"] == timedelta(minutes=1)
     assert limits.params["per_key"] is None
@@ -149,9 +159,28 @@ def test_the_statements_notify_only_for_the_row_they_change() -> None:
     for stmt in (flow_statements.PAUSE, flow_statements.RESUME, flow_statements.SET_LIMITS):
         assert "window_start" not in sql(stmt)  # the claim's state, never touched here
         assert "window_count" not in sql(stmt)
+    forget = sql(flow_statements.FORGET)
+    assert forget.startswith("DELETE FROM jobs_queues WHERE jobs_queues.queue = ")
+    assert "RETURNING jobs_queues.queue, pg_notify(" in forget
+
+
+def test_the_known_queue_check_reads_live_jobs_by_their_partial_indexes() -> None:
+    known = sql(flow_statements.QUEUE_KNOWN)
+    assert known.count("EXISTS") == 3
+    assert "jobs.status = 'queued'" in known  # a literal: the partial index's predicate
+    assert "jobs.status = 'running'" in known
+    assert known.index("jobs_queues") < known.index("'queued'") < known.index("'running'")
 
 
 def test_the_public_names_are_exported() -> None:
-    for name in ("Rate", "QueueSettings", "pause", "resume", "set_queue_limits", "queue_settings"):
+    for name in (
+        "Rate",
+        "QueueSettings",
+        "pause",
+        "resume",
+        "set_queue_limits",
+        "queue_settings",
+        "forget_queue_settings",
+    ):
         assert name in pgqueue.__all__
         assert name in pgqueue.aio.__all__ or name[0].isupper()

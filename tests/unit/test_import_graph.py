@@ -78,7 +78,12 @@ MAX_CHAIN = 13
 #: What the process supervisor and the health server may import: the supervisor never builds an
 #: engine or a worker (its children do), and the probes know the worker only as a ``Probe``.
 NARROW_MODULES = {
-    "pgqueue.cli.supervisor": {"pgqueue.health", "pgqueue._worker.signals"},
+    # and the bound of its processes, checked by the function every bound of the host shares
+    "pgqueue.cli.supervisor": {
+        "pgqueue.health",
+        "pgqueue._worker.signals",
+        "pgqueue._base.validation",
+    },
     "pgqueue._worker.signals": set(),
     "pgqueue.health": {"pgqueue._base.urls", "pgqueue._base.validation"},
     "pgqueue._worker.pulse": set(),
