@@ -16,6 +16,7 @@ from pgqueue.errors import (
     PgQueueError,
     UniqueKeyError,
     UnknownDependencyError,
+    WorkerFailedError,
 )
 from pgqueue.flow import QueueSettings, Rate
 from pgqueue.hooks import WorkerHooks
@@ -100,6 +101,7 @@ __all__ = [
     "UniqueKeyError",
     "UnknownDependencyError",
     "Worker",
+    "WorkerFailedError",
     "WorkerHooks",
     "WorkerStats",
     "__version__",

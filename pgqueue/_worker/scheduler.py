@@ -24,6 +24,7 @@ from sqlalchemy.exc import ProgrammingError
 
 from pgqueue import repository
 from pgqueue._base.urls import error_line
+from pgqueue._worker.faults import Faults
 from pgqueue._worker.transient import short_transaction
 from pgqueue.periodic import Periodic
 from pgqueue.results import PeriodicRow
@@ -68,6 +69,7 @@ class Scheduler:
         self._clock = clock
         self._rows: dict[str, PeriodicRow] = {}
         self._not_ours: set[str] = set()
+        self._faults = Faults("periodic scheduler")
         self._thread = threading.Thread(target=self._loop, name="pgqueue-scheduler", daemon=True)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -87,20 +89,27 @@ class Scheduler:
     # -- the loop ---------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        while not self._stop.is_set() and not self._declare():
-            self._stop.wait(_RETRY_DELAY)
-        next_refresh = time.monotonic() + REFRESH_INTERVAL
+        declared = False
+        next_refresh = 0.0
         while not self._stop.is_set():
             try:
+                if not declared:
+                    declared = self._declare()
+                    if not declared:
+                        self._stop.wait(_RETRY_DELAY)
+                        continue
+                    next_refresh = time.monotonic() + REFRESH_INTERVAL
                 wake = self._fire_due(self._clock())
-            except Exception:
-                log.exception("periodic: firing failed; trying again in %ss", _RETRY_DELAY)
-                self._stop.wait(_RETRY_DELAY)
+                idle = self._idle()
+                if not idle and time.monotonic() >= next_refresh:
+                    self._run(lambda c: repository.refresh_periodic(c, self._names), "refresh")
+                    next_refresh = time.monotonic() + REFRESH_INTERVAL
+            except Exception as exc:
+                # A tick that cannot be fired costs no job its truth: logged, tried again
+                # (the pause doubling up to a minute), however long it takes.
+                self._stop.wait(self._faults.failed(exc))
                 continue
-            idle = self._idle()
-            if not idle and time.monotonic() >= next_refresh:
-                self._run(lambda c: repository.refresh_periodic(c, self._names), "refresh")
-                next_refresh = time.monotonic() + REFRESH_INTERVAL
+            self._faults.succeeded()
             timeout = (wake - self._clock()).total_seconds()
             if not idle:
                 timeout = min(timeout, next_refresh - time.monotonic())
