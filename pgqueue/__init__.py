@@ -17,6 +17,7 @@ from pgqueue.errors import (
     PgQueueError,
     UniqueKeyError,
     UnknownDependencyError,
+    WorkerFailedError,
 )
 from pgqueue.flow import QueueSettings, Rate
 from pgqueue.hooks import WorkerHooks
@@ -105,6 +106,7 @@ __all__ = [
     "UniqueKeyError",
     "UnknownDependencyError",
     "Worker",
+    "WorkerFailedError",
     "WorkerHooks",
     "WorkerStats",
     "__version__",

@@ -117,6 +117,27 @@ class InvalidResultError(PgQueueError):
     """
 
 
+class WorkerFailedError(PgQueueError):
+    """A worker's loop could not go on: the claimer, the completer or the heartbeat failed
+    step after step with errors it did not expect (each logged with its traceback). Raised by
+    :meth:`pgqueue.Worker.run` once the worker stopped as for a stop: no more claims, unstarted
+    jobs given back, running ones given the shutdown grace, finished ones written.
+    ``pgqueue worker`` exits 1 (a supervisor restarts the process). The last error is the
+    exception's ``__cause__``.
+
+    Attributes:
+        loop: The loop that gave up: ``"claimer"``, ``"completer"`` or ``"heartbeat"``.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, loop: str, error: BaseException) -> None:
+        lines = str(error).strip().splitlines()
+        said = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+        super().__init__(f"the worker's {loop} could not go on ({said}); the worker stopped")
+        self.loop = loop
+
+
 class JobNotFoundError(PgQueueError, LookupError):
     """No job has this id: it never existed, or ``purge`` removed it (and its result with it).
 

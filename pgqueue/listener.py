@@ -33,7 +33,9 @@ class Listener:
     A notification is a hint, never the job: ``on_notify(queue)`` is called for each one, and
     ``on_connected()`` after every (re)connection, because anything sent while the connection was
     down is gone and the caller must poll once. On connection loss it reconnects with a capped
-    exponential backoff. It needs a direct server connection (not a transaction-mode pooler).
+    exponential backoff; so it does after any other error (logged with its traceback), and a
+    callback that raises is logged and costs that one call: the thread lives until :meth:`stop`.
+    It needs a direct server connection (not a transaction-mode pooler).
 
     Args:
         url: Where to connect: any ``postgresql[+driver]://`` string or SQLAlchemy URL.
@@ -113,6 +115,14 @@ class Listener:
                     error_line(exc),
                     backoff,
                 )
+            except Exception:
+                # Not the connection's failure: a bug. The thread must not die of it (a worker
+                # would go on with no wake-ups but its fallback poll): logged, and reconnected.
+                if self._stop.is_set():
+                    break
+                log.exception(
+                    "LISTEN on %s failed unexpectedly; reconnecting in %.1fs", self._masked, backoff
+                )
             finally:
                 self.connected.clear()
             if self._stop.wait(backoff):
@@ -123,4 +133,7 @@ class Listener:
         while not self._stop.is_set():
             # The timeout only bounds how long a stop() waits; an idle wait sends no query.
             for note in conn.notifies(timeout=0.5):
-                self._on_notify(note.payload)
+                try:
+                    self._on_notify(note.payload)
+                except Exception:  # the caller's wake-up: one that raises costs one hint
+                    log.exception("LISTEN on %s: handling a notification failed", self._masked)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
+from pgqueue._base.storable import storable
 from pgqueue._base.tracebacks import MAX_TRACEBACK_LENGTH
 from pgqueue._base.validation import check_duration
 from pgqueue.errors import InvalidArgumentTypeError
@@ -61,8 +62,18 @@ class RetryPolicy:
 
 
 def describe_error(exc: BaseException) -> str:
-    """``"TypeName: message"`` cut to :data:`MAX_ERROR_LENGTH` characters, for ``last_error``."""
-    text = f"{type(exc).__name__}: {exc}"
+    """``"TypeName: message"`` cut to :data:`MAX_ERROR_LENGTH` characters, for ``last_error``.
+
+    What PostgreSQL cannot store (U+0000, a surrogate) is written as its escape
+    (:func:`~pgqueue._base.validation.storable`): the text is stored, logged and told to hooks
+    whole. A message that cannot be made (``__str__`` raised) is said to be missing, as
+    ``traceback`` says it.
+    """
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<exception str() failed>"
+    text = storable(f"{type(exc).__name__}: {message}")
     if len(text) > MAX_ERROR_LENGTH:
         text = text[: MAX_ERROR_LENGTH - 3] + "..."
     return text

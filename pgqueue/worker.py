@@ -48,7 +48,7 @@ from pgqueue._worker.signals import handle_stop_signals
 from pgqueue._worker.threads import ThreadLane, TransactionLane
 from pgqueue._worker.transient import short_transaction
 from pgqueue._worker.window import ClaimWindow, Held, Lane, State, keys
-from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
+from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, WorkerFailedError
 from pgqueue.health import DEFAULT_HOST, OK, Health, HealthServer, check_database
 from pgqueue.hooks import HookDispatcher, WorkerHooks, check_hooks
 from pgqueue.jobs import (
@@ -313,6 +313,14 @@ class Worker:
 
         ``until_empty=True`` drains what is ready now (batched claims), waits for the handlers,
         and returns: for cron-started or application-triggered runs (R19). Returns the stats.
+
+        Each loop (claimer, completer, heartbeat, scheduler, listener) logs an error it did not
+        expect with its traceback and goes on. When the claimer, the completer or the heartbeat
+        cannot (5 steps in a row failed), the worker stops as for :meth:`stop` (no more claims,
+        unstarted jobs given back, running handlers given ``shutdown_timeout``) and this raises.
+
+        Raises:
+            WorkerFailedError: a loop could not go on (the last error is its ``__cause__``).
         """
         with self._state_lock:
             if self._running:
@@ -338,7 +346,10 @@ class Worker:
         # its callbacks when built, and those reach what the next lines build (nothing calls
         # them before the components start).
         completer = Completer(
-            self.engine, lambda outcomes: runtime.report(outcomes), lock_timeout_ms=lock_timeout_ms
+            self.engine,
+            lambda outcomes: runtime.report(outcomes),
+            lock_timeout_ms=lock_timeout_ms,
+            fatal=lambda loop, error: runtime.fail(loop, error),
         )
         coroutines: AsyncLane | None = None
 
@@ -456,6 +467,9 @@ class Worker:
                 self._stop.clear()  # the stop this run obeyed is spent: the worker may run again
                 self._running = False
             log.info("worker stopped: %s", self.stats)
+        if runtime.failure is not None:
+            loop, error = runtime.failure
+            raise WorkerFailedError(loop, error) from error
         return self.stats
 
     def stop(self) -> None:

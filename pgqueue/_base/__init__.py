@@ -1,6 +1,8 @@
 """The ground floor: small helpers that know nothing of jobs, SQL or the worker.
 
-``validation`` checks input before any SQL (so bad input writes nothing); ``schedule`` computes
+``validation`` checks input before any SQL (so bad input writes nothing), ``storable`` says
+which strings PostgreSQL cannot store (the rule ``validation`` refuses and error texts are escaped
+by); ``schedule`` computes
 the ticks of cron and interval schedules; ``urls`` reads database URLs in the forms users paste
 and masks their passwords in every message; ``connections`` names pgqueue's connections in
 ``pg_stat_activity``; ``durations`` reads and prints ``7d``, ``5m``, ``250ms``; ``text`` draws

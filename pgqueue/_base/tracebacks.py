@@ -22,6 +22,7 @@ import linecache
 import traceback
 from types import TracebackType
 
+from pgqueue._base.storable import storable
 from pgqueue._base.urls import mask_text
 from pgqueue.errors import InvalidArgumentTypeError
 
@@ -45,8 +46,9 @@ _GROUPS: tuple[type[BaseException], ...] = tuple(
 
 
 def format_traceback(exc: BaseException) -> str:
-    """``exc``'s traceback as the worker stores and logs it: masked, trimmed to the bound."""
-    text = _formatted(exc)
+    """``exc``'s traceback as the worker stores and logs it: masked, trimmed to the bound,
+    what PostgreSQL cannot store written as its escape (a file name that is not UTF-8)."""
+    text = storable(_formatted(exc))
     if "://" in text or "password" in text.lower():  # what mask_text looks for; half the cost
         text = mask_text(text)
     return trim_traceback(text.rstrip("\n"))
@@ -122,9 +124,10 @@ def trim_traceback(text: str) -> str:
 
 
 def check_traceback(value: object) -> str | None:
-    """A traceback given to :func:`pgqueue.fail`: text (trimmed to the bound) or ``None``."""
+    """A traceback given to :func:`pgqueue.fail`: text (trimmed to the bound, what PostgreSQL
+    cannot store written as its escape) or ``None``."""
     if value is None:
         return None
     if not isinstance(value, str):
         raise InvalidArgumentTypeError("traceback", "a str or None", value)
-    return trim_traceback(value)
+    return trim_traceback(storable(value))

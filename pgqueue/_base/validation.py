@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from itertools import accumulate, chain, compress
 from typing import Any, cast
 
+from pgqueue._base.storable import unstorable, unstorable_string
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidPayloadError
 
 #: NOTIFY payloads must stay under 8000 bytes (R16); the queue name is the payload.
@@ -36,8 +37,6 @@ MAX_BIGINT = 2**63 - 1
 #: decodes in every worker and reader, whatever the depth of the stack it is read on.
 MAX_JSON_DEPTH = 100
 
-# A JSON text escape of U+0000 that is not itself an escaped backslash: jsonb rejects it.
-_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 #: What ``json.dumps`` writes as an array or an object.
 _CONTAINERS = (dict, list, tuple)
 # A JSON text's brackets as signed bytes, +1 opening and -1 (0xff) closing; every other byte goes.
@@ -66,10 +65,13 @@ def encode_payload(payload: Any, *, index: int | None = None, argument: str = "p
         ) from exc
     if json_nested_deeper_than(text, MAX_JSON_DEPTH):
         raise InvalidPayloadError(_too_deep(), index=index, argument=argument)
-    if "\\u0000" in text and _NUL_ESCAPE.search(text):
-        raise InvalidPayloadError(
-            "contains the character U+0000, which jsonb rejects", index=index, argument=argument
-        )
+    # ``json.dumps`` writes U+0000 as ``\u0000`` and a surrogate as ``\udXXX`` (a character
+    # beyond U+FFFF too, as a pair): a text without either needs nothing more. The strings of
+    # one with them are read again, by the rule of :func:`~pgqueue._base.storable.unstorable`.
+    if "\\u0000" in text or "\\ud" in text:
+        found = unstorable_string(payload)
+        if found is not None:
+            raise InvalidPayloadError(found, index=index, argument=argument)
     return text
 
 
@@ -135,13 +137,12 @@ def encode_headers(headers: object) -> str | None:
             raise InvalidArgumentError(
                 "headers", f"keys and values must be str, got {key!r}: {value!r}"
             )
-        if "\x00" in key or "\x00" in value:
-            raise InvalidArgumentError("headers", "must not contain the character U+0000")
+        for text in (key, value):
+            problem = unstorable(text)
+            if problem is not None:
+                raise InvalidArgumentError("headers", f"{key!r}: {problem}")
     text = json.dumps(dict(headers), separators=(",", ":"), ensure_ascii=False)
-    try:
-        size = len(text.encode())
-    except UnicodeEncodeError as exc:
-        raise InvalidArgumentError("headers", f"not valid Unicode ({exc.reason})") from exc
+    size = len(text.encode())
     if size > MAX_HEADERS_BYTES:
         raise InvalidArgumentError(
             "headers", f"{size} bytes as JSON, more than {MAX_HEADERS_BYTES}"
@@ -162,9 +163,10 @@ def check_queue(queue: object) -> str:
         raise InvalidArgumentError("queue", f"must not be blank, got {queue!r}")
     if "," in queue:
         raise InvalidArgumentError("queue", f"must not contain a comma: {queue!r}")
+    problem = unstorable(queue)
+    if problem is not None:
+        raise InvalidArgumentError("queue", problem)
     if not queue.isprintable():  # the fast test; the search only for a name that fails it
-        if "\x00" in queue:
-            raise InvalidArgumentError("queue", "must not contain the character U+0000")
         control = _CONTROL.search(queue)
         if control is not None:
             raise InvalidArgumentError(
@@ -172,11 +174,7 @@ def check_queue(queue: object) -> str:
                 f"must not contain control characters, got {control.group()!r} at index "
                 f"{control.start()}",
             )
-    try:
-        size = len(queue.encode())
-    except UnicodeEncodeError as exc:
-        raise InvalidArgumentError("queue", f"not valid Unicode ({exc.reason})") from exc
-    if size > MAX_QUEUE_NAME_BYTES:
+    if len(queue.encode()) > MAX_QUEUE_NAME_BYTES:
         raise InvalidArgumentError(
             "queue", f"longer than {MAX_QUEUE_NAME_BYTES} bytes, too long for a NOTIFY payload"
         )
@@ -198,12 +196,12 @@ def check_name(name: str, value: object) -> str:
     """A worker's name (``locked_by``): a non-empty ``str`` of at most 63 bytes, no U+0000."""
     if not isinstance(value, str):
         raise InvalidArgumentTypeError(name, "str", value)
-    if not value or "\x00" in value:
-        raise InvalidArgumentError(name, "must be non-empty, without the character U+0000")
-    try:
-        size = len(value.encode())
-    except UnicodeEncodeError as exc:
-        raise InvalidArgumentError(name, f"not valid Unicode ({exc.reason})") from exc
+    if not value:
+        raise InvalidArgumentError(name, "must not be empty")
+    problem = unstorable(value)
+    if problem is not None:
+        raise InvalidArgumentError(name, problem)
+    size = len(value.encode())
     if size > MAX_NAME_BYTES:
         raise InvalidArgumentError(name, f"{size} bytes, more than {MAX_NAME_BYTES}")
     return value
@@ -216,6 +214,9 @@ def check_task_name(value: object, *, name: str = "task") -> str:
     """
     if not isinstance(value, str):
         raise InvalidArgumentTypeError(name, "str", value)
+    problem = unstorable(value)
+    if problem is not None:
+        raise InvalidArgumentError(name, problem)
     if not value or not value.isprintable():
         raise InvalidArgumentError(
             name, f"a task's name must be non-empty and printable, got {value!r}"
@@ -449,12 +450,10 @@ def check_unique_key(key: object, *, name: str = "unique_key") -> str:
         raise InvalidArgumentTypeError(name, "str", key)
     if not key:
         raise InvalidArgumentError(name, "must not be empty")
-    if "\x00" in key:
-        raise InvalidArgumentError(name, "must not contain the character U+0000")
-    try:
-        size = len(key.encode())
-    except UnicodeEncodeError as exc:
-        raise InvalidArgumentError(name, f"not valid Unicode ({exc.reason})") from exc
+    problem = unstorable(key)
+    if problem is not None:
+        raise InvalidArgumentError(name, problem)
+    size = len(key.encode())
     if size > MAX_UNIQUE_KEY_BYTES:
         raise InvalidArgumentError(name, f"{size} bytes, more than {MAX_UNIQUE_KEY_BYTES}")
     return key

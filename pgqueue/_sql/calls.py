@@ -18,6 +18,7 @@ from sqlalchemy import Executable, Result
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from pgqueue import statements
+from pgqueue._base.storable import storable
 from pgqueue._base.tracebacks import check_traceback, trim_traceback
 from pgqueue._base.validation import (
     check_bool,
@@ -373,7 +374,7 @@ def fail(
     traceback: str | None = None,
 ) -> Call[FailResult | None]:
     params = {
-        "error": error if isinstance(error, str) else str(error),
+        "error": storable(error if isinstance(error, str) else str(error)),
         "traceback": check_traceback(traceback),
         "retry": bool(retry),
         "base_seconds": check_duration("base", base, allow_zero=True).total_seconds(),
@@ -600,7 +601,7 @@ def fail_many(
         "lock_timeout": _ms(lock_timeout_ms),
         "batch_ids": [f[0] for f in failures],
         "batch_attempts": [f[1] for f in failures],
-        "batch_errors": [f[2] for f in failures],
+        "batch_errors": [storable(f[2]) for f in failures],
         "batch_retry": [f[3] for f in failures],
         "batch_tracebacks": [_batch_traceback(f) for f in failures],
         "base_seconds": base.total_seconds(),
@@ -625,7 +626,7 @@ def snooze_many(
 
 def _batch_traceback(failure: BatchFailure) -> str | None:
     if len(failure) == 5 and failure[4] is not None:
-        return trim_traceback(failure[4])
+        return trim_traceback(storable(failure[4]))
     return None
 
 

@@ -1,7 +1,8 @@
 """What a database driver's exception means to pgqueue, decided in one place.
 
-Three parts of pgqueue act on driver errors: the worker runs a step again after a transient one
-(:func:`pgqueue._worker.transient.retrying`), the repository turns the unique key's conflict into
+Four parts of pgqueue act on driver errors: the worker runs a step again after a transient one
+(:func:`pgqueue._worker.transient.retrying`) and writes a batch again in halves after a data error
+(:mod:`pgqueue._worker.culprits`), the repository turns the unique key's conflict into
 :class:`~pgqueue.errors.UniqueKeyError`, and the command line prints one line naming the problem
 and its fix. Each asks :func:`classify`, so an error means the same everywhere.
 
@@ -38,6 +39,10 @@ class DriverError(enum.Enum):
     #: The driver's own failure, or a connection SQLAlchemy found broken and dropped. Worth
     #: running again on a new connection.
     INTERFACE = "interface"
+    #: A value the server or the driver refused: a data exception (SQLSTATE class 22), a
+    #: constraint (class 23) other than the unique key's, text the driver cannot encode. Not worth
+    #: running again as it is; in a batch, one row's doing (:mod:`pgqueue._worker.culprits`).
+    DATA = "data"
     #: Any other database error: a bug or bad data, not worth running again.
     OTHER = "other"
 
@@ -48,7 +53,7 @@ TRANSIENT = frozenset({DriverError.OPERATIONAL, DriverError.INTERFACE})
 
 def classify(exc: BaseException) -> DriverError | None:
     """The kind of ``exc``, or ``None`` when it is not psycopg's (nor one SQLAlchemy found
-    transient)."""
+    transient, nor the driver's failure to encode a parameter: a ``UnicodeEncodeError``)."""
     orig = driver_exception(exc)
     if isinstance(orig, psycopg.errors.UndefinedTable):
         return DriverError.NO_SCHEMA
@@ -62,6 +67,8 @@ def classify(exc: BaseException) -> DriverError | None:
         return DriverError.INTERFACE
     if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
         return DriverError.INTERFACE
+    if isinstance(orig, (psycopg.DataError, psycopg.IntegrityError, UnicodeEncodeError)):
+        return DriverError.DATA
     if isinstance(orig, psycopg.Error):
         return DriverError.OTHER
     return None

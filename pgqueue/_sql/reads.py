@@ -49,6 +49,7 @@ from sqlalchemy.sql.expression import column
 
 from pgqueue._base.connections import WORKER_PREFIX
 from pgqueue._base.readable import READABLE_FROM, STORED_SUFFIX, readable
+from pgqueue._base.storable import unstorable
 from pgqueue._base.validation import check_unique_key, encode_payload
 from pgqueue._sql.workflow_statements import MISSING_DEPENDENCY, PENDING_EDGES, waiting_for
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
@@ -163,10 +164,11 @@ def list_jobs_statement(
 def _search_text(name: str, value: object) -> str:
     if not isinstance(value, str):
         raise InvalidArgumentTypeError(name, "str", value)
-    if not value or "\x00" in value or len(value) > MAX_SEARCH_CHARS:
-        raise InvalidArgumentError(
-            name, f"must be 1 to {MAX_SEARCH_CHARS} characters, without U+0000"
-        )
+    if not value or len(value) > MAX_SEARCH_CHARS:
+        raise InvalidArgumentError(name, f"must be 1 to {MAX_SEARCH_CHARS} characters")
+    problem = unstorable(value)
+    if problem is not None:
+        raise InvalidArgumentError(name, problem)
     return value
 
 

@@ -22,6 +22,7 @@ from typing import Protocol
 from sqlalchemy import Engine
 
 from pgqueue._sql.limited_claim import ClaimState, QueueFlow
+from pgqueue._worker.faults import Faults
 from pgqueue._worker.flow import REFRESH_INTERVAL, FlowGate
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.reaper import reap
@@ -62,6 +63,17 @@ class Intake(Protocol):
         """The claimer visits ``queue`` for ``lane``: how many jobs it claims now, or 0 when
         the lane claims for itself (it took ``queue`` as a ticket)."""
         ...
+
+
+@dataclass
+class _Clock:
+    """When the claiming loop next polls, reaps and reads the settings (``time.monotonic()``),
+    and whether it was idle at its last round: the loop's own state, one round to the next."""
+
+    next_reap: float
+    next_poll: float = 0.0
+    next_refresh: float = 0.0  # the settings are read before the first claim
+    was_idle: bool = False
 
 
 @dataclass(frozen=True)
@@ -128,6 +140,7 @@ class Claimer:
         self._polled_with_nothing_held = False
         self._idle_polls = 0
         self.pulse = Pulse("claimer")
+        self._faults = Faults("claimer", fatal=runtime.fail, max_pause=5.0)
         #: The name every claim of this worker records in ``jobs.locked_by``.
         self.name = options.worker_name
 
@@ -183,65 +196,83 @@ class Claimer:
             self.pulse.finish()
 
     def _loop(self, until_empty: bool) -> None:
-        rt, opts, pulse = self._rt, self._opts, self.pulse
-        next_poll = 0.0
-        next_reap = time.monotonic() + (0.0 if until_empty else opts.reap_interval)
-        next_refresh = 0.0  # the settings are read before the first claim
-        was_idle = False
+        rt = self._rt
+        clock = _Clock(
+            next_reap=time.monotonic() + (0.0 if until_empty else self._opts.reap_interval)
+        )
         while not rt.stop.is_set():
-            pulse.step()
-            now = time.monotonic()
-            # Scale-to-zero: an idle worker sends nothing but its stretched poll, so it re-reads
-            # the settings only when told (a notification, a reconnect) and when it wakes up.
-            idle = bool(self.idle_interval())
-            woke, was_idle = was_idle and not idle, idle
-            if (now >= next_refresh and not idle) or woke or self._refresh_requested:
-                self._refresh_requested = False
-                self._refresh_settings()
-                next_refresh = time.monotonic() + REFRESH_INTERVAL
-                if not self._flow.known:
-                    rt.stop.wait(1.0)  # never claim before knowing what is paused
-                    continue
-            if now >= next_poll or self._poll_requested:
-                self._poll_requested = False
-                if now >= next_reap:
-                    self._reap()
-                    next_reap = now + max(opts.reap_interval, self.idle_interval())
-                with rt.lock:
-                    self._ready.update(dict.fromkeys(self._lanes))
-                    self._claimed_since_poll = 0
-                    self._polled_with_nothing_held = self._intake.in_flight() == 0
-                    interval = self._next_poll_interval()
-                next_poll = time.monotonic() + interval
-            elif now >= next_reap and not self.idle_interval():
-                self._reap()
-                next_reap = now + opts.reap_interval
-            self._claim_round()
-            with rt.lock:
-                if rt.stop.is_set():
+            try:
+                if self._step(until_empty, clock):
                     return
-                parked = self._flow.any_parked()
-                if until_empty and not self._ready and self._intake.in_flight() == 0 and not parked:
-                    # Everything claimed is finished: stop once a whole poll, begun with nothing
-                    # held, found nothing.
-                    if self._claimed_since_poll == 0 and self._polled_with_nothing_held:
-                        return
-                    self._poll_requested = True
-                    continue
-                if self._next_queue() is not None or (
-                    (self._notified or self._poll_requested) and self._intake.any_worth_claim()
-                ):
-                    continue
-                pulse.waiting()
-                if self.idle():
-                    self._replay.release()  # scale-to-zero: nothing held while idle
-                wake_at = min(next_poll, next_reap)
-                if not self.idle():
-                    wake_at = min(wake_at, next_refresh)
-                unpark = self._flow.next_unpark()
-                if unpark is not None:
-                    wake_at = min(wake_at, unpark)
-                rt.claimer_wakeup.wait(max(0.0, wake_at - time.monotonic()))
+            except Exception as exc:
+                # Not a transient database error (those are retried where they happen): a bug,
+                # or one no retry helps (a privilege revoked). Logged; the loop goes on, and
+                # stops the worker when every step fails.
+                pause = self._faults.failed(exc)
+                self.pulse.waiting()
+                rt.stop.wait(pause)
+            else:
+                self._faults.succeeded()
+
+    def _step(self, until_empty: bool, clock: _Clock) -> bool:
+        """One round of the loop: poll, reap, read the settings when due, claim, and wait for
+        the next wake-up. True when the run is over (a stop, or ``until_empty`` and nothing
+        left)."""
+        rt, opts, pulse = self._rt, self._opts, self.pulse
+        pulse.step()
+        now = time.monotonic()
+        # Scale-to-zero: an idle worker sends nothing but its stretched poll, so it re-reads
+        # the settings only when told (a notification, a reconnect) and when it wakes up.
+        idle = bool(self.idle_interval())
+        woke, clock.was_idle = clock.was_idle and not idle, idle
+        if (now >= clock.next_refresh and not idle) or woke or self._refresh_requested:
+            self._refresh_requested = False
+            self._refresh_settings()
+            clock.next_refresh = time.monotonic() + REFRESH_INTERVAL
+            if not self._flow.known:
+                rt.stop.wait(1.0)  # never claim before knowing what is paused
+                return False
+        if now >= clock.next_poll or self._poll_requested:
+            self._poll_requested = False
+            if now >= clock.next_reap:
+                self._reap()
+                clock.next_reap = now + max(opts.reap_interval, self.idle_interval())
+            with rt.lock:
+                self._ready.update(dict.fromkeys(self._lanes))
+                self._claimed_since_poll = 0
+                self._polled_with_nothing_held = self._intake.in_flight() == 0
+                interval = self._next_poll_interval()
+            clock.next_poll = time.monotonic() + interval
+        elif now >= clock.next_reap and not self.idle_interval():
+            self._reap()
+            clock.next_reap = now + opts.reap_interval
+        self._claim_round()
+        with rt.lock:
+            if rt.stop.is_set():
+                return True
+            parked = self._flow.any_parked()
+            if until_empty and not self._ready and self._intake.in_flight() == 0 and not parked:
+                # Everything claimed is finished: stop once a whole poll, begun with nothing
+                # held, found nothing.
+                if self._claimed_since_poll == 0 and self._polled_with_nothing_held:
+                    return True
+                self._poll_requested = True
+                return False
+            if self._next_queue() is not None or (
+                (self._notified or self._poll_requested) and self._intake.any_worth_claim()
+            ):
+                return False
+            pulse.waiting()
+            if self.idle():
+                self._replay.release()  # scale-to-zero: nothing held while idle
+            wake_at = min(clock.next_poll, clock.next_reap)
+            if not self.idle():
+                wake_at = min(wake_at, clock.next_refresh)
+            unpark = self._flow.next_unpark()
+            if unpark is not None:
+                wake_at = min(wake_at, unpark)
+            rt.claimer_wakeup.wait(max(0.0, wake_at - time.monotonic()))
+        return False
 
     def _next_poll_interval(self) -> float:
         opts = self._opts
@@ -314,11 +345,16 @@ class Claimer:
                     continue  # the lane claims for itself
                 flow = self._flow.settings(queue)
             state: ClaimState | None = None
-            if flow.limited:
-                answer = self._claim_limited(queue, limit, flow.per_key is not None)
-                claimed, state = (None, None) if answer is None else answer
-            else:
-                claimed = self._claim(queue, limit)
+            try:
+                if flow.limited:
+                    answer = self._claim_limited(queue, limit, flow.per_key is not None)
+                    claimed, state = (None, None) if answer is None else answer
+                else:
+                    claimed = self._claim(queue, limit)
+            except Exception:
+                with rt.lock:
+                    self._ready.setdefault(queue, None)  # visited again after the loop's pause
+                raise
             with rt.lock:
                 if claimed is None:
                     self._ready.setdefault(queue, None)

@@ -6,7 +6,9 @@ within a few milliseconds into one flush: ``complete_many``, ``fail_many`` per r
 for any job whose guard matched nothing. Each is one statement in autocommit that sets its own
 lock timeout, so a flush of completions is one round trip. A lost connection, a deadlock or a
 lock timeout retries the flush from the first statement that did not commit, so a finished job is
-not run again for want of its write.
+not run again for want of its write. A statement the database refuses for one row's value is
+written again in halves (:mod:`pgqueue._worker.culprits`): the other outcomes land, and the job
+whose write was refused fails for good, saying what was refused and why.
 """
 
 from __future__ import annotations
@@ -17,10 +19,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 
 from sqlalchemy import Connection, Engine
 
 from pgqueue import repository
+from pgqueue._base.urls import error_line
+from pgqueue._worker.culprits import Rows
+from pgqueue._worker.faults import Fatal, Faults
 from pgqueue._worker.outcomes import after_complete, after_fail, after_snooze, unmatched
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.transient import short_transaction
@@ -63,7 +69,9 @@ class Completer:
     ``report([(held, outcome, detail), ...])`` is called once per batch after its write committed
     (or once it is known that the write could not be made: those jobs are lost). ``write`` writes
     one batch; the default is a :class:`Flush` on ``engine`` (the unit tests pass their own, so
-    the batching is tested without a database).
+    the batching is tested without a database). A batch whose report raised is logged and the
+    thread goes on; ``fatal`` is called when reports keep failing, or when the thread ends
+    other than by :meth:`close` (:mod:`pgqueue._worker.faults`).
     """
 
     def __init__(
@@ -75,9 +83,14 @@ class Completer:
         batch_size: int = FLUSH_SIZE,
         flush_delay: float = 0.002,
         write: Write | None = None,
+        fatal: Fatal | None = None,
     ) -> None:
         self._engine = engine
         self._report = report
+        self._fatal = fatal
+        # A report that keeps failing (a bug) stops the worker: finished jobs whose outcomes are
+        # never told leave it claiming nothing, or holding what it cannot account for.
+        self._faults = Faults("completer", fatal=fatal, max_pause=5.0)
         self._write = write or self._flush
         self._batch_size = batch_size
         self._lock_timeout_ms = lock_timeout_ms
@@ -137,36 +150,63 @@ class Completer:
 
     def _run(self) -> None:
         self.pulse.attach()
-        while True:
-            with self._cond:
-                self.pulse.waiting()
-                while not (self._done or self._failed or self._snoozed or self._closing):
-                    self._cond.wait()
-                if not (self._done or self._failed or self._snoozed):
+        ended = False
+        try:
+            while True:
+                batch = self._next_batch()
+                if batch is None:
+                    ended = True
                     self.pulse.finish()
                     return
-                self.pulse.step()
-                # Let a burst gather: one statement for many jobs.
-                queued = len(self._done) + len(self._failed) + len(self._snoozed)
-                if queued < self._batch_size and not self._closing:
-                    self._cond.wait(self._flush_delay)
-                done, self._done = self._done[: self._batch_size], self._done[self._batch_size :]
-                failed = self._failed[: self._batch_size]
-                self._failed = self._failed[self._batch_size :]
-                snoozed = self._snoozed[: self._batch_size]
-                self._snoozed = self._snoozed[self._batch_size :]
-            try:
-                outcomes = self._write(done, failed, snoozed, self._keep_trying)
-            except Exception:
-                log.exception(
-                    "flushing %d job outcomes failed", len(done) + len(failed) + len(snoozed)
-                )
-                outcomes = None
-            if outcomes is None:
-                outcomes = [(h, Outcome.LOST, "completion not written") for h in done]
-                outcomes += [(f.held, Outcome.LOST, "failure not written") for f in failed]
-                outcomes += [(h, Outcome.LOST, "snooze not written") for h in snoozed]
-            self._report(outcomes)
+                try:
+                    self._report(self._written(*batch))
+                except Exception as exc:
+                    pause = self._faults.failed(exc)
+                    with self._cond:
+                        self.pulse.waiting()
+                        if not self._closing:
+                            self._cond.wait(pause)
+                else:
+                    self._faults.succeeded()
+        finally:
+            if not ended and self._fatal is not None:  # what no step catches ended the thread
+                self._fatal("completer", RuntimeError("the completer's thread ended"))
+
+    def _next_batch(self) -> tuple[list[Held], list[Failure], list[Held]] | None:
+        """The next batch once one is buffered (after a short gathering wait), ``None`` once
+        closed with nothing left."""
+        with self._cond:
+            self.pulse.waiting()
+            while not (self._done or self._failed or self._snoozed or self._closing):
+                self._cond.wait()
+            if not (self._done or self._failed or self._snoozed):
+                return None
+            self.pulse.step()
+            # Let a burst gather: one statement for many jobs.
+            queued = len(self._done) + len(self._failed) + len(self._snoozed)
+            if queued < self._batch_size and not self._closing:
+                self._cond.wait(self._flush_delay)
+            done, self._done = self._done[: self._batch_size], self._done[self._batch_size :]
+            failed = self._failed[: self._batch_size]
+            self._failed = self._failed[self._batch_size :]
+            snoozed = self._snoozed[: self._batch_size]
+            self._snoozed = self._snoozed[self._batch_size :]
+        return done, failed, snoozed
+
+    def _written(
+        self, done: list[Held], failed: list[Failure], snoozed: list[Held]
+    ) -> list[tuple[Held, Outcome, str]]:
+        """One batch written: its outcomes (lost when the write could not be made)."""
+        try:
+            outcomes = self._write(done, failed, snoozed, self._keep_trying)
+        except Exception:
+            log.exception("flushing %d job outcomes failed", len(done) + len(failed) + len(snoozed))
+            outcomes = None
+        if outcomes is None:
+            outcomes = [(h, Outcome.LOST, "completion not written") for h in done]
+            outcomes += [(f.held, Outcome.LOST, "failure not written") for f in failed]
+            outcomes += [(h, Outcome.LOST, "snooze not written") for h in snoozed]
+        return outcomes
 
     def _flush(
         self,
@@ -174,14 +214,17 @@ class Completer:
         failed: list[Failure],
         snoozed: list[Held],
         keep_trying: Callable[[], bool],
-    ) -> list[tuple[Held, Outcome, str]] | None:
-        return short_transaction(
-            self._engine,
-            Flush(done, failed, snoozed, self._lock_timeout_ms),
-            what="flush",
-            keep_trying=keep_trying,
-            autocommit=True,
-        )
+    ) -> list[tuple[Held, Outcome, str]]:
+        flush = Flush(done, failed, snoozed, self._lock_timeout_ms)
+        try:
+            outcomes = short_transaction(
+                self._engine, flush, what="flush", keep_trying=keep_trying, autocommit=True
+            )
+        except Exception:
+            log.exception("flushing %d job outcomes failed", flush.size)
+            outcomes = None
+        # Given up (the shutdown's deadline) or broken: what committed is reported as such.
+        return flush.so_far() if outcomes is None else outcomes
 
 
 class Flush:
@@ -189,6 +232,11 @@ class Flush:
 
     Called again after a transient error, it skips the statements that already returned (and so
     committed): a retried flush never reports a job it completed as completed by someone else.
+    A statement the database refuses for one row's value is written again in halves
+    (:class:`~pgqueue._worker.culprits.Rows`): the other jobs' outcomes land, and the job whose
+    write was refused fails for good, its ``last_error`` saying what the database refused (its
+    completion, failure or snooze, and why); only a job whose failure cannot be written either is
+    lost (its row still says ``running``: it runs again after its lease).
     """
 
     def __init__(
@@ -198,51 +246,60 @@ class Flush:
         snoozed: list[Held],
         lock_timeout_ms: int,
     ) -> None:
-        self._done = done
-        self._groups = _by_policy(failed)
-        self._snoozed = snoozed
+        self._done: Rows[Held, set[int]] = Rows(done)
+        self._groups: list[tuple[RetryPolicy, Rows[Failure, dict[int, FailResult]]]] = [
+            (policy, Rows(group)) for policy, group in _by_policy(failed)
+        ]
+        self._snoozed: Rows[Held, set[int]] = Rows(snoozed)
         self._lock_timeout_ms = lock_timeout_ms
-        self._matched: set[int] | None = None if done else set()
-        self._failures: dict[int, dict[int, FailResult]] = {}
-        self._requeued: set[int] | None = None if self._snoozed else set()
+        #: The jobs whose write was refused, failed instead: made once every kind was written.
+        self._refusals: Rows[Refusal, dict[int, FailResult]] | None = None
+
+    @property
+    def size(self) -> int:
+        """How many jobs' outcomes the batch writes."""
+        return (
+            len(self._done.rows)
+            + sum(len(g.rows) for _, g in self._groups)
+            + len(self._snoozed.rows)
+        )
 
     def __call__(self, conn: Connection) -> list[tuple[Held, Outcome, str]]:
-        if self._matched is None:
-            self._matched = self._complete(conn)
-        for index, (policy, group) in enumerate(self._groups):
-            if index not in self._failures:
-                self._failures[index] = repository.fail_many(
-                    conn,
-                    [
-                        (f.held.job.id, f.held.job.attempts, f.error, f.retry, f.traceback)
-                        for f in group
-                    ],
-                    base=policy.base,
-                    cap=policy.cap,
-                    lock_timeout_ms=self._lock_timeout_ms,
-                )
-        if self._requeued is None:
-            self._requeued = repository.snooze_many(
-                conn,
-                [(h.job.id, h.job.attempts, h.snooze or timedelta(0)) for h in self._snoozed],
-                lock_timeout_ms=self._lock_timeout_ms,
-            )
+        self._done.write(conn, self._complete)
+        for policy, group in self._groups:
+            group.write(conn, partial(self._fail, policy=policy))
+        self._snoozed.write(conn, self._snooze)
+        if self._refusals is None:
+            self._refusals = Rows(self._refused())
+        self._refusals.write(conn, self._fail_refused)
         decided = self._decided()
-        missed = [(held, detail) for held, outcome, detail in decided if outcome is Outcome.LOST]
+        # Every write went through: a job lost now is one whose guard matched no row (or whose
+        # failure could not be written either, which stays lost).
+        gave_up = {id(r.held) for r, _ in self._refusals.refused}
+        missed = [
+            held
+            for held, outcome, _ in decided
+            if outcome is Outcome.LOST and id(held) not in gave_up
+        ]
         if not missed:
             return decided
-        settled = repository.settled_among(conn, keys(held for held, _ in missed))
+        settled = repository.settled_among(conn, keys(missed))
         return [
             (held, *unmatched(settled.get(held.job.id), detail))
-            if outcome is Outcome.LOST
+            if outcome is Outcome.LOST and id(held) not in gave_up
             else (held, outcome, detail)
             for held, outcome, detail in decided
         ]
 
-    def _complete(self, conn: Connection) -> set[int]:
-        """The batch's completions in one statement: with results and progress when one of its
-        jobs has either, else the plain one (handlers that return ``None``: nothing more sent)."""
-        done = self._done
+    def so_far(self) -> list[tuple[Held, Outcome, str]]:
+        """Every job of the batch as far as the flush got, once it gave up or broke: what was
+        written is reported as written (a guard that matched no row as lost), what was not as
+        lost, "not written" (its row still says ``running``: it runs again after its lease)."""
+        return self._decided()
+
+    def _complete(self, conn: Connection, done: list[Held]) -> set[int]:
+        """Completions in one statement: with results and progress when one of its jobs has
+        either, else the plain one (handlers that return ``None``: nothing more sent)."""
         progress = [h.job.pending_progress() for h in done]
         if all(h.result is None for h in done) and not any(progress):
             return repository.complete_many(conn, keys(done), lock_timeout_ms=self._lock_timeout_ms)
@@ -259,19 +316,129 @@ class Flush:
                 h.job.progress_written(p[0])
         return matched
 
+    def _fail(
+        self, conn: Connection, failures: list[Failure], *, policy: RetryPolicy
+    ) -> dict[int, FailResult]:
+        return repository.fail_many(
+            conn,
+            [(f.held.job.id, f.held.job.attempts, f.error, f.retry, f.traceback) for f in failures],
+            base=policy.base,
+            cap=policy.cap,
+            lock_timeout_ms=self._lock_timeout_ms,
+        )
+
+    def _snooze(self, conn: Connection, snoozed: list[Held]) -> set[int]:
+        return repository.snooze_many(
+            conn,
+            [(h.job.id, h.job.attempts, h.snooze or timedelta(0)) for h in snoozed],
+            lock_timeout_ms=self._lock_timeout_ms,
+        )
+
+    def _refused(self) -> list[Refusal]:
+        """Each job whose write the database refused, with the failure that replaces it."""
+        refused = [Refusal(held, "completion", exc) for held, exc in self._done.refused]
+        for _, group in self._groups:
+            refused += [Refusal(f.held, "failure", exc, f.error) for f, exc in group.refused]
+        refused += [Refusal(held, "snooze", exc) for held, exc in self._snoozed.refused]
+        for refusal in refused:
+            log.error(
+                "job %d queue=%s attempt=%d: the database refused its %s: %s; the job fails "
+                "for good%s",
+                refusal.held.job.id,
+                refusal.held.job.queue,
+                refusal.held.job.attempts,
+                refusal.what,
+                error_line(refusal.error),
+                "" if refusal.handler_error is None else f" (its error: {refusal.handler_error})",
+            )
+        return refused
+
+    def _fail_refused(self, conn: Connection, refused: list[Refusal]) -> dict[int, FailResult]:
+        """A refused write's job fails for good (another try would write the same), saying why:
+        a text of pgqueue's own, so the database that refused the job's values takes it."""
+        return repository.fail_many(
+            conn,
+            [(r.held.job.id, r.held.job.attempts, r.text, False, None) for r in refused],
+            lock_timeout_ms=self._lock_timeout_ms,
+        )
+
     def _decided(self) -> list[tuple[Held, Outcome, str]]:
-        """Every job of the batch with what its write's answer means (``LOST``: matched none)."""
-        matched = self._matched or set()
-        decided = [(held, *after_complete(held.job.id in matched)) for held in self._done]
-        for index, (_, group) in enumerate(self._groups):
-            rows = self._failures[index]
-            decided += [(f.held, *after_fail(rows.get(f.held.job.id), f.error)) for f in group]
-        requeued = self._requeued or set()
-        decided += [
-            (held, *after_snooze(held.job.id in requeued, held.snooze or timedelta(0)))
-            for held in self._snoozed
-        ]
+        """Every job of the batch with what its write's answer means (``LOST``: its guard
+        matched no row, or its write was not made)."""
+        refusals = self._refusals
+        failed_instead = _merged(refusals.answers) if refusals is not None else {}
+        unwritten = {id(r.held) for r in refusals.pending()} if refusals is not None else set()
+        instead = {id(r.held): r for r in refusals.rows} if refusals is not None else {}
+        given_up = {id(r.held): e for r, e in refusals.refused} if refusals is not None else {}
+
+        def refused(held: Held, what: str) -> tuple[Held, Outcome, str]:
+            r = instead.get(id(held))
+            if r is None or id(held) in unwritten:
+                return held, Outcome.LOST, f"{what} not written"
+            if id(held) in given_up:
+                return (
+                    held,
+                    Outcome.LOST,
+                    f"{what} refused, and its failure too: " + error_line(given_up[id(held)]),
+                )
+            return held, *after_fail(failed_instead.get(held.job.id), r.detail)
+
+        decided: list[tuple[Held, Outcome, str]] = []
+        matched: set[int] = set().union(*self._done.answers)
+        written = {id(h) for h in self._done.landed()}
+        for held in self._done.rows:
+            if id(held) in written:
+                decided.append((held, *after_complete(held.job.id in matched)))
+            else:
+                decided.append(refused(held, "completion"))
+        for _, group in self._groups:
+            rows = _merged(group.answers)
+            written = {id(f) for f in group.landed()}
+            for f in group.rows:
+                if id(f) in written:
+                    decided.append((f.held, *after_fail(rows.get(f.held.job.id), f.error)))
+                else:
+                    decided.append(refused(f.held, "failure"))
+        requeued: set[int] = set().union(*self._snoozed.answers)
+        written = {id(h) for h in self._snoozed.landed()}
+        for held in self._snoozed.rows:
+            if id(held) in written:
+                decided.append(
+                    (held, *after_snooze(held.job.id in requeued, held.snooze or timedelta(0)))
+                )
+            else:
+                decided.append(refused(held, "snooze"))
         return decided
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A job whose completion, failure or snooze the database refused, and why."""
+
+    held: Held
+    what: str
+    error: BaseException
+    #: A refused failure's own error text (from the handler).
+    handler_error: str | None = None
+
+    @property
+    def text(self) -> str:
+        """``last_error`` of the failure that replaces the refused write."""
+        return f"the database refused this job's {self.what}: {error_line(self.error)}"
+
+    @property
+    def detail(self) -> str:
+        """The log line's and the hooks' text: ``last_error``, and the handler's error if any."""
+        if self.handler_error is None:
+            return self.text
+        return f"{self.text} (its error: {self.handler_error})"
+
+
+def _merged(answers: Iterable[dict[int, FailResult]]) -> dict[int, FailResult]:
+    merged: dict[int, FailResult] = {}
+    for answer in answers:
+        merged.update(answer)
+    return merged
 
 
 def _by_policy(failed: Iterable[Failure]) -> list[tuple[RetryPolicy, list[Failure]]]:

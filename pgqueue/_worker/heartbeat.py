@@ -17,18 +17,27 @@ lease).
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import timedelta
+from typing import TypeAlias
 
 from sqlalchemy import Connection, Engine
 
 from pgqueue import repository
+from pgqueue._base.urls import error_line
+from pgqueue._sql.driver_errors import DriverError, classify
+from pgqueue._worker.culprits import Rows
+from pgqueue._worker.faults import Faults
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.transient import short_transaction
 from pgqueue._worker.window import Held, keys
 from pgqueue.results import Settled
+
+log = logging.getLogger("pgqueue.worker")
 
 
 class Heartbeat:
@@ -43,6 +52,11 @@ class Heartbeat:
         self._poked = threading.Event()
         self._stop = threading.Event()
         self.pulse = Pulse("heartbeat")
+        # Failed beats are tried again within a period; failing for a whole period (a third of
+        # the lease left at most), the worker stops rather than hold jobs it cannot keep.
+        self._faults = Faults(
+            "heartbeat", fatal=runtime.fail, max_pause=self._period, give_up_after=self._period
+        )
         self._thread = threading.Thread(target=self._run, name="pgqueue-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -64,19 +78,30 @@ class Heartbeat:
     def _run(self) -> None:
         stop = self._stop
         self.pulse.attach()
-        while True:
-            self.pulse.waiting()
-            if stop.is_set():
-                break
-            self._poked.wait(self._period)
-            self._poked.clear()
-            if stop.is_set():
-                break
-            self.pulse.step()
-            with self._runtime.lock:
-                held = self._runtime.window.leased()
-            if held:
-                self.beat(held, deadline=time.monotonic() + self._period)
+        pause = self._period
+        try:
+            while True:
+                self.pulse.waiting()
+                if stop.is_set():
+                    break
+                self._poked.wait(pause)
+                self._poked.clear()
+                if stop.is_set():
+                    break
+                self.pulse.step()
+                try:
+                    with self._runtime.lock:
+                        held = self._runtime.window.leased()
+                    if held:
+                        self.beat(held, deadline=time.monotonic() + self._period)
+                except Exception as exc:
+                    pause = self._faults.failed(exc)  # sooner than a period: the leases wait
+                else:
+                    self._faults.succeeded()
+                    pause = self._period
+        finally:
+            if not stop.is_set():  # ended by what no step catches: the leases are not kept
+                self._runtime.fail("heartbeat", RuntimeError("the heartbeat's thread ended"))
         self.pulse.finish()  # not on an exception: a dead heartbeat is what /livez reports
 
     def _retry(self, deadline: float) -> bool:
@@ -88,7 +113,7 @@ class Heartbeat:
         # rows, the same one statement, however many set_progress calls there were.
         progress = [h.job.pending_progress() for h in held]
 
-        def work(conn: Connection) -> tuple[set[int], dict[int, Settled]]:
+        def work(conn: Connection) -> Beat:
             if any(progress):
                 kept = repository.extend_leases_with_progress(
                     conn,
@@ -100,24 +125,66 @@ class Heartbeat:
                 )
             else:
                 kept = repository.extend_leases(conn, keys(held), self._lease)
-            missed = [h for h in held if h.job.id not in kept]
-            return kept, repository.settled_among(conn, keys(missed)) if missed else {}
+            return kept, self._settled(conn, held, kept), []
 
-        result = short_transaction(
-            self._engine,
-            work,
-            what="heartbeat",
-            keep_trying=lambda: self._retry(deadline),
-            lock_timeout_ms=self._lock_timeout_ms,
-        )
+        def isolating(conn: Connection) -> Beat:
+            # The database refused one job's progress: every lease first, then the progress
+            # in halves, each try in a savepoint, until the refused ones stand alone.
+            kept = repository.extend_leases(conn, keys(held), self._lease)
+            rows: Rows[tuple[Held, tuple[int, str]], set[int]] = Rows(
+                [(h, p) for h, p in zip(held, progress, strict=True) if p and h.job.id in kept]
+            )
+            rows.write(conn, self._extend_with_progress, savepoint=True)
+            refused = [(h, error) for (h, _), error in rows.refused]
+            return kept, self._settled(conn, held, kept), refused
+
+        def run(step: Callable[[Connection], Beat]) -> Beat | None:
+            return short_transaction(
+                self._engine,
+                step,
+                what="heartbeat",
+                keep_trying=lambda: self._retry(deadline),
+                lock_timeout_ms=self._lock_timeout_ms,
+            )
+
+        try:
+            result = run(work)
+        except Exception as exc:
+            if not any(progress) or classify(exc) is not DriverError.DATA:
+                raise
+            result = run(isolating)
         if result is None:
             return
-        kept, settled = result
+        kept, settled, refused = result
+        for h, error in refused:
+            log.warning(
+                "job %d queue=%s attempt=%d: the database refused its progress (%s); dropped",
+                h.job.id,
+                h.job.queue,
+                h.job.attempts,
+                error_line(error),
+            )
         for h, p in zip(held, progress, strict=True):
             if p is not None and h.job.id in kept:
-                h.job.progress_written(p[0])
+                h.job.progress_written(p[0])  # or refused: never sent again
         hooks = self._runtime.hooks
         if hooks is not None:
             hooks.lease_extended([h.job for h in held if h.job.id in kept])
         if len(kept) < len(held):
             self._runtime.leases_checked(held, kept, settled)
+
+    def _settled(self, conn: Connection, held: list[Held], kept: set[int]) -> dict[int, Settled]:
+        missed = [h for h in held if h.job.id not in kept]
+        return repository.settled_among(conn, keys(missed)) if missed else {}
+
+    def _extend_with_progress(
+        self, conn: Connection, rows: list[tuple[Held, tuple[int, str]]]
+    ) -> set[int]:
+        return repository.extend_leases_with_progress(
+            conn, [(h.job.id, h.job.attempts, p[1]) for h, p in rows], self._lease
+        )
+
+
+#: What one beat learnt: the ids still ours, how the others ended, and the jobs whose progress
+#: the database refused (with why).
+Beat: TypeAlias = tuple[set[int], dict[int, Settled], list[tuple[Held, BaseException]]]

@@ -93,6 +93,19 @@ class Runtime:
         #: Jobs whose end was recorded: a queue parked at a flow limit is claimed again once this
         #: moves (one of this worker's jobs left ``running``, so a slot may be free).
         self.finished = 0
+        #: ``(loop, last error)`` of the loop that could not go on, once one could not: the run
+        #: stops and ``Worker.run()`` raises :class:`pgqueue.WorkerFailedError`.
+        self.failure: tuple[str, BaseException] | None = None
+
+    def fail(self, loop: str, error: BaseException) -> None:
+        """A loop cannot go on (:mod:`pgqueue._worker.faults`): this run stops as for a stop, and
+        remembers why (the first loop to give up). Takes the lock; callable from any thread."""
+        with self.lock:
+            if self.failure is None:
+                self.failure = (loop, error)
+            self.stop.set()
+            self.claimer_wakeup.notify_all()
+            self.work_ready.notify_all()
 
     # -- claims -----------------------------------------------------------------------------------
 

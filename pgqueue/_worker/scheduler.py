@@ -24,6 +24,7 @@ from sqlalchemy.exc import ProgrammingError
 
 from pgqueue import repository
 from pgqueue._base.urls import error_line
+from pgqueue._worker.faults import Faults
 from pgqueue._worker.transient import short_transaction
 from pgqueue.periodic import Periodic
 from pgqueue.results import PeriodicRow
@@ -99,6 +100,7 @@ class Scheduler:
         self._clock = clock if clock is not None else WallClock()
         self._rows: dict[str, PeriodicRow] = {}
         self._not_ours: set[str] = set()
+        self._faults = Faults("periodic scheduler")
         self._thread = threading.Thread(target=self._loop, name="pgqueue-scheduler", daemon=True)
 
     # -- lifecycle --------------------------------------------------------------------------------
@@ -118,21 +120,28 @@ class Scheduler:
     # -- the loop ---------------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        while not self._stop.is_set() and not self._declare():
-            self._stop.wait(_RETRY_DELAY)
         clock, refresh_every = self._clock, timedelta(seconds=REFRESH_INTERVAL)
-        next_refresh = clock.now() + refresh_every
+        declared = False
+        next_refresh = clock.now()
         while not self._stop.is_set():
             try:
+                if not declared:
+                    declared = self._declare()
+                    if not declared:
+                        self._stop.wait(_RETRY_DELAY)
+                        continue
+                    next_refresh = clock.now() + refresh_every
                 wake = self._fire_due(clock.now())
-            except Exception:
-                log.exception("periodic: firing failed; trying again in %ss", _RETRY_DELAY)
-                self._stop.wait(_RETRY_DELAY)
+                idle = self._idle()
+                if not idle and clock.now() >= next_refresh:
+                    self._run(lambda c: repository.refresh_periodic(c, self._names), "refresh")
+                    next_refresh = clock.now() + refresh_every
+            except Exception as exc:
+                # A tick that cannot be fired costs no job its truth: logged, tried again
+                # (the pause doubling up to a minute), however long it takes.
+                self._stop.wait(self._faults.failed(exc))
                 continue
-            idle = self._idle()
-            if not idle and clock.now() >= next_refresh:
-                self._run(lambda c: repository.refresh_periodic(c, self._names), "refresh")
-                next_refresh = clock.now() + refresh_every
+            self._faults.succeeded()
             if not idle:
                 wake = min(wake, next_refresh)
             clock.sleep(max(0.0, (wake - clock.now()).total_seconds()) + 0.001, self._stop)

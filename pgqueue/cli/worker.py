@@ -22,13 +22,14 @@ from pgqueue.cli.common import (
     database_url,
     load_target,
     make_engine,
+    note,
     postgres_url,
     report_cause,
     schema_arg,
     split_target,
     tcp_port,
 )
-from pgqueue.errors import PgQueueError
+from pgqueue.errors import PgQueueError, WorkerFailedError
 from pgqueue.jobs import Registry
 from pgqueue.schema import schema_of
 
@@ -83,6 +84,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
             )
             link.watch_parent(worker.stop)
         worker.run(until_empty=args.burst)
+    except WorkerFailedError as exc:  # logged with its tracebacks: one line, exit 1
+        note(f"pgqueue: error: {exc}")
+        return 1
     finally:
         if server is not None:
             server.stop()

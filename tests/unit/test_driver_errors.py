@@ -43,8 +43,13 @@ CASES = [
     (psycopg.OperationalError("connection refused"), DriverError.OPERATIONAL),
     (wrapped(psycopg.InterfaceError("x"), sa_exc.InterfaceError), DriverError.INTERFACE),
     (invalidated(psycopg.DatabaseError("x")), DriverError.INTERFACE),
-    (wrapped(psycopg.errors.UniqueViolation("x"), sa_exc.IntegrityError), DriverError.OTHER),
-    (wrapped(psycopg.errors.DivisionByZero("x"), sa_exc.DataError), DriverError.OTHER),
+    # One row's value refused (a constraint other than the unique key's, a data exception, text
+    # the driver cannot encode): a batch of the worker's is written again in halves.
+    (wrapped(psycopg.errors.UniqueViolation("x"), sa_exc.IntegrityError), DriverError.DATA),
+    (wrapped(psycopg.errors.CheckViolation("x"), sa_exc.IntegrityError), DriverError.DATA),
+    (wrapped(psycopg.errors.DivisionByZero("x"), sa_exc.DataError), DriverError.DATA),
+    (wrapped(psycopg.DataError("NUL (0x00) bytes"), sa_exc.DataError), DriverError.DATA),
+    (UnicodeEncodeError("utf-8", "\udce9", 0, 1, "surrogates not allowed"), DriverError.DATA),
     (psycopg.errors.SyntaxError("x"), DriverError.OTHER),
     (ValueError("not the database's"), None),
     (wrapped(ValueError("not psycopg's")), None),
