@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
-from worker_helpers import running
+from worker_helpers import running, scalar, until
 
 import pgqueue
 import pgqueue.testing
@@ -194,7 +193,8 @@ def test_an_expired_lease_adds_an_entry_without_a_traceback(engine: Engine) -> N
     job_id = _enqueue(engine, "emails", max_attempts=3)
     with engine.begin() as conn:
         pgqueue.claim(conn, queue="emails", lease=timedelta(milliseconds=1))
-    time.sleep(0.05)
+    expired = "SELECT locked_until < now() FROM jobs WHERE id = :id"
+    until(lambda: scalar(engine, expired, id=job_id), 10, "the lease to expire")
     with engine.begin() as conn:
         (reaped,) = pgqueue.reap_expired(conn)
     assert (reaped.id, reaped.status) == (job_id, "queued")

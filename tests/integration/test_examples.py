@@ -26,6 +26,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
+from worker_helpers import scalar, until
 
 import pgqueue
 import pgqueue.testing
@@ -246,7 +247,6 @@ def test_the_fastapi_service_mounts_the_dashboard_and_runs_a_worker_in_its_lifes
     email, the dashboard under /queue shows it done; leaving the lifespan stops the worker."""
     import re
     import threading
-    import time
 
     from myservice import web
     from starlette.testclient import TestClient
@@ -256,14 +256,11 @@ def test_the_fastapi_service_mounts_the_dashboard_and_runs_a_worker_in_its_lifes
         assert any(t.name == "myservice-worker" for t in threading.enumerate())
         signup = client.post("/users", params={"email": "ada@example.com"})
         assert signup.status_code == 200
-        deadline = time.monotonic() + 30
-        while True:
-            with service_engine.connect() as conn:
-                status = conn.execute(text("SELECT status FROM jobs")).scalar_one()
-            if status == "done":
-                break
-            assert time.monotonic() < deadline, f"the lifespan's worker left the job {status}"
-            time.sleep(0.05)
+        until(
+            lambda: scalar(service_engine, "SELECT status FROM jobs") == "done",
+            30,
+            "the lifespan's worker to send the email",
+        )
         assert client.get("/queue/").status_code == 401
         page = client.get("/queue/", auth=("ops", "pw"))
         assert page.status_code == 200

@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
@@ -23,6 +22,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
+from worker_helpers import scalar, until
 
 import pgqueue
 import pgqueue.aio
@@ -73,20 +73,15 @@ def reads(engine: Engine) -> Iterator[list[str]]:
 
 def _listening(engine: Engine, channel: str = "jobs_done", timeout: float = 30.0) -> None:
     """Block until this process's shared wait connection has run its LISTEN."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with engine.connect() as conn:
-            found = conn.execute(
-                text(
-                    "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE "
-                    "'pgqueue-wait:%' AND query = :q AND datname = current_database()"
-                ),
-                {"q": f'LISTEN "{channel}"'},
-            ).scalar_one()
-        if found:
-            return
-        time.sleep(0.05)
-    raise AssertionError("the wait never listened")
+    listening = (
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pgqueue-wait:%' "
+        "AND query = :q AND datname = current_database()"
+    )
+    until(
+        lambda: bool(scalar(engine, listening, q=f'LISTEN "{channel}"')),
+        timeout,
+        "the wait to listen",
+    )
 
 
 #: A process that completes a claimed job (``argv``: URL, id, attempts) once a wait listens.
@@ -345,8 +340,7 @@ def test_polling_only_still_returns(engine: Engine, reads: list[str]) -> None:
     job = _claim(engine, job_id)
 
     def complete_after_two_reads() -> None:
-        while len(reads) < 2:
-            time.sleep(0.02)
+        until(lambda: len(reads) >= 2, 30, "two reads of the polling wait")
         _finish(engine, job, "polled")
 
     thread = _in_thread(complete_after_two_reads)

@@ -9,6 +9,7 @@ and drops its outcome.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import Counter
 from typing import Any
@@ -82,15 +83,19 @@ def test_io_bound_async_jobs_run_together_without_threads(engine: Engine) -> Non
     _enqueue(engine, [{}] * 400, "io")
     peak = Peak()
     threads_seen: list[int] = []
+    crowd = asyncio.Event()  # set once 200 handlers wait at once (bound to the worker's loop)
 
-    async def wait_two_seconds(job: pgqueue.JobContext) -> None:
+    async def wait_for_the_crowd(job: pgqueue.JobContext) -> None:
         peak.enter()
         threads_seen.append(threading.active_count())
-        await asyncio.sleep(2)
+        if peak.peak >= 200:
+            crowd.set()
+        with contextlib.suppress(TimeoutError):  # then the peak below fails the test
+            await asyncio.wait_for(crowd.wait(), 10)
         peak.leave()
 
     worker = pgqueue.Worker(
-        engine, {"io": wait_two_seconds}, concurrency=2, async_concurrency=400, listen=False
+        engine, {"io": wait_for_the_crowd}, concurrency=2, async_concurrency=400, listen=False
     )
     stats = worker.run(until_empty=True)
     assert stats.done == 400

@@ -37,12 +37,16 @@ def _enqueue(engine: Engine, payloads: list[Any], queue: str, **kw: Any) -> list
         return pgqueue.enqueue_many(conn, payloads, queue=queue, **kw)
 
 
-def _listening(db_url: URL) -> Callable[[], bool]:
+def _listening(db_url: URL, since: Any = None) -> Callable[[], bool]:
+    """Whether a session of the database has run LISTEN (one that started after ``since``, a
+    time on the server's clock, when given)."""
+
     def check() -> bool:
         with psycopg.connect(to_libpq_url(db_url), autocommit=True) as conn:
             row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND query LIKE 'LISTEN %%' AND backend_start > coalesce(%s::timestamptz, '-infinity')",
+                (since,),
             ).fetchone()
         return bool(row and row[0])
 
@@ -259,9 +263,9 @@ def test_worker_recovers_when_all_its_connections_are_killed(engine: Engine, db_
     with running(worker):
         until(_listening(db_url), 10, "LISTEN")
         until(lambda: len(done) > 20, 20, "work to start")
+        killed_at = scalar(engine, "SELECT now()")
         assert terminate_others(db_url) >= 2  # the pool's connections and the LISTEN one
-        time.sleep(0.5)
-        until(_listening(db_url), 20, "LISTEN again")
+        until(_listening(db_url, since=killed_at), 20, "LISTEN again, on a new connection")
         t0 = time.monotonic()
         (late,) = _enqueue(engine, [{}], "k")
         until(lambda: late in done, 10, "the job enqueued after the reconnect")
@@ -338,17 +342,19 @@ def test_idle_worker_backs_off_to_the_idle_interval(engine: Engine) -> None:
         engine,
         {"idle": lambda job: None},
         listen=False,
-        poll_interval=0.1,
-        idle_after=0.3,
-        idle_poll_interval=1.5,
+        poll_interval=0.05,
+        idle_after=0.15,
+        idle_poll_interval=0.75,
     )
     t0 = time.monotonic()
     with running(worker):
-        time.sleep(6)
+        # An absence: from 1.25 s on, the polls have backed off to the idle interval; the window
+        # to 3 s holds at most three of them and nothing else.
+        time.sleep(3)
         stopping = time.monotonic()  # the stop then deletes the worker's jobs_workers row
     event.remove(engine, "before_cursor_execute", on_execute)
-    late = [t for t in stamps if t0 + 2.5 < t < stopping]
+    late = [t for t in stamps if t0 + 1.25 < t < stopping]
     gaps = [b - a for a, b in itertools.pairwise(late)]
-    # Polls back off (0.1 s doubling) to the idle interval; nothing else is sent meanwhile.
+    # Polls back off (0.05 s doubling) to the idle interval; nothing else is sent meanwhile.
     assert len(late) <= 3
-    assert all(g >= 1.4 for g in gaps)
+    assert all(g >= 0.7 for g in gaps)
