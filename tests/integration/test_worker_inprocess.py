@@ -45,7 +45,8 @@ def _listening(db_url: URL, since: Any = None) -> Callable[[], bool]:
         with psycopg.connect(to_libpq_url(db_url), autocommit=True) as conn:
             row = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND query LIKE 'LISTEN %%' AND backend_start > coalesce(%s::timestamptz, '-infinity')",
+                "AND query LIKE 'LISTEN %%' "
+                "AND backend_start > coalesce(%s::timestamptz, '-infinity')",
                 (since,),
             ).fetchone()
         return bool(row and row[0])
