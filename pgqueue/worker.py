@@ -25,7 +25,13 @@ from sqlalchemy.engine import URL
 from pgqueue import pooler, repository
 from pgqueue._base.connections import worker_name
 from pgqueue._base.urls import mask_url
-from pgqueue._base.validation import MAX_INT32, check_port, check_positive_int, check_seconds
+from pgqueue._base.validation import (
+    MAX_INT32,
+    check_database_url,
+    check_port,
+    check_positive_int,
+    check_seconds,
+)
 from pgqueue._worker.claimer import Claimer, ClaimerOptions, Intake
 from pgqueue._worker.completer import FLUSH_SIZE, Completer
 from pgqueue._worker.dispatch import Dispatch, registry_tasks
@@ -117,7 +123,8 @@ class Worker:
             An engine given a schema with :func:`pgqueue.use_schema` listens on that schema's
             channel, ``<schema>.jobs``.
         listen_url: Where to LISTEN when the engine goes through a transaction-mode pooler:
-            a ``postgresql[+driver]://`` string or SQLAlchemy URL. Default: the engine's URL.
+            a ``postgresql[+driver]://`` string or SQLAlchemy URL (another is refused here,
+            naming ``listen_url``). Default: the engine's URL.
         mode: ``"lease"`` (default) or ``"transaction"`` (R8: claim, handle and complete in one
             transaction, for jobs of a few milliseconds; the handler gets ``job.connection``).
             Transaction mode takes sync handlers only.
@@ -239,7 +246,9 @@ class Worker:
             self.async_concurrency, self.batch_size if prefetch is None else prefetch
         )
         self.listen = bool(listen)
-        self.listen_url: str | URL = listen_url if listen_url is not None else engine.url
+        self.listen_url: URL = (
+            engine.url if listen_url is None else check_database_url("listen_url", listen_url)
+        )
         self.mode = mode
         self.shutdown_timeout = check_seconds("shutdown_timeout", shutdown_timeout, allow_zero=True)
         self.retry = retry if retry is not None else RetryPolicy()
@@ -291,7 +300,8 @@ class Worker:
 
         Each loop (claimer, completer, heartbeat, scheduler, listener) logs an error it did not
         expect with its traceback and goes on. When the claimer, the completer or the heartbeat
-        cannot (5 steps in a row failed), the worker stops as for :meth:`stop` (no more claims,
+        cannot (5 steps in a row failed, or the heartbeat's for a whole ``lease / 3``, before
+        the leases it holds expire), the worker stops as for :meth:`stop` (no more claims,
         unstarted jobs given back, running handlers given ``shutdown_timeout``) and this raises.
 
         Raises:
