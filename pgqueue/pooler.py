@@ -12,7 +12,8 @@ temporary tables. Two things still need care:
 - ``LISTEN`` belongs to a session: through a transaction-mode pooler it is run on some server
   connection that is handed to other clients right after, and the notifications never come
   back. Give the worker a direct server URL as ``listen_url``. :func:`check_listen` notices the
-  mistake (the worker runs it once at start-up and logs a warning).
+  mistake (the worker runs it once at start-up, :func:`pgqueue.wait_for` once per process and
+  listen URL, and each logs one warning).
 
 .. versionadded:: 0.1.0
 """
@@ -55,7 +56,7 @@ def pooled_engine_options() -> dict[str, Any]:
 
 def check_listen(
     listen_url: str | URL,
-    engine: Engine,
+    engine: Engine | str | URL,
     *,
     timeout: float = LISTEN_CHECK_TIMEOUT,
     stop: threading.Event | None = None,
@@ -67,7 +68,10 @@ def check_listen(
     ``timeout`` seconds. ``False`` means ``listen_url`` swallows notifications (a
     transaction-mode pooler); ``None`` means the check could not run (connection refused, or
     ``stop`` was set while waiting). The listening connection is named ``application_name``
-    unless ``listen_url`` sets one.
+    unless ``listen_url`` sets one. ``engine`` may also be the URL the application's engine uses:
+    the notification is then sent on a connection of its own to that URL (what
+    :func:`pgqueue.wait_for` does, whose caller owns its engine and may dispose of it, or whose
+    ``AsyncEngine`` a thread cannot use).
     """
     channel = f"pgqueue_listen_check_{uuid.uuid4().hex[:12]}"
     try:
@@ -78,8 +82,7 @@ def check_listen(
             **name_kwargs(listen_url, application_name),
         ) as conn:
             conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
-            with engine.begin() as sender:
-                sender.execute(text("SELECT pg_notify(:channel, '')"), {"channel": channel})
+            _notify(engine, channel, application_name)
             deadline = time.monotonic() + timeout
             while (left := deadline - time.monotonic()) > 0:
                 if stop is not None and stop.is_set():
@@ -93,50 +96,80 @@ def check_listen(
         return None
 
 
+def _notify(engine: Engine | str | URL, channel: str, application_name: str) -> None:
+    """One notification on ``channel``, sent through ``engine`` (or on a connection to a URL)."""
+    if isinstance(engine, Engine):
+        with engine.begin() as sender:
+            sender.execute(text("SELECT pg_notify(:channel, '')"), {"channel": channel})
+        return
+    with psycopg.connect(
+        to_libpq_url(engine),
+        autocommit=True,
+        connect_timeout=10,
+        prepare_threshold=None,
+        **name_kwargs(engine, application_name),
+    ) as sender:
+        sender.execute("SELECT pg_notify(%s, '')", (channel,))
+
+
+#: What a worker whose LISTEN hears nothing should do (the end of its warning).
+WORKER_ADVICE = (
+    "Workers wake only on their fallback poll; pass listen_url=<direct server URL> "
+    "(see pgqueue.pooler)"
+)
+
+
 def warn_if_listen_is_deaf(
     listen_url: str | URL,
-    engine: Engine,
+    engine: Engine | str | URL,
     *,
     stop: threading.Event | None = None,
     application_name: str = "pgqueue-listen-check",
+    advice: str = WORKER_ADVICE,
 ) -> bool | None:
-    """Log a warning when the worker's ``LISTEN`` cannot work; :func:`check_listen`'s result.
+    """Log a warning when ``LISTEN`` on ``listen_url`` cannot work, ending with ``advice``;
+    :func:`check_listen`'s result.
 
-    A ``listen_url`` that is the engine's own URL on port :data:`PGBOUNCER_PORT` is warned about
-    at once, before the check itself.
+    One warning at most: a ``listen_url`` that is the engine's own URL on port
+    :data:`PGBOUNCER_PORT` is warned about at once, before the check itself (which then says
+    nothing more); else the check's ``False`` is.
     """
+    engine_url = engine.url if isinstance(engine, Engine) else to_sqlalchemy_url(engine)
     same = to_sqlalchemy_url(listen_url).render_as_string(hide_password=False) == (
-        engine.url.render_as_string(hide_password=False)
+        engine_url.render_as_string(hide_password=False)
     )
-    if same and engine.url.port == PGBOUNCER_PORT:
+    warned = same and engine_url.port == PGBOUNCER_PORT
+    if warned:
         log.warning(
             "the engine uses port %d (PgBouncer's) and no listen_url is set: LISTEN through "
-            "a transaction-mode pooler receives nothing; pass listen_url=<direct server URL>",
+            "a transaction-mode pooler receives nothing. %s",
             PGBOUNCER_PORT,
+            advice,
         )
     reached = check_listen(listen_url, engine, stop=stop, application_name=application_name)
-    if reached is False:
+    if reached is False and not warned:
         log.warning(
             "LISTEN on %s received no notification within %.0f s: is it a transaction-mode "
-            "pooler? Workers wake only on their fallback poll; pass listen_url=<direct server "
-            "URL> (see pgqueue.pooler)",
+            "pooler? %s",
             mask_url(listen_url),
             LISTEN_CHECK_TIMEOUT,
+            advice,
         )
     return reached
 
 
 def start_listen_check(
     listen_url: str | URL,
-    engine: Engine,
+    engine: Engine | str | URL,
     stop: threading.Event,
     application_name: str = "pgqueue-listen-check",
+    advice: str = WORKER_ADVICE,
 ) -> threading.Thread:
     """Run :func:`warn_if_listen_is_deaf` in a daemon thread, so start-up never waits for it."""
     thread = threading.Thread(
         target=warn_if_listen_is_deaf,
         args=(listen_url, engine),
-        kwargs={"stop": stop, "application_name": application_name},
+        kwargs={"stop": stop, "application_name": application_name, "advice": advice},
         name="pgqueue-listen-check",
         daemon=True,
     )

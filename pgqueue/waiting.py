@@ -10,7 +10,9 @@ listener is still connecting) costs at most one ``poll_interval``: the wait read
 then, and once more after each (re)connection of the listener.
 
 Through a transaction-mode pooler (PgBouncer), give a direct server URL as ``listen_url`` (as for
-:class:`pgqueue.Worker`), or pass ``listen=False`` and rely on polling.
+:class:`pgqueue.Worker`), or pass ``listen=False`` and rely on polling. The first wait on a listen
+URL checks in the background that a notification reaches it, as the worker does at start-up,
+and logs one warning (``pgqueue.pooler``) naming both when none does.
 
 .. versionadded:: 0.1.0
 """
@@ -27,10 +29,15 @@ from datetime import timedelta
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
-from pgqueue import repository
+from pgqueue import pooler, repository
 from pgqueue._base.connections import worker_name
 from pgqueue._base.urls import to_libpq_url
-from pgqueue._base.validation import check_bool, check_job_id, check_seconds
+from pgqueue._base.validation import (
+    check_bool,
+    check_database_url,
+    check_job_id,
+    check_seconds,
+)
 from pgqueue.errors import InvalidArgumentTypeError, JobNotFoundError, JobTimeoutError
 from pgqueue.listener import Listener
 from pgqueue.results import JobResult
@@ -46,6 +53,11 @@ LINGER = 5.0
 
 #: The isolation level of a wait's reads: each one statement, in no transaction.
 AUTOCOMMIT = "AUTOCOMMIT"
+#: What a wait whose LISTEN hears nothing should do (the end of its warning).
+WAIT_ADVICE = (
+    "pgqueue.wait_for wakes only on its poll (every poll_interval); pass listen_url=<direct "
+    "server URL>, or listen=False to poll without listening (see pgqueue.pooler)"
+)
 
 Wake = Callable[[], None]
 
@@ -90,6 +102,16 @@ class _Hub:
         self._waits: dict[int, list[Wake]] = {}
         self._listener: Listener | None = None
         self._idle_since: float | None = None
+        self._checked = False
+
+    def check_once(self, sender: URL) -> None:
+        """The first wait on this URL checks that a notification reaches it (never waited
+        for: a daemon thread, at most a few seconds); one warning when none does."""
+        with self._lock:
+            if self._checked:
+                return
+            self._checked = True
+        pooler.start_listen_check(self._url, sender, threading.Event(), advice=WAIT_ADVICE)
 
     def add(self, job_id: int, wake: Wake) -> None:
         with self._lock:
@@ -165,15 +187,13 @@ def _hub(url: str | URL, channel: str) -> _Hub:
         return hub
 
 
-def listen_target(engine: Engine, listen: object, listen_url: object) -> str | URL | None:
+def listen_target(engine: Engine, listen: object, listen_url: object) -> URL | None:
     """Where a wait listens (``None``: it polls only), checked before any SQL."""
     if not check_bool("listen", listen):
         return None
     if listen_url is None:
         return engine.url
-    if not isinstance(listen_url, (str, URL)):
-        raise InvalidArgumentTypeError("listen_url", "str or sqlalchemy URL", listen_url)
-    return listen_url
+    return check_database_url("listen_url", listen_url)
 
 
 def check_engine(engine: object, expected: type, what: str) -> None:
@@ -182,13 +202,21 @@ def check_engine(engine: object, expected: type, what: str) -> None:
 
 
 @contextmanager
-def subscribed(engine: Engine, job_id: int, wake: Wake, url: str | URL | None) -> Iterator[None]:
+def subscribed(engine: Engine, job_id: int, wake: Wake, url: URL | None) -> Iterator[None]:
     """``wake`` is called when a notification names ``job_id`` (and after each reconnection of
-    the LISTEN connection), while the block runs; nothing when ``url`` is ``None``."""
+    the LISTEN connection), while the block runs; nothing when ``url`` is ``None``.
+
+    The first wait on a listen URL checks, in the background, that a notification sent to the
+    engine's URL reaches it: through a transaction-mode pooler none does, and one warning says
+    so (:func:`pgqueue.pooler.warn_if_listen_is_deaf`). The check sends on a connection of its
+    own, never one of the engine's pool: the caller may dispose of the engine (or, for an
+    ``AsyncEngine``, own its connections' event loop) while the check still runs.
+    """
     if url is None:
         yield
         return
     hub = _hub(url, finished_channel_for(schema_of(engine)))
+    hub.check_once(engine.url)
     hub.add(job_id, wake)
     try:
         yield
@@ -221,7 +249,8 @@ def wait_for(
             came: what a missed notification costs at most. Default 1 s.
         listen: ``False``: never LISTEN, only poll every ``poll_interval``.
         listen_url: Where to LISTEN: a direct server URL when ``engine`` goes through a
-            transaction-mode pooler (which would swallow the ``LISTEN``). Default: the engine's.
+            transaction-mode pooler (which would swallow the ``LISTEN``; the first wait on a
+            URL that hears nothing logs one warning saying so). Default: the engine's.
 
     Returns:
         The finished job's :class:`pgqueue.JobResult` (``status`` ``"done"`` or ``"failed"``).
@@ -230,7 +259,8 @@ def wait_for(
         JobTimeoutError: the job had not finished within ``timeout`` (a ``TimeoutError`` too);
             the job is left alone.
         JobNotFoundError: no job has this id, at once (or the job was purged while waited for).
-        InvalidArgumentTypeError, InvalidArgumentError: a bad argument, before any SQL.
+        InvalidArgumentTypeError, InvalidArgumentError: a bad argument, before any SQL (a
+            ``listen_url`` that is no PostgreSQL URL names ``listen_url``).
 
     .. versionadded:: 0.1.0
     """

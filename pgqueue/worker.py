@@ -29,6 +29,7 @@ from pgqueue._base.validation import (
     MAX_INT32,
     check_bool,
     check_coroutines,
+    check_database_url,
     check_port,
     check_positive_int,
     check_seconds,
@@ -126,7 +127,8 @@ class Worker:
             An engine given a schema with :func:`pgqueue.use_schema` listens on that schema's
             channel, ``<schema>.jobs``.
         listen_url: Where to LISTEN when the engine goes through a transaction-mode pooler:
-            a ``postgresql[+driver]://`` string or SQLAlchemy URL. Default: the engine's URL.
+            a ``postgresql[+driver]://`` string or SQLAlchemy URL (another is refused here,
+            naming ``listen_url``). Default: the engine's URL.
         mode: ``"lease"`` (default) or ``"transaction"`` (R8: claim, handle and complete in one
             transaction, for jobs of a few milliseconds; the handler gets ``job.connection``).
             Transaction mode takes sync handlers only.
@@ -264,7 +266,9 @@ class Worker:
             self.async_concurrency, self.batch_size if prefetch is None else prefetch
         )
         self.listen = bool(listen)
-        self.listen_url: str | URL = listen_url if listen_url is not None else engine.url
+        self.listen_url: URL = (
+            engine.url if listen_url is None else check_database_url("listen_url", listen_url)
+        )
         self.mode = mode
         self.shutdown_timeout = check_seconds("shutdown_timeout", shutdown_timeout, allow_zero=True)
         self.retry = retry if retry is not None else RetryPolicy()
@@ -316,7 +320,8 @@ class Worker:
 
         Each loop (claimer, completer, heartbeat, scheduler, listener) logs an error it did not
         expect with its traceback and goes on. When the claimer, the completer or the heartbeat
-        cannot (5 steps in a row failed), the worker stops as for :meth:`stop` (no more claims,
+        cannot (5 steps in a row failed, or the heartbeat's for a whole ``lease / 3``, before
+        the leases it holds expire), the worker stops as for :meth:`stop` (no more claims,
         unstarted jobs given back, running handlers given ``shutdown_timeout``) and this raises.
 
         Raises:

@@ -11,7 +11,11 @@ from datetime import datetime, timedelta, timezone
 from itertools import accumulate, chain, compress
 from typing import Any, cast
 
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import ArgumentError
+
 from pgqueue._base.storable import unstorable, unstorable_string
+from pgqueue._base.urls import mask_url, to_sqlalchemy_url
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidPayloadError
 
 #: NOTIFY payloads must stay under 8000 bytes (R16); the queue name is the payload.
@@ -472,3 +476,24 @@ def check_unique_keys(keys: object, count: int, *, name: str = "unique_keys") ->
             name, f"{len(checked)} keys for {count} payloads: give one per payload"
         )
     return checked
+
+
+def check_database_url(name: str, value: object) -> URL:
+    """A PostgreSQL URL given as a ``postgresql[+driver]://`` (or ``postgres://``) string or a
+    SQLAlchemy ``URL``, as a ``URL`` (``listen_url``): refused here, not where it is first used
+    (a LISTEN thread, a background check), and never printed with its password."""
+    if not isinstance(value, (str, URL)):
+        raise InvalidArgumentTypeError(name, "str or sqlalchemy URL", value)
+    try:
+        url = to_sqlalchemy_url(value)
+    except ArgumentError:
+        raise InvalidArgumentError(
+            name,
+            f"not a database URL: {mask_url(value)!r}; expected "
+            "postgresql://user:password@host:5432/dbname",
+        ) from None
+    if url.get_backend_name() != "postgresql":
+        raise InvalidArgumentError(
+            name, f"not a PostgreSQL URL: {mask_url(url)!r}; pgqueue needs postgresql://..."
+        )
+    return url
