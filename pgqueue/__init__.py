@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pgqueue._base.validation import MAX_DURATION, MAX_JSON_DEPTH, MAX_PRIORITY, MIN_PRIORITY
 from pgqueue.errors import (
+    HandlerTimeoutError,
     InvalidArgumentError,
     InvalidArgumentTypeError,
     InvalidPayloadError,
@@ -18,6 +19,7 @@ from pgqueue.errors import (
     UniqueKeyError,
     UnknownDependencyError,
     WorkerFailedError,
+    WorkerStuckError,
 )
 from pgqueue.flow import QueueSettings, Rate
 from pgqueue.hooks import WorkerHooks
@@ -79,6 +81,7 @@ __all__ = [
     "EnqueuedJob",
     "FailResult",
     "GroupIds",
+    "HandlerTimeoutError",
     "InvalidArgumentError",
     "InvalidArgumentTypeError",
     "InvalidPayloadError",
@@ -109,6 +112,7 @@ __all__ = [
     "WorkerFailedError",
     "WorkerHooks",
     "WorkerStats",
+    "WorkerStuckError",
     "__version__",
     "cancel",
     "chain",

@@ -115,6 +115,8 @@ async def enqueue(
     concurrency_key: str | None = None,
     depends_on: Iterable[int] | None = None,
     on_dependency_failure: DependencyFailure = "fail",
+    timeout: timedelta | float | None = None,
+    expires_in: timedelta | float | None = None,
 ) -> int:
     """Insert one job in the caller's transaction; see :func:`pgqueue.repository.enqueue`."""
     options = EnqueueOptions(
@@ -128,6 +130,8 @@ async def enqueue(
         concurrency_key=concurrency_key,
         depends_on=depends_on,
         on_dependency_failure=on_dependency_failure,
+        timeout=timeout,
+        expires_in=expires_in,
     )
     return await _drive(conn, _calls.enqueue(payload, options))
 
@@ -146,6 +150,8 @@ async def enqueue_unique(
     concurrency_key: str | None = None,
     depends_on: Iterable[int] | None = None,
     on_dependency_failure: DependencyFailure = "fail",
+    timeout: timedelta | float | None = None,
+    expires_in: timedelta | float | None = None,
 ) -> EnqueuedJob:
     """Insert unless the key is held; see :func:`pgqueue.repository.enqueue_unique`."""
     options = EnqueueOptions(
@@ -159,6 +165,8 @@ async def enqueue_unique(
         concurrency_key=concurrency_key,
         depends_on=depends_on,
         on_dependency_failure=on_dependency_failure,
+        timeout=timeout,
+        expires_in=expires_in,
     )
     return await _drive(conn, _calls.enqueue_unique(payload, options))
 
@@ -200,6 +208,8 @@ async def enqueue_many(
     concurrency_key: str | Iterable[str | None] | None = None,
     depends_on: Iterable[int] | None = None,
     on_dependency_failure: DependencyFailure = "fail",
+    timeout: timedelta | float | None = None,
+    expires_in: timedelta | float | None = None,
 ) -> list[int]:
     """Insert a batch in one round trip; see :func:`pgqueue.repository.enqueue_many`."""
     options = EnqueueOptions(
@@ -211,6 +221,8 @@ async def enqueue_many(
         priority=priority,
         depends_on=depends_on,
         on_dependency_failure=on_dependency_failure,
+        timeout=timeout,
+        expires_in=expires_in,
     )
     return await _drive(conn, _calls.enqueue_many(payloads, options, unique_keys, concurrency_key))
 
@@ -311,10 +323,13 @@ async def retry_failed(
     queue: str | None = None,
     attempts: int = DEFAULT_MAX_ATTEMPTS,
     include_cancelled: bool = False,
+    include_expired: bool = False,
 ) -> list[int]:
-    """Requeue every failed job (not cancelled ones unless ``include_cancelled``); see
-    :func:`pgqueue.repository.retry_failed`."""
-    return await _run(conn, _calls.retry_failed(queue, attempts, include_cancelled))
+    """Requeue every failed job (not cancelled ones unless ``include_cancelled``, not expired
+    ones unless ``include_expired``); see :func:`pgqueue.repository.retry_failed`."""
+    return await _run(
+        conn, _calls.retry_failed(queue, attempts, include_cancelled, include_expired)
+    )
 
 
 async def cancel(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[int]:

@@ -138,6 +138,45 @@ class WorkerFailedError(PgQueueError):
         self.loop = loop
 
 
+class HandlerTimeoutError(PgQueueError, TimeoutError):
+    """An attempt's handler ran past the job's ``timeout`` (or the worker's
+    ``default_timeout``): an async handler's task was cancelled, a sync one was asked to stop
+    (``job.stopping``). The attempt fails with this error in ``last_error`` and the error
+    history, and is retried by its retry policy like any failure. A ``TimeoutError`` too.
+
+    Attributes:
+        timeout: The timeout that passed, in seconds.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, timeout: float) -> None:
+        super().__init__(f"timed out after {timeout:g} s")
+        self.timeout = timeout
+
+
+class WorkerStuckError(WorkerFailedError):
+    """Every handler thread of a worker has been stuck in a handler past its timeout for longer
+    than the lease: the worker stopped claiming, gave back the jobs it held and stopped, so that
+    a supervisor (``--processes``) or the orchestrator replaces the process (a Python thread
+    cannot be killed). ``pgqueue worker`` exits 3.
+
+    Attributes:
+        job_ids: The jobs whose handlers were stuck.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, job_ids: list[int]) -> None:
+        PgQueueError.__init__(
+            self,
+            f"every handler thread is stuck in a handler past its timeout (jobs "
+            f"{', '.join(map(str, job_ids))}); the worker stopped",
+        )
+        self.loop = "handler threads"
+        self.job_ids = job_ids
+
+
 class JobNotFoundError(PgQueueError, LookupError):
     """No job has this id: it never existed, or ``purge`` removed it (and its result with it).
 

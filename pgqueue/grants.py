@@ -10,7 +10,7 @@ roles get only DML:
   holding the key. Without them a unique enqueue is refused ("permission denied"). The identity
   column needs no sequence grant. A producer that reads or waits for results
   (``pgqueue.fetch_result``, ``pgqueue.wait_for``) also reads ``result``, ``last_error``,
-  ``progress``, ``finished_at``, ``task``, ``attempts`` and ``cancelled_at``
+  ``progress``, ``finished_at``, ``task``, ``attempts``, ``cancelled_at`` and ``expired_at``
   (:data:`WAITER_COLUMNS`; ``LISTEN`` needs no privilege). The producer cannot read payloads,
   headers or the attempt history (``errors``, with its tracebacks), nor update or delete. With
   ``dependencies=True`` (``--producer-dependencies``: a producer that enqueues with
@@ -64,6 +64,7 @@ WAITER_COLUMNS = (
     "task",
     "attempts",
     "cancelled_at",
+    "expired_at",
 )
 
 #: The columns an enqueue with ``depends_on`` reads and writes (pgqueue_0013).

@@ -72,6 +72,10 @@ class JobContext:
         engine: The engine of the worker (or :func:`pgqueue.testing.drain`) that runs the job,
             which :meth:`dependency_results` reads through outside transaction mode; ``None``
             for a context built by hand.
+        timeout: The job's own execution timeout in seconds (``timeout=``), ``None`` when it has
+            none (the worker's ``default_timeout`` then applies, if set). At the timeout the
+            worker sets :attr:`stopping` (and cancels an async handler's task); the attempt
+            fails with :class:`pgqueue.HandlerTimeoutError`.
 
     Inside a running handler or task, :func:`pgqueue.current_job` returns this object.
 
@@ -90,6 +94,7 @@ class JobContext:
     priority: int = 0
     task: str | None = None
     engine: Engine | None = None
+    timeout: float | None = None
     #: ``(number, JSON text)`` of the last :meth:`set_progress`, ``None`` before the first. One
     #: tuple assigned at once, so the heartbeat's thread reads a number and its text together.
     _progress: tuple[int, str] | None = field(default=None, init=False, repr=False)
@@ -185,6 +190,7 @@ class JobContext:
             priority=claimed.priority,
             task=claimed.task,
             engine=engine,
+            timeout=claimed.timeout,
         )
 
 
@@ -382,6 +388,8 @@ class Registry(Mapping[str, Handler]):
         priority: int = ...,
         max_attempts: int = ...,
         retry: RetryPolicy | None = ...,
+        timeout: timedelta | float | None = ...,
+        expires_in: timedelta | float | None = ...,
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
     def task(
@@ -392,6 +400,8 @@ class Registry(Mapping[str, Handler]):
         priority: int = 0,
         max_attempts: int = 5,
         retry: RetryPolicy | None = None,
+        timeout: timedelta | float | None = None,
+        expires_in: timedelta | float | None = None,
     ) -> Task[..., Any] | Callable[[Callable[..., Any]], Task[..., Any]]:
         """Register the decorated function (sync or ``async def``) as a :class:`pgqueue.Task`.
 
@@ -406,6 +416,11 @@ class Registry(Mapping[str, Handler]):
             priority: Its jobs' default priority, 0-9. Default 0.
             max_attempts: Its jobs' default attempt budget. Default 5.
             retry: Its retry policy, or ``None`` for the worker's. Default ``None``.
+            timeout: Its jobs' execution timeout (a ``timedelta`` or seconds), as
+                ``timeout=`` of :func:`pgqueue.enqueue`. Default ``None``: the worker's
+                ``default_timeout``.
+            expires_in: Its jobs' not-started deadline (a ``timedelta`` or seconds), as
+                ``expires_in=`` of :func:`pgqueue.enqueue`. Default ``None``: none.
 
         Returns:
             The task (bare use), or the decorator that makes it.
@@ -427,6 +442,8 @@ class Registry(Mapping[str, Handler]):
                 priority=priority,
                 max_attempts=max_attempts,
                 retry=retry,
+                timeout=timeout,
+                expires_in=expires_in,
             )
             return self._add_task(made)
 

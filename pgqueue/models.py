@@ -62,8 +62,8 @@ class JobState(str, enum.Enum):
     """A job's state as people see it (``pgqueue list``, ``show``, the dashboard): its stored
     :class:`JobStatus`, with the two statuses that mean two things each told apart.
 
-    ``queued`` and ``waiting`` are both stored ``queued``; ``failed`` and ``cancelled`` are both
-    stored ``failed``. :func:`in_state` is the rule that tells them apart, and :data:`JOB_STATE`
+    ``queued`` and ``waiting`` are both stored ``queued``; ``failed``, ``cancelled`` and
+    ``expired`` are all stored ``failed``. :func:`in_state` is the rule that tells them apart, and :data:`JOB_STATE`
     the value a reader shows; ``jobs.status`` and :attr:`pgqueue.JobResult.status` keep the
     stored status (docs/lifecycle.md, "The states people see").
 
@@ -79,11 +79,14 @@ class JobState(str, enum.Enum):
     RUNNING = "running"
     #: Stored ``done``.
     DONE = "done"
-    #: Stored ``failed`` without ``cancelled_at``: failed for good on its own.
+    #: Stored ``failed`` without ``cancelled_at`` or ``expired_at``: failed for good on its own.
     FAILED = "failed"
     #: Stored ``failed`` with ``cancelled_at``: cancelled (by an operator, or by a cancelled
     #: dependency).
     CANCELLED = "cancelled"
+    #: Stored ``failed`` with ``expired_at``: not started within its ``expires_in`` of its
+    #: ``run_at``, so never run (pgqueue_0015).
+    EXPIRED = "expired"
 
     @property
     def stored(self) -> JobStatus:
@@ -101,6 +104,7 @@ _STORED = {
     JobState.DONE: JobStatus.DONE,
     JobState.FAILED: JobStatus.FAILED,
     JobState.CANCELLED: JobStatus.FAILED,
+    JobState.EXPIRED: JobStatus.FAILED,
 }
 
 
@@ -160,6 +164,15 @@ class Job(Base):
     waiting_on: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     #: Some job depends on this one (pgqueue_0013): its completion releases them.
     has_dependents: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    #: How long one attempt's handler may run (``timeout=``, pgqueue_0015); ``None``: the
+    #: worker's ``default_timeout``, if any.
+    timeout: Mapped[timedelta | None] = mapped_column(Interval)
+    #: A job not started within this long of its ``run_at`` is never run (``expires_in=``,
+    #: pgqueue_0015): the claim that finds it late fails it instead.
+    expires_in: Mapped[timedelta | None] = mapped_column(Interval)
+    #: When a claim found the job past its deadline and failed it (its status is then
+    #: ``failed``); ``None`` otherwise (pgqueue_0015).
+    expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
     __table_args__ = (
         CheckConstraint(
@@ -239,9 +252,11 @@ def in_state(state: JobState | JobStatus | str) -> ColumnElement[bool]:
     elif wanted is JobState.WAITING:
         condition = condition & (jobs_table.c.waiting_on > 0)
     elif wanted is JobState.FAILED:
-        condition = condition & jobs_table.c.cancelled_at.is_(None)
+        condition = condition & jobs_table.c.cancelled_at.is_(None) & jobs_table.c.expired_at.is_(None)
     elif wanted is JobState.CANCELLED:
         condition = condition & jobs_table.c.cancelled_at.is_not(None)
+    elif wanted is JobState.EXPIRED:
+        condition = condition & jobs_table.c.expired_at.is_not(None)
     return condition
 
 
@@ -269,6 +284,7 @@ JOB_RESULT_COLUMNS: tuple[ColumnElement[Any], ...] = (
     jobs_table.c.task,
     jobs_table.c.attempts,
     jobs_table.c.cancelled_at.is_not(None).label("cancelled"),
+    jobs_table.c.expired_at.is_not(None).label("expired"),
 )
 
 
@@ -351,6 +367,8 @@ class WorkerRecord(Base):
     pid: Mapped[int] = mapped_column(Integer)
     queues: Mapped[list[str]] = mapped_column(ARRAY(Text))
     started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    #: How many of its handler threads are stuck in a handler past its timeout (pgqueue_0015).
+    stuck: Mapped[int] = mapped_column(Integer, server_default=text("0"))
 
     def __repr__(self) -> str:
         return f"WorkerRecord(name={self.name!r}, queues={self.queues!r})"

@@ -19,6 +19,7 @@ from pgqueue._base.validation import (
     check_positive_int,
     check_priority,
     check_queue,
+    check_time_bound,
     check_unique_key,
     encode_payload,
 )
@@ -74,6 +75,11 @@ class Periodic:
         skip_if_running: Skip a tick while the previous tick's job is still queued or running
             (the jobs share the unique key ``"pgqueue.periodic:<name>"``). Default False: every
             tick is a job, even when the previous one has not finished.
+        timeout: The jobs' execution timeout, a ``timedelta`` or seconds (``timeout=`` of
+            :func:`pgqueue.enqueue`). Default ``None`` (a task's: its own).
+        expires_in: The jobs' not-started deadline, a ``timedelta`` or seconds (``expires_in=``
+            of :func:`pgqueue.enqueue`): a tick's job that no worker started within it of its
+            tick is never run. Default ``None`` (a task's: its own).
 
     Raises:
         InvalidArgumentError: an empty or too long name, an invalid cron expression, an unknown
@@ -92,6 +98,8 @@ class Periodic:
     skip_if_running: bool = False
     #: The name of the task each tick calls, or ``None`` for a queue-keyed job.
     task: str | None = None
+    timeout: timedelta | None = None
+    expires_in: timedelta | None = None
     _ticks: schedules.Schedule = field(init=False, repr=False, compare=False)
     _payload_json: str = field(init=False, repr=False, compare=False)
 
@@ -110,6 +118,8 @@ class Periodic:
         max_attempts: int | None = None,
         catch_up: bool = False,
         skip_if_running: bool = False,
+        timeout: timedelta | float | None = None,
+        expires_in: timedelta | float | None = None,
     ) -> None:
         if task is None:
             if queue is None:
@@ -134,6 +144,8 @@ class Periodic:
             )
             priority = task.priority if priority is None else priority
             max_attempts = task.max_attempts if max_attempts is None else max_attempts
+            timeout = task.timeout if timeout is None else timeout
+            expires_in = task.expires_in if expires_in is None else expires_in
         values = {
             "name": _check_name(name),
             "schedule": schedule,
@@ -147,6 +159,8 @@ class Periodic:
             "catch_up": _check_flag("catch_up", catch_up),
             "skip_if_running": _check_flag("skip_if_running", skip_if_running),
             "task": task_name,
+            "timeout": check_time_bound("timeout", timeout),
+            "expires_in": check_time_bound("expires_in", expires_in),
             "_ticks": schedules.schedule_of(schedule, timezone),
             "_payload_json": encode_payload(payload),
         }

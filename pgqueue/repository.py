@@ -73,6 +73,8 @@ def enqueue(
     concurrency_key: str | None = None,
     depends_on: Iterable[int] | None = None,
     on_dependency_failure: DependencyFailure = "fail",
+    timeout: timedelta | float | None = None,
+    expires_in: timedelta | float | None = None,
 ) -> int:
     """Insert one job in the caller's transaction and return its id.
 
@@ -111,10 +113,22 @@ def enqueue(
             cancelled, this job fails too (``last_error`` names the dependency), and so do the
             jobs waiting for it. ``"run"``: it runs anyway once every dependency has finished,
             and can read which one failed (``dependency_results``).
+        timeout: How long one attempt's handler may run, a ``timedelta`` or seconds: at the
+            timeout an async handler is cancelled and a sync one gets ``job.stopping`` set,
+            and the attempt fails with :class:`pgqueue.HandlerTimeoutError` (retried by its
+            policy). Stored on the job, so any worker enforces it (docs/worker.md). Default
+            ``None``: the worker's ``default_timeout`` (none unless set).
+            (``.. versionadded:: 0.1.0``)
+        expires_in: A deadline, a ``timedelta`` or seconds: a job not started within this long
+            of its ``run_at`` is never run; the claim that finds it late fails it with
+            ``expired_at`` set and ``last_error`` beginning with ``"expired"``, not retried
+            (:attr:`pgqueue.JobResult.expired`; its dependents fail as for a failure). Default
+            ``None``: no deadline. (``.. versionadded:: 0.1.0``)
 
     Raises:
         InvalidArgumentError: before any SQL, for a bad payload, queue, schedule, priority,
-            key or dependency list.
+            key, dependency list, timeout or deadline (zero, negative, NaN or over
+            :data:`pgqueue.MAX_DURATION`).
         UnknownDependencyError: ``depends_on`` names an id no job has (checked in the same
             transaction before anything is inserted: nothing is written).
     """
@@ -129,6 +143,8 @@ def enqueue(
         concurrency_key=concurrency_key,
         depends_on=depends_on,
         on_dependency_failure=on_dependency_failure,
+        timeout=timeout,
+        expires_in=expires_in,
     )
     return _drive(conn, _calls.enqueue(payload, options))
 
@@ -147,6 +163,8 @@ def enqueue_unique(
     concurrency_key: str | None = None,
     depends_on: Iterable[int] | None = None,
     on_dependency_failure: DependencyFailure = "fail",
+    timeout: timedelta | float | None = None,
+    expires_in: timedelta | float | None = None,
 ) -> EnqueuedJob:
     """:func:`enqueue` with a ``unique_key``, saying whether it inserted a job or found the live
     job holding the key (``EnqueuedJob(id, inserted)``).
@@ -164,6 +182,8 @@ def enqueue_unique(
         concurrency_key=concurrency_key,
         depends_on=depends_on,
         on_dependency_failure=on_dependency_failure,
+        timeout=timeout,
+        expires_in=expires_in,
     )
     return _drive(conn, _calls.enqueue_unique(payload, options))
 
@@ -182,6 +202,8 @@ def enqueue_many(
     concurrency_key: str | Iterable[str | None] | None = None,
     depends_on: Iterable[int] | None = None,
     on_dependency_failure: DependencyFailure = "fail",
+    timeout: timedelta | float | None = None,
+    expires_in: timedelta | float | None = None,
 ) -> list[int]:
     """Insert a batch of jobs in one round trip; return their ids in input order.
 
@@ -205,6 +227,8 @@ def enqueue_many(
         priority=priority,
         depends_on=depends_on,
         on_dependency_failure=on_dependency_failure,
+        timeout=timeout,
+        expires_in=expires_in,
     )
     return _drive(conn, _calls.enqueue_many(payloads, options, unique_keys, concurrency_key))
 
@@ -445,17 +469,21 @@ def retry_failed(
     queue: str | None = None,
     attempts: int = DEFAULT_MAX_ATTEMPTS,
     include_cancelled: bool = False,
+    include_expired: bool = False,
 ) -> list[int]:
     """Requeue every ``failed`` job (of one queue, or all) like :func:`retry`; return their ids.
 
     Jobs an operator cancelled (:func:`cancel`: ``cancelled_at`` set) are left alone unless
     ``include_cancelled=True`` (default ``False``; ``.. versionadded:: 0.1.0``); a cancelled job
-    that comes back is no longer marked cancelled. :func:`retry` of a cancelled job's id always
-    requeues it: naming the id is asking for it.
+    that comes back is no longer marked cancelled. Jobs that expired (``expires_in``: never
+    started in time, ``expired_at`` set) are left alone unless ``include_expired=True`` (default
+    ``False``; ``.. versionadded:: 0.1.0``); one that comes back is no longer marked expired
+    and keeps its ``expires_in``, counted from its new ``run_at`` (now). :func:`retry` of a
+    cancelled or expired job's id always requeues it: naming the id is asking for it.
 
     .. versionadded:: 0.1.0
     """
-    return _run(conn, _calls.retry_failed(queue, attempts, include_cancelled))
+    return _run(conn, _calls.retry_failed(queue, attempts, include_cancelled, include_expired))
 
 
 def cancel(conn: Executor, job_ids: Iterable[int]) -> list[int]:

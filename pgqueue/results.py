@@ -15,7 +15,9 @@ class ClaimedJob:
 
     ``headers`` is what the producer passed as ``enqueue(..., headers=...)``, or ``None``
     (``.. versionadded:: 0.1.0``); ``priority`` its priority, 0-9; ``task`` the name of the
-    task the job runs (``jobs.task``), ``None`` for a queue-keyed job.
+    task the job runs (``jobs.task``), ``None`` for a queue-keyed job; ``timeout`` its own
+    execution timeout in seconds (``timeout=``), ``None`` for none. A claim never returns a job
+    it found past its deadline (``expires_in=``): it failed that one instead.
     """
 
     id: int
@@ -25,6 +27,8 @@ class ClaimedJob:
     headers: Mapping[str, str] | None = None
     priority: int = 0
     task: str | None = None
+    #: The job's own execution timeout in seconds (``timeout=``), ``None`` for none.
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,8 @@ class JobResult:
         task: The task's name, ``None`` for a queue-keyed job.
         attempts: Attempts spent so far.
         cancelled: ``pgqueue.cancel`` failed it (its ``status`` is ``"failed"``).
+        expired: It was not started within its ``expires_in`` of its ``run_at``, so it never
+            ran (its ``status`` is ``"failed"``, its ``error`` begins with ``"expired"``).
 
     .. versionadded:: 0.1.0
     """
@@ -175,6 +181,7 @@ class JobResult:
     task: str | None = None
     attempts: int = 0
     cancelled: bool = False
+    expired: bool = False
 
     @property
     def finished(self) -> bool:

@@ -110,6 +110,15 @@ def _task() -> ColumnElement[Any]:
     return bindparam("task_name", None, type_=Text)
 
 
+def _time_bounds() -> dict[str, ColumnElement[Any]]:
+    """``:timeout`` and ``:expires_in`` (pgqueue_0015), intervals, ``NULL`` (the default when
+    the parameter is not given) for no bound."""
+    return {
+        "timeout": bindparam("timeout", None, type_=Interval),
+        "expires_in": bindparam("expires_in", None, type_=Interval),
+    }
+
+
 def _one_job() -> dict[str, ColumnElement[Any]]:
     """The VALUES of a single enqueue, shared by the plain and the unique one."""
     return {
@@ -120,6 +129,7 @@ def _one_job() -> dict[str, ColumnElement[Any]]:
         "headers": _headers(),
         "priority": _priority(),
         "task": _task(),
+        **_time_bounds(),
     }
 
 
@@ -183,7 +193,18 @@ def _batch_insert(*keys: str) -> Any:
     )
     element = batch.c.element
     payload = element.op("->")(literal_column("0")) if keys else element
-    columns = ["queue", "payload", "run_at", "max_attempts", "headers", "priority", "task", *keys]
+    bounds = _time_bounds()
+    columns = [
+        "queue",
+        "payload",
+        "run_at",
+        "max_attempts",
+        "headers",
+        "priority",
+        "task",
+        *bounds,
+        *keys,
+    ]
     rows = select(
         bindparam("queue_name", type_=Text),
         payload,
@@ -192,6 +213,7 @@ def _batch_insert(*keys: str) -> Any:
         _headers(),
         _priority(),
         _task(),
+        *bounds.values(),
         *(element.op("->>")(literal_column(str(place))) for place in range(1, len(keys) + 1)),
     ).order_by(batch.c.ord)
     return (pg_insert(jobs) if keys else insert(jobs)).from_select(columns, rows)
@@ -290,15 +312,66 @@ def _claimant() -> ColumnElement[Any]:
     )
 
 
+#: ``last_error`` of a job a claim found past its deadline (``expires_in``, pgqueue_0015) begins
+#: with this; what tells an expired job is ``expired_at IS NOT NULL``.
+EXPIRED_ERROR = "expired"
+
+
+def _expired() -> ColumnElement[bool]:
+    """The claimed job was not started within its ``expires_in`` of its ``run_at``: one NULL
+    test for a job without a deadline."""
+    return jobs.c.expires_in.is_not(None) & (jobs.c.run_at + jobs.c.expires_in < func.now())
+
+
 def claim_values() -> dict[str, Any]:
-    """SET clause of every claim (the plain and the limited one): running, leased, recorded."""
+    """SET clause of every claim (the plain and the limited one): running, leased, recorded.
+
+    A job past its deadline (:func:`_expired`) is failed by the same statement instead: status
+    ``failed``, ``expired_at`` and ``finished_at`` now, ``last_error`` saying so, its attempts
+    untouched (it never ran), no lease. So it never reaches a handler, whichever batch claimed
+    it, and its dependents are settled as for a failure by ``jobs_release`` in this statement.
+    The scan (which rows are locked) is the same as without deadlines: the test is on the rows
+    locked, and costs one NULL test on a job without one.
+    """
+    expired = _expired()
+    seconds = cast(func.extract("epoch", jobs.c.expires_in), Float)
     return {
-        "status": status_literal(JobStatus.RUNNING),
-        "attempts": jobs.c.attempts + 1,
-        "locked_until": _lease_end(),
+        "status": case(
+            (expired, status_literal(JobStatus.FAILED)), else_=status_literal(JobStatus.RUNNING)
+        ),
+        "attempts": case((expired, jobs.c.attempts), else_=jobs.c.attempts + 1),
+        "locked_until": case((expired, null()), else_=_lease_end()),
         "locked_by": _claimant(),
         "locked_at": func.now(),
+        "expired_at": case((expired, func.now())),
+        "finished_at": case((expired, func.now())),
+        "last_error": case(
+            (
+                expired,
+                literal_column(f"'{EXPIRED_ERROR}: not started within '", Text)
+                + cast(seconds, Text)
+                + literal_column("' s of its run_at'", Text),
+            ),
+            else_=jobs.c.last_error,
+        ),
     }
+
+
+#: The columns every claim returns (the plain and the limited one); ``status`` is ``failed`` for
+#: a job the claim found expired (:func:`claim_values`), which no caller runs.
+def claim_returning() -> tuple[ColumnElement[Any], ...]:
+    return (
+        jobs.c.id,
+        jobs.c.queue,
+        jobs.c.payload,
+        jobs.c.attempts,
+        jobs.c.run_at,
+        jobs.c.headers,
+        jobs.c.priority,
+        jobs.c.task,
+        jobs.c.status,
+        jobs.c.timeout,
+    )
 
 
 @lru_cache(maxsize=64)
@@ -307,8 +380,9 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
 
     Parameters: ``queue_name``, ``lease``, ``locked_by`` (the claiming worker's name, or NULL for
     the connection's ``application_name``; also sets ``locked_at``). Returns ``id, queue,
-    payload, attempts, run_at, headers, priority, task`` (``task``: the name of the task the job
-    runs, NULL for a queue-keyed job).
+    payload, attempts, run_at, headers, priority, task, status, timeout`` (``task``: the name of
+    the task the job runs, NULL for a queue-keyed job; ``status``: ``failed`` for a job found
+    past its deadline, which the claim failed instead of leasing).
     The CTE is ``MATERIALIZED`` so the planner keeps LockRows inside it (per priority level:
     Limit over LockRows over an index scan of ``jobs_ready_idx``). ``skip_locked=False`` is the
     serialising variant of R5, kept for the demo and the tests.
@@ -318,16 +392,7 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
         jobs.update()
         .where(jobs.c.id == nxt.c.id)
         .values(claim_values())
-        .returning(
-            jobs.c.id,
-            jobs.c.queue,
-            jobs.c.payload,
-            jobs.c.attempts,
-            jobs.c.run_at,
-            jobs.c.headers,
-            jobs.c.priority,
-            jobs.c.task,
-        )
+        .returning(*claim_returning())
     )
 
 
@@ -881,6 +946,7 @@ _RETRY_VALUES: dict[str, Any] = {
     ),
     "finished_at": null(),
     "cancelled_at": null(),
+    "expired_at": null(),
 }
 
 
@@ -902,21 +968,23 @@ def _key_is_free() -> ColumnElement[bool]:
     return jobs.c.unique_key.is_(None) | ~held
 
 
-def retry_statement(*, all_failed: bool = False, include_cancelled: bool = False) -> Update:
+def retry_statement(
+    *, all_failed: bool = False, include_cancelled: bool = False, include_expired: bool = False
+) -> Update:
     """Requeue jobs with a fresh budget of attempts, by raising ``max_attempts``.
 
     With ``all_failed=False`` (parameters ``job_ids``, ``extra_attempts``) the listed jobs that are
     ``failed`` (cancelled ones too: the operator named them) or ``queued`` are retried now; with
     ``all_failed=True`` (parameters ``queue_name``, which may be ``NULL`` for every queue, and
     ``extra_attempts``) every ``failed`` job is, except cancelled ones unless
-    ``include_cancelled``. A job whose unique key another live job holds is left alone. Returns
+    ``include_cancelled`` and expired ones unless ``include_expired``. A job whose unique key another live job holds is left alone. Returns
     ``id`` of each requeued job.
     """
-    return _retry_statement(all_failed, include_cancelled)
+    return _retry_statement(all_failed, include_cancelled, include_expired)
 
 
-@lru_cache(maxsize=4)
-def _retry_statement(all_failed: bool, include_cancelled: bool) -> Update:
+@lru_cache(maxsize=8)
+def _retry_statement(all_failed: bool, include_cancelled: bool, include_expired: bool) -> Update:
     """:func:`retry_statement`, built once per shape (positional: one cache key per shape)."""
     if all_failed:
         where = (jobs.c.status == status_literal(JobStatus.FAILED)) & (
@@ -924,6 +992,8 @@ def _retry_statement(all_failed: bool, include_cancelled: bool) -> Update:
         )
         if not include_cancelled:
             where = where & jobs.c.cancelled_at.is_(None)
+        if not include_expired:
+            where = where & jobs.c.expired_at.is_(None)
     else:
         where = jobs.c.id.in_(bindparam("job_ids", type_=BigInteger, expanding=True)) & (
             jobs.c.status.in_([status_literal(JobStatus.FAILED), status_literal(JobStatus.QUEUED)])

@@ -36,6 +36,7 @@ from pgqueue._base.validation import (
     check_priority,
     check_queue,
     check_task_name,
+    check_time_bound,
     encode_payload,
 )
 from pgqueue.errors import (
@@ -131,6 +132,8 @@ class EnqueueKeywords(TypedDict, total=False):
     concurrency_key: str | None
     depends_on: Iterable[int] | None
     on_dependency_failure: Literal["fail", "run"]
+    timeout: timedelta | float | None
+    expires_in: timedelta | float | None
 
 
 class Producer(Protocol):
@@ -284,6 +287,10 @@ class Task(Generic[P, R]):
         priority: Its jobs' default priority, 0-9 (default 0).
         max_attempts: Its jobs' default attempt budget (default 5).
         retry: How a failed attempt is retried, or ``None`` for the worker's policy.
+        timeout: Its jobs' default execution timeout (``timeout=`` of :func:`pgqueue.enqueue`),
+            a ``timedelta``, or ``None`` (default) for the worker's ``default_timeout``.
+        expires_in: Its jobs' default not-started deadline (``expires_in=``), a ``timedelta``,
+            or ``None`` (default) for none.
         func: The wrapped function.
         is_async: Whether ``func`` is a coroutine function (it then runs on the worker's event
             loop, a sync one in a thread).
@@ -296,6 +303,8 @@ class Task(Generic[P, R]):
     priority: int
     max_attempts: int
     retry: RetryPolicy | None
+    timeout: timedelta | None
+    expires_in: timedelta | None
     func: Callable[P, R]
     is_async: bool
 
@@ -308,6 +317,8 @@ class Task(Generic[P, R]):
         priority: int = 0,
         max_attempts: int = 5,
         retry: RetryPolicy | None = None,
+        timeout: timedelta | float | None = None,
+        expires_in: timedelta | float | None = None,
     ) -> None:
         if not callable(func):
             raise InvalidArgumentTypeError("task", "a callable", func)
@@ -330,7 +341,14 @@ class Task(Generic[P, R]):
             "max_attempts": self.max_attempts,
             "task": self.name,
         }
+        # Only when given: a task without bounds binds the options it always had.
+        if timeout is not None:
+            self._settings["timeout"] = timeout
+        if expires_in is not None:
+            self._settings["expires_in"] = expires_in
         self._options = _the_producer().options(self._settings)
+        self.timeout = check_time_bound("timeout", timeout)
+        self.expires_in = check_time_bound("expires_in", expires_in)
         functools.update_wrapper(self, func, updated=())
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -367,6 +385,8 @@ class Task(Generic[P, R]):
         bound.queue = settings["queue"]
         bound.priority = settings["priority"]
         bound.max_attempts = settings["max_attempts"]
+        bound.timeout = check_time_bound("timeout", settings.get("timeout"))
+        bound.expires_in = check_time_bound("expires_in", settings.get("expires_in"))
         return bound
 
     @property

@@ -352,6 +352,14 @@ def check_seconds(
     return seconds
 
 
+def check_time_bound(name: str, value: object) -> timedelta | None:
+    """A job's ``timeout`` or ``expires_in`` as the interval stored (``None``: no bound):
+    :func:`check_seconds`' rule, zero refused."""
+    if value is None:
+        return None
+    return timedelta(seconds=check_seconds(name, value))
+
+
 def check_duration(name: str, value: object, *, allow_zero: bool) -> timedelta:
     """:func:`check_seconds` for the SQL functions' durations, which are ``timedelta`` only."""
     check_seconds(name, value, allow_zero=allow_zero, numbers=False)

@@ -455,14 +455,19 @@ def _unblock(params: dict[str, Any]) -> Plan[list[int]]:
 
 
 def retry_failed(
-    queue: str | None, attempts: int, include_cancelled: bool = False
+    queue: str | None,
+    attempts: int,
+    include_cancelled: bool = False,
+    include_expired: bool = False,
 ) -> Call[list[int]]:
     params = {
         "queue_name": None if queue is None else check_queue(queue),
         "extra_attempts": check_positive_int("attempts", attempts),
     }
     stmt = statements.retry_statement(
-        all_failed=True, include_cancelled=check_bool("include_cancelled", include_cancelled)
+        all_failed=True,
+        include_cancelled=check_bool("include_cancelled", include_cancelled),
+        include_expired=check_bool("include_expired", include_expired),
     )
     return Call(stmt, params, _sorted_ids)
 
@@ -730,12 +735,27 @@ def _claimed(result: Result[Any] | None) -> list[ClaimedJob]:
 
 
 def claimed_jobs(rows: Iterable[Any]) -> list[ClaimedJob]:
+    """The jobs a claim leased, in the claim's order; those it found past their deadline (and
+    failed, ``status`` ``failed``) are left out: nobody runs them."""
     # UPDATE ... RETURNING promises no order: restore the claim's order.
     ordered = sorted(rows, key=lambda r: (-r.priority, r.run_at, r.id))
     return [
-        ClaimedJob(r.id, r.queue, r.payload, r.attempts, r.headers, r.priority, r.task)
+        ClaimedJob(
+            r.id,
+            r.queue,
+            r.payload,
+            r.attempts,
+            r.headers,
+            r.priority,
+            r.task,
+            None if r.timeout is None else r.timeout.total_seconds(),
+        )
         for r in ordered
+        if r.status != _FAILED
     ]
+
+
+_FAILED = JobStatus.FAILED.value
 
 
 def _matched(result: Result[Any] | None) -> bool:
@@ -785,4 +805,5 @@ def _result_of(row: Any) -> JobResult:
         task=row.task,
         attempts=int(row.attempts),
         cancelled=bool(row.cancelled),
+        expired=bool(row.expired),
     )

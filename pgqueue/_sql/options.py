@@ -23,6 +23,7 @@ from pgqueue._base.validation import (
     check_queue,
     check_schedule,
     check_task_name,
+    check_time_bound,
     check_unique_key,
     encode_headers,
 )
@@ -69,6 +70,12 @@ class EnqueueOptions:
     depends_on: Iterable[int] | None = None
     #: ``"fail"`` (the job fails when a dependency fails for good or is cancelled) or ``"run"``.
     on_dependency_failure: str = "fail"
+    #: How long one attempt's handler may run (pgqueue_0015): a ``timedelta`` or seconds,
+    #: positive; ``None`` (default): the worker's ``default_timeout``, if any.
+    timeout: timedelta | float | None = None
+    #: A job not started within this long of its ``run_at`` is never run (pgqueue_0015): a
+    #: ``timedelta`` or seconds, positive; ``None`` (default): no deadline.
+    expires_in: timedelta | float | None = None
     #: The enqueue statements' bind parameters for these options, computed once (copy it to add
     #: the payload's).
     params: Mapping[str, Any] = field(init=False, repr=False, compare=False)
@@ -85,6 +92,8 @@ class EnqueueOptions:
             "headers_json": encode_headers(self.headers),
             "priority_level": check_priority(self.priority),
             "task_name": None if self.task is None else check_task_name(self.task),
+            "timeout": check_time_bound("timeout", self.timeout),
+            "expires_in": check_time_bound("expires_in", self.expires_in),
         }
         if self.unique_key is not None:
             check_unique_key(self.unique_key)

@@ -56,6 +56,8 @@ def fire(definition: Periodic, prev: datetime | None, ticks: Sequence[datetime])
         "priority_level": definition.priority,
         "key": definition.unique_key,
         "task_name": definition.task,
+        "timeout": definition.timeout,
+        "expires_in": definition.expires_in,
     }
     return Call(statements.FIRE, params, _fired)
 

@@ -15,6 +15,7 @@ from sqlalchemy import (
     ARRAY,
     DateTime,
     Integer,
+    Interval,
     Select,
     SmallInteger,
     Text,
@@ -136,6 +137,8 @@ def _fire() -> Select[Any]:
             bindparam("priority_level", type_=SmallInteger),
             bindparam("key", type_=Text),
             bindparam("task_name", None, type_=Text),
+            bindparam("timeout", None, type_=Interval),
+            bindparam("expires_in", None, type_=Interval),
         )
         .select_from(advanced)
         .join(ticks, true())
@@ -144,7 +147,17 @@ def _fire() -> Select[Any]:
     inserted = (
         pg_insert(jobs)
         .from_select(
-            ["queue", "payload", "max_attempts", "headers", "priority", "unique_key", "task"],
+            [
+                "queue",
+                "payload",
+                "max_attempts",
+                "headers",
+                "priority",
+                "unique_key",
+                "task",
+                "timeout",
+                "expires_in",
+            ],
             rows,
         )
         .on_conflict_do_nothing(index_elements=["queue", "unique_key"], index_where=LIVE_KEY)

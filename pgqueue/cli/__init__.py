@@ -215,6 +215,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--delay", type=parse_duration, help="not ready before this delay (e.g. 5m)")
     p.add_argument(
+        "--timeout",
+        type=parse_duration,
+        help="an attempt's handler may run this long (e.g. 30s); default: the worker's "
+        "default_timeout (a task's: its own)",
+    )
+    p.add_argument(
+        "--expires-in",
+        type=parse_duration,
+        help="never run the job if no worker started it within this long of its run_at "
+        "(e.g. 10m); default: no deadline (a task's: its own)",
+    )
+    p.add_argument(
         "--max-attempts",
         type=positive_int,
         help=f"default {repository.DEFAULT_MAX_ATTEMPTS} (a task's: its own)",
@@ -317,6 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--include-cancelled",
         action="store_true",
         help="with --failed: cancelled jobs too (ids given are retried, cancelled or not)",
+    )
+    p.add_argument(
+        "--include-expired",
+        action="store_true",
+        help="with --failed: expired jobs too (ids given are retried, expired or not)",
     )
     p.add_argument(
         "--attempts",

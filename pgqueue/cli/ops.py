@@ -66,6 +66,11 @@ def _enqueue_options(
     attempts = getattr(args, "max_attempts", None)
     if attempts is None:
         attempts = task.max_attempts if task is not None else repository.DEFAULT_MAX_ATTEMPTS
+    timeout = getattr(args, "timeout", None)
+    expires_in = getattr(args, "expires_in", None)
+    if task is not None:
+        timeout = task.timeout if timeout is None else timeout
+        expires_in = task.expires_in if expires_in is None else expires_in
     try:
         return EnqueueOptions(
             queue=args.queue if queue is None else queue,
@@ -75,11 +80,13 @@ def _enqueue_options(
             unique_key=args.unique_key,
             task=getattr(args, "task", None) if task is None else task.name,
             concurrency_key=args.concurrency_key,
+            timeout=timeout,
+            expires_in=expires_in,
         )
     except InvalidArgumentError as exc:
         if exc.argument == "priority":
             raise _bad_priority(args.priority) from exc
-        if exc.argument in ("unique_key", "concurrency_key"):
+        if exc.argument in ("unique_key", "concurrency_key", "timeout", "expires_in"):
             raise UserError(f"--{exc.argument.replace('_', '-')} {exc.problem}") from exc
         raise
 
@@ -459,6 +466,8 @@ def cmd_retry(args: argparse.Namespace) -> int:
         raise UserError("--queue goes with --failed")
     if args.include_cancelled and not args.failed:
         raise UserError("--include-cancelled goes with --failed (ids given are retried anyway)")
+    if args.include_expired and not args.failed:
+        raise UserError("--include-expired goes with --failed (ids given are retried anyway)")
     with transaction(args) as conn:
         if args.failed:
             done = repository.retry_failed(
@@ -466,6 +475,7 @@ def cmd_retry(args: argparse.Namespace) -> int:
                 queue=args.queue,
                 attempts=args.attempts,
                 include_cancelled=args.include_cancelled,
+                include_expired=args.include_expired,
             )
             code = 0
         else:
