@@ -63,9 +63,10 @@ class JobState(str, enum.Enum):
     :class:`JobStatus`, with the two statuses that mean two things each told apart.
 
     ``queued`` and ``waiting`` are both stored ``queued``; ``failed``, ``cancelled`` and
-    ``expired`` are all stored ``failed``. :func:`in_state` is the rule that tells them apart, and :data:`JOB_STATE`
-    the value a reader shows; ``jobs.status`` and :attr:`pgqueue.JobResult.status` keep the
-    stored status (docs/lifecycle.md, "The states people see").
+    ``expired`` are all stored ``failed``. :func:`in_state` is the rule that tells them apart,
+    and :data:`JOB_STATE` the value a reader shows; ``jobs.status`` and
+    :attr:`pgqueue.JobResult.status` keep the stored status (docs/lifecycle.md, "The states
+    people see").
 
     .. versionadded:: 0.1.0
     """
@@ -252,7 +253,9 @@ def in_state(state: JobState | JobStatus | str) -> ColumnElement[bool]:
     elif wanted is JobState.WAITING:
         condition = condition & (jobs_table.c.waiting_on > 0)
     elif wanted is JobState.FAILED:
-        condition = condition & jobs_table.c.cancelled_at.is_(None) & jobs_table.c.expired_at.is_(None)
+        condition = (
+            condition & jobs_table.c.cancelled_at.is_(None) & jobs_table.c.expired_at.is_(None)
+        )
     elif wanted is JobState.CANCELLED:
         condition = condition & jobs_table.c.cancelled_at.is_not(None)
     elif wanted is JobState.EXPIRED:

@@ -977,8 +977,8 @@ def retry_statement(
     ``failed`` (cancelled ones too: the operator named them) or ``queued`` are retried now; with
     ``all_failed=True`` (parameters ``queue_name``, which may be ``NULL`` for every queue, and
     ``extra_attempts``) every ``failed`` job is, except cancelled ones unless
-    ``include_cancelled`` and expired ones unless ``include_expired``. A job whose unique key another live job holds is left alone. Returns
-    ``id`` of each requeued job.
+    ``include_cancelled`` and expired ones unless ``include_expired``. A job whose unique key
+    another live job holds is left alone. Returns ``id`` of each requeued job.
     """
     return _retry_statement(all_failed, include_cancelled, include_expired)
 
