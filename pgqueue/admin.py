@@ -220,14 +220,16 @@ def key_holders(conn: Connection, job_ids: list[int]) -> dict[int, tuple[str, in
 
 def queue_stats(conn: Connection) -> list[dict[str, Any]]:
     """Per queue: ready, scheduled, waiting, running, expired leases, done, failed, cancelled,
-    oldest ready age (s).
+    expired, oldest ready age (s).
 
     Each job is counted in its :class:`pgqueue.JobState` (:func:`pgqueue.models.in_state`), the
     ``queued`` ones as ``ready`` (due now) or ``scheduled`` (due later). ``waiting`` counts the
     queued jobs waiting for a dependency (``depends_on``, ``waiting_on > 0``).
 
     ``failed`` counts the jobs that failed for good on their own; ``cancelled`` those an operator
-    cancelled (also ``status = 'failed'``, with ``cancelled_at`` set): the two never overlap.
+    cancelled (also ``status = 'failed'``, with ``cancelled_at`` set); ``expired`` those never
+    started within their ``expires_in`` (also ``failed``, with ``expired_at`` set): the three
+    never overlap.
     One pass over ``jobs``: on a table with a long history run it sparingly, or purge first.
     """
     return [dict(row._mapping) for row in conn.execute(queue_stats_statement())]

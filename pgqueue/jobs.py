@@ -512,7 +512,10 @@ class WorkerStats:
     """Counters of one worker since it was created (read them after ``run()`` returns).
 
     ``cancelled`` counts jobs cancelled (:func:`pgqueue.cancel`) while this worker held them;
-    ``snoozed`` the jobs whose handler raised :class:`Snooze` (each snooze once).
+    ``snoozed`` the jobs whose handler raised :class:`Snooze` (each snooze once); ``stuck`` is
+    not a count of events but the handler threads stuck now: in a handler that outlived its
+    timeout plus ``Worker(timeout_grace)`` (its failure was written; the thread is not reused
+    until it returns). ``timed_out`` counts attempts that failed by their timeout.
 
     .. versionadded:: 0.1.0
     """
@@ -526,6 +529,8 @@ class WorkerStats:
     released: int = 0
     cancelled: int = 0
     snoozed: int = 0
+    timed_out: int = 0
+    stuck: int = 0
 
 
 class WorkerView(Protocol):

@@ -596,6 +596,14 @@ def extend_leases_with_progress(
     return _run(conn, _calls.extend_leases_with_progress(held, lease))
 
 
+def extend_leases_bounded(
+    conn: Executor, held: Sequence[tuple[int, int, float, str | None]]
+) -> set[int]:
+    """:func:`extend_leases_with_progress` with a lease of its own per job, in seconds: the
+    heartbeat's while a held job has a timeout (its lease ends by timeout + grace)."""
+    return _run(conn, _calls.extend_leases_bounded(held))
+
+
 def release_many(conn: Executor, held: Sequence[tuple[int, int]]) -> set[int]:
     """Give claimed jobs that never started back to ``queued`` without charging the attempt."""
     return _run(conn, _calls.release_many(held))

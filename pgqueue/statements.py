@@ -760,6 +760,23 @@ EXTEND_LEASE_MANY_WITH_PROGRESS: Update = _batched_update(
     },
 ).returning(jobs.c.id)
 
+_bounded_batch = _locked_batch(
+    ("lease_seconds", bindparam("batch_lease_seconds", type_=ARRAY(Float))),
+    ("progress", bindparam("batch_progress", type_=ARRAY(Text))),
+)
+
+#: EXTEND_LEASE_MANY_WITH_PROGRESS with a lease of its own per job (``batch_lease_seconds``):
+#: the heartbeat's statement while some held job has a timeout, whose lease it never extends
+#: past timeout + grace (pgqueue_0015), so a dead worker's timed-out job is reaped as usual.
+EXTEND_LEASE_MANY_BOUNDED: Update = _batched_update(
+    _bounded_batch,
+    {
+        "locked_until": func.now()
+        + _bounded_batch.c.lease_seconds * literal_column("interval '1 second'", Interval),
+        "progress": func.coalesce(cast(_bounded_batch.c.progress, JSONB), jobs.c.progress),
+    },
+).returning(jobs.c.id)
+
 #: Give claimed jobs that never started back to the queue without charging the attempt.
 RELEASE_MANY: Update = _batched_update(
     _locked_batch(),
@@ -887,10 +904,22 @@ UNREGISTER_WORKER: Delete = workers_table.delete().where(
     _ASYNC_COMMIT.is_not(None),
 )
 
+#: How many of the worker's handler threads are stuck now (``stuck``, pgqueue_0015), on the row
+#: this run wrote: written only when the count changes.
+SET_WORKER_STUCK: Update = (
+    workers_table.update()
+    .where(
+        workers_table.c.name == bindparam("worker_name", type_=Text),
+        workers_table.c.started_at == bindparam("run_started_at", type_=DateTime(timezone=True)),
+    )
+    .values(stuck=bindparam("stuck_threads", type_=Integer))
+)
+
 
 __all__ = [
     "CANCEL",
     "CANCELLED_ERROR",
+    "CANCEL_BACKEND",
     "COMPLETE",
     "COMPLETE_MANY",
     "COMPLETE_MANY_WITH_RESULTS",
@@ -906,6 +935,7 @@ __all__ = [
     "ENQUEUE_UNIQUE_KEYED",
     "EXTEND_LEASE",
     "EXTEND_LEASE_MANY",
+    "EXTEND_LEASE_MANY_BOUNDED",
     "EXTEND_LEASE_MANY_WITH_PROGRESS",
     "FAIL",
     "FAIL_MANY",
@@ -919,6 +949,7 @@ __all__ = [
     "RELEASE_MANY",
     "SETTLED_AMONG",
     "SET_LOCAL_LOCK_TIMEOUT",
+    "SET_WORKER_STUCK",
     "UNREGISTER_WORKER",
     "claim_statement",
     "purge_statement",
@@ -1078,6 +1109,9 @@ CANCEL: Update = (
 
 #: Which of ``:job_ids`` are queued or running, in id order, without locking them.
 LIVE_AMONG: Select[Any] = select(jobs.c.id).where(_cancel_ids()).order_by(jobs.c.id)
+
+#: Cancel the statement a session (``pid``) runs: a transaction-mode handler's at its timeout.
+CANCEL_BACKEND: Select[Any] = select(func.pg_cancel_backend(bindparam("pid", type_=Integer)))
 
 #: This transaction's ``lock_timeout``, to put back after a statement that set its own.
 CURRENT_LOCK_TIMEOUT: Select[Any] = select(

@@ -37,6 +37,7 @@ from pgqueue._base.validation import (
 )
 from pgqueue._worker.claimer import Claimer, ClaimerOptions, Intake
 from pgqueue._worker.completer import FLUSH_SIZE, Completer
+from pgqueue._worker.deadlines import Deadlines
 from pgqueue._worker.dispatch import Dispatch, registry_tasks
 from pgqueue._worker.event_loop import AsyncLane
 from pgqueue._worker.executors import DEFAULT_MAX_RESULT_BYTES
@@ -48,8 +49,14 @@ from pgqueue._worker.scheduler import Scheduler
 from pgqueue._worker.signals import handle_stop_signals
 from pgqueue._worker.threads import ThreadLane, TransactionLane
 from pgqueue._worker.transient import short_transaction
+from pgqueue._worker.watchdog import Watchdog
 from pgqueue._worker.window import ClaimWindow, Held, Lane, State, keys
-from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, WorkerFailedError
+from pgqueue.errors import (
+    InvalidArgumentError,
+    InvalidArgumentTypeError,
+    WorkerFailedError,
+    WorkerStuckError,
+)
 from pgqueue.health import DEFAULT_HOST, OK, Health, HealthServer, check_database
 from pgqueue.hooks import HookDispatcher, WorkerHooks, check_hooks
 from pgqueue.jobs import (
@@ -76,6 +83,9 @@ DEFAULT_ASYNC_CONCURRENCY = 100
 #: extends held leases every ``lease / 3``, one batched statement for all of them. The
 #: repository's own ``claim(lease=...)`` default stays the article's 5 minutes (R7).
 DEFAULT_LEASE = timedelta(seconds=30)
+#: Default of ``Worker(timeout_grace=...)``: a handler asked to stop at its timeout has this long
+#: to return before its failure is written without it.
+DEFAULT_TIMEOUT_GRACE = 5.0
 #: Default of ``Worker(stuck_after=...)``: far above any one step of a healthy loop (a claim, a
 #: flush, a heartbeat are milliseconds; their retries count as progress).
 DEFAULT_STUCK_AFTER = 60.0
@@ -172,6 +182,21 @@ class Worker:
             in the job's ``errors``) on the lines after its log line: the retry's at WARNING,
             the final failure's at ERROR. Default True; False logs the one-line error only (the
             traceback is stored either way).
+        default_timeout: The execution timeout of a job without its own (``timeout=`` of
+            :func:`pgqueue.enqueue`), a ``timedelta`` or seconds. Default None: such a job may
+            run for ever. The clock starts when the attempt starts; at the timeout an async
+            handler's task is cancelled and a sync handler gets ``job.stopping`` set (in
+            transaction mode its running statement is cancelled too, rolling back its work);
+            the attempt fails with :class:`pgqueue.HandlerTimeoutError` and is retried by its
+            policy (docs/worker.md, "Timeouts").
+        timeout_grace: How long after a timeout the failure is written even if the handler has
+            not returned (a handler that returns later changes nothing); the heartbeat never
+            extends a lease past timeout + grace. A sync handler that has not returned by then
+            leaves its thread stuck (:attr:`WorkerStats.stuck`, logged with its stack, shown by
+            ``/livez`` and ``pgqueue workers``); once every thread has been stuck for longer
+            than the lease the worker gives back what it holds and :meth:`run` raises
+            :class:`pgqueue.WorkerStuckError` (``pgqueue worker`` exits 3). A ``timedelta`` or
+            seconds, 0 allowed. Default 5 seconds.
         force_bounds: Take a ``concurrency`` above 1,000 threads or an ``async_concurrency``
             above 10,000 coroutines: bounds that keep one mistyped number from taking the host
             down. Default False (such a value raises ``InvalidArgumentError``).
@@ -214,6 +239,8 @@ class Worker:
         log_tracebacks: bool = True,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         force_bounds: bool = False,
+        default_timeout: timedelta | float | None = None,
+        timeout_grace: timedelta | float = DEFAULT_TIMEOUT_GRACE,
     ) -> None:
         tasks = registry_tasks(handlers)
         self.handlers = check_handlers(handlers, allow_empty=bool(tasks))
@@ -297,6 +324,10 @@ class Worker:
         if not isinstance(log_tracebacks, bool):
             raise InvalidArgumentTypeError("log_tracebacks", "a bool", log_tracebacks)
         self.log_tracebacks = log_tracebacks
+        self.default_timeout = (
+            None if default_timeout is None else check_seconds("default_timeout", default_timeout)
+        )
+        self.timeout_grace = check_seconds("timeout_grace", timeout_grace, allow_zero=True)
         #: The health server of the current run, when ``health_port`` is set.
         self.health_server: HealthServer | None = None
         self.stats = WorkerStats()
@@ -386,6 +417,13 @@ class Worker:
         claimer = Claimer(runtime, self.engine, self._lanes, self._claimer_options(name), intake)
         self._claimer = claimer
         heartbeat = Heartbeat(runtime, self.engine, self.lease, lock_timeout_ms=lock_timeout_ms)
+        registration = Registration(self.engine, name, list(self._lanes))
+        watchdog = Watchdog(
+            runtime,
+            threads=self.concurrency if Lane.THREADS in lanes or self.mode == "transaction" else 0,
+            lease=self.lease.total_seconds(),
+            on_stuck=registration.set_stuck,
+        )
         self._pulses = [claimer.pulse, completer.pulse, heartbeat.pulse]
         scheduler = (
             Scheduler(
@@ -410,9 +448,9 @@ class Worker:
         )
         if self._hooks is not None:
             self._hooks.worker_started(self)
-        registration = Registration(self.engine, name, list(self._lanes))
         try:
             registration.add()
+            watchdog.start()
             completer.start()
             threads.start()
             if coroutines is not None:
@@ -456,6 +494,7 @@ class Worker:
             claimer.run(until_empty)
         finally:
             self._shutdown(runtime, threads, coroutines, completer, heartbeat)
+            watchdog.close()
             if listener is not None:
                 listener.stop()
             heartbeat.join(5.0)
@@ -474,6 +513,8 @@ class Worker:
             log.info("worker stopped: %s", self.stats)
         if runtime.failure is not None:
             loop, error = runtime.failure
+            if isinstance(error, WorkerStuckError):
+                raise error
             raise WorkerFailedError(loop, error) from error
         return self.stats
 
@@ -523,6 +564,11 @@ class Worker:
         progress within ``stuck_after`` seconds; unhealthy when one is stuck in a step, when its
         thread died, or when the worker does not run. A stopping worker is alive.
 
+        Handler threads stuck in a handler past its timeout (:attr:`WorkerStats.stuck`) are
+        shown as the check ``handler_threads`` (``"2 of 4 stuck: jobs 17, 18"``); the worker
+        stays alive while one thread can still run jobs (when none can, it stops by itself
+        once they have been stuck for a lease).
+
         .. versionadded:: 0.1.0
         """
         runtime = self._current
@@ -531,7 +577,16 @@ class Worker:
         if runtime.stop.is_set():
             return Health(True, {"worker": "stopping"})  # alive: it finishes its handlers
         now = time.monotonic()
-        return Health.of({p.name: p.problem(self.stuck_after, now) or OK for p in self._pulses})
+        health = Health.of({p.name: p.problem(self.stuck_after, now) or OK for p in self._pulses})
+        with runtime.lock:
+            stuck = sorted(runtime.stuck)
+        if not stuck:
+            return health
+        checks = dict(health.checks)
+        checks["handler_threads"] = (
+            f"{len(stuck)} of {self.concurrency} stuck: jobs {', '.join(map(str, stuck))}"
+        )
+        return Health(health.ok and len(stuck) < self.concurrency, checks)
 
     def readiness(self) -> Health:
         """``GET /readyz``: healthy when the worker runs, ``SELECT 1`` answers within 2 seconds
@@ -577,6 +632,7 @@ class Worker:
             log_tracebacks=self.log_tracebacks,
             split=self._dispatch.split,
             engine=self.engine,
+            deadlines=Deadlines(self.default_timeout, self.timeout_grace),
         )
         self._current = runtime
         # A stop asked before this run was published (while the health server started, or

@@ -577,6 +577,19 @@ def extend_leases_with_progress(
     return Call(stmt, params, _id_set)
 
 
+def extend_leases_bounded(held: Sequence[tuple[int, int, float, str | None]]) -> Call[set[int]]:
+    """``held``: ``(job_id, claimed_attempts, lease_seconds, progress_json)``."""
+    params = {
+        "lock_timeout": None,
+        "batch_ids": [h[0] for h in held],
+        "batch_attempts": [h[1] for h in held],
+        "batch_lease_seconds": [h[2] for h in held],
+        "batch_progress": [h[3] for h in held],
+    }
+    stmt = statements.EXTEND_LEASE_MANY_BOUNDED if held else None
+    return Call(stmt, params, _id_set)
+
+
 def release_many(held: Sequence[tuple[int, int]]) -> Call[set[int]]:
     return _batch(statements.RELEASE_MANY, held, {"lock_timeout": None})
 
@@ -734,12 +747,25 @@ def _claimed(result: Result[Any] | None) -> list[ClaimedJob]:
     return claimed_jobs(_executed(result))
 
 
+class ClaimedBatch(list[ClaimedJob]):
+    """The jobs one claim leased, and how many more rows it took and failed as expired
+    (``expires_in``): a claim that took ``limit`` rows came back full, however many expired."""
+
+    expired: int = 0
+
+
+def rows_taken(claimed: list[ClaimedJob]) -> int:
+    """The rows a claim took: its jobs and those it failed as expired."""
+    return len(claimed) + getattr(claimed, "expired", 0)
+
+
 def claimed_jobs(rows: Iterable[Any]) -> list[ClaimedJob]:
     """The jobs a claim leased, in the claim's order; those it found past their deadline (and
-    failed, ``status`` ``failed``) are left out: nobody runs them."""
+    failed, ``status`` ``failed``) are left out, nobody runs them, and counted in
+    :attr:`ClaimedBatch.expired`."""
     # UPDATE ... RETURNING promises no order: restore the claim's order.
     ordered = sorted(rows, key=lambda r: (-r.priority, r.run_at, r.id))
-    return [
+    batch = ClaimedBatch(
         ClaimedJob(
             r.id,
             r.queue,
@@ -752,7 +778,9 @@ def claimed_jobs(rows: Iterable[Any]) -> list[ClaimedJob]:
         )
         for r in ordered
         if r.status != _FAILED
-    ]
+    )
+    batch.expired = len(ordered) - len(batch)
+    return batch
 
 
 _FAILED = JobStatus.FAILED.value

@@ -92,9 +92,13 @@ class EnqueueOptions:
             "headers_json": encode_headers(self.headers),
             "priority_level": check_priority(self.priority),
             "task_name": None if self.task is None else check_task_name(self.task),
-            "timeout": check_time_bound("timeout", self.timeout),
-            "expires_in": check_time_bound("expires_in", self.expires_in),
         }
+        # Only when set: a job without bounds binds what it bound before they existed (the
+        # statements' parameters default to NULL).
+        for name, value in (("timeout", self.timeout), ("expires_in", self.expires_in)):
+            bound = check_time_bound(name, value)
+            if bound is not None:
+                params[name] = bound
         if self.unique_key is not None:
             check_unique_key(self.unique_key)
         if self.concurrency_key is not None:

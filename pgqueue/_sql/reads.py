@@ -282,6 +282,7 @@ def queue_stats_statement() -> Select[Any]:
             _count(in_state(JobState.DONE)).label("done"),
             _count(in_state(JobState.FAILED)).label("failed"),
             _count(in_state(JobState.CANCELLED)).label("cancelled"),
+            _count(in_state(JobState.EXPIRED)).label("expired"),
             func.extract("epoch", func.now() - oldest_ready)
             .cast(Float)
             .label("oldest_ready_age_s"),

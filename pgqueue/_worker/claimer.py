@@ -21,6 +21,7 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
+from pgqueue._sql.calls import rows_taken
 from pgqueue._sql.limited_claim import ClaimState, QueueFlow
 from pgqueue._worker.faults import Faults
 from pgqueue._worker.flow import REFRESH_INTERVAL, FlowGate
@@ -359,14 +360,16 @@ class Claimer:
                 if claimed is None:
                     self._ready.setdefault(queue, None)
                 else:
+                    # Rows the claim failed as expired count as taken: more may be waiting.
+                    taken = rows_taken(claimed)
                     parked = (
                         state is not None
-                        and len(claimed) < limit
+                        and taken < limit
                         and self._flow.claimed(queue, state, time.monotonic(), rt.finished)
                     )
-                    if len(claimed) == limit and not parked:
+                    if taken == limit and not parked:
                         self._ready[queue] = None  # more may be waiting: back of the line
-                    self._claimed_since_poll += rt.accept(lane, claimed)
+                    self._claimed_since_poll += rt.accept(lane, claimed) + taken - len(claimed)
             if claimed is None:
                 self.pulse.waiting()
                 rt.stop.wait(1.0)

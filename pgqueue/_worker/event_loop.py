@@ -79,6 +79,7 @@ class AsyncLane:
                 self._tasks.add(task)
                 task.add_done_callback(self._tasks.discard)
                 held.cancel_task = partial(self._cancel, task)
+                rt.started(held)
             if not rt.window.has_pending(Lane.ASYNC):
                 rt.wake_claimer()
 

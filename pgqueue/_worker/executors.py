@@ -21,7 +21,7 @@ from pgqueue._base.tracebacks import format_traceback
 from pgqueue._base.validation import encode_payload
 from pgqueue._worker.outcomes import Decision, after_complete, after_fail, after_snooze, unmatched
 from pgqueue._worker.window import Held
-from pgqueue.errors import InvalidPayloadError, InvalidResultError
+from pgqueue.errors import HandlerTimeoutError, InvalidPayloadError, InvalidResultError
 from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import Handler, JobContext, Outcome, Snooze, current_job_var
 from pgqueue.repository import Executor
@@ -124,6 +124,8 @@ def call_sync(target: Target, held: Held, hooks: HookDispatcher | None) -> Excep
         error = exc
     finally:
         current_job_var.reset(token)
+    if held.timed_out:
+        error = _timed_out(held)
     _handled(held, hooks, error)
     return error
 
@@ -148,8 +150,17 @@ async def call_async(
         error = exc
     finally:
         current_job_var.reset(token)
+    if held.timed_out:
+        error = _timed_out(held)
     _handled(held, hooks, error)
     return error
+
+
+def _timed_out(held: Held) -> HandlerTimeoutError:
+    """The attempt's error once its timeout passed, whatever the handler returned or raised
+    (a result is not kept: the attempt failed)."""
+    held.result = None
+    return HandlerTimeoutError(held.timeout or 0.0)
 
 
 def run_inline(target: Target, held: Held) -> BaseException | None:
@@ -184,7 +195,8 @@ def settle(
         decision = after_snooze(matched, held.snooze)
     else:
         detail = describe_error(error)
-        held.traceback = format_traceback(error)
+        timed_out = isinstance(error, HandlerTimeoutError)
+        held.traceback = None if timed_out else format_traceback(error)
         row = repository.fail(
             conn,
             job.id,

@@ -112,9 +112,18 @@ class Heartbeat:
         # The progress jobs set since the last beat rides on the lease extension: the same
         # rows, the same one statement, however many set_progress calls there were.
         progress = [h.job.pending_progress() for h in held]
+        bounded = self._bounded(held)
 
         def work(conn: Connection) -> Beat:
-            if any(progress):
+            if bounded is not None:
+                kept = repository.extend_leases_bounded(
+                    conn,
+                    [
+                        (h.job.id, h.job.attempts, seconds, None if p is None else p[1])
+                        for h, seconds, p in zip(held, bounded, progress, strict=True)
+                    ],
+                )
+            elif any(progress):
                 kept = repository.extend_leases_with_progress(
                     conn,
                     [
@@ -130,7 +139,16 @@ class Heartbeat:
         def isolating(conn: Connection) -> Beat:
             # The database refused one job's progress: every lease first, then the progress
             # in halves, each try in a savepoint, until the refused ones stand alone.
-            kept = repository.extend_leases(conn, keys(held), self._lease)
+            if bounded is not None:
+                kept = repository.extend_leases_bounded(
+                    conn,
+                    [
+                        (h.job.id, h.job.attempts, s, None)
+                        for h, s in zip(held, bounded, strict=True)
+                    ],
+                )
+            else:
+                kept = repository.extend_leases(conn, keys(held), self._lease)
             rows: Rows[tuple[Held, tuple[int, str]], set[int]] = Rows(
                 [(h, p) for h, p in zip(held, progress, strict=True) if p and h.job.id in kept]
             )
@@ -172,6 +190,17 @@ class Heartbeat:
             hooks.lease_extended([h.job for h in held if h.job.id in kept])
         if len(kept) < len(held):
             self._runtime.leases_checked(held, kept, settled)
+
+    def _bounded(self, held: list[Held]) -> list[float] | None:
+        """Each job's lease in seconds when some job has a timeout (its lease then ends by
+        timeout + grace, never later; at least a millisecond, so the statement stays valid), else
+        ``None``: every lease is the worker's, the statement the one without timeouts."""
+        deadlines = [h.deadline for h in held]
+        if not any(d is not None for d in deadlines):
+            return None
+        lease = self._lease.total_seconds()
+        now = time.monotonic()
+        return [lease if d is None else max(0.001, min(lease, d - now)) for d in deadlines]
 
     def _settled(self, conn: Connection, held: list[Held], kept: set[int]) -> dict[int, Settled]:
         missed = [h for h in held if h.job.id not in kept]

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from pgqueue._base.urls import error_line
-from pgqueue.statements import REGISTER_WORKER, UNREGISTER_WORKER
+from pgqueue.statements import REGISTER_WORKER, SET_WORKER_STUCK, UNREGISTER_WORKER
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -61,6 +61,21 @@ class Registration:
         except SQLAlchemyError as exc:
             self._warn("not deleted", exc)
         self._started_at = None
+
+    def set_stuck(self, stuck: int) -> None:
+        """How many handler threads are stuck now (``pgqueue workers`` shows it)."""
+        if self._started_at is None:
+            return
+        params = {
+            "worker_name": self._params["worker_name"],
+            "run_started_at": self._started_at,
+            "stuck_threads": stuck,
+        }
+        try:
+            with self._autocommit() as conn:
+                conn.execute(SET_WORKER_STUCK, params)
+        except SQLAlchemyError as exc:
+            self._warn("not updated", exc)
 
     def _autocommit(self) -> Connection:
         """A connection whose one statement commits alone: no BEGIN and COMMIT round trips."""

@@ -8,15 +8,19 @@ its one lock; the completer's hand-over happens outside it.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
+import traceback as tracebacks
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from pgqueue._base.tracebacks import format_traceback
+from pgqueue._worker.deadlines import Deadlines
 from pgqueue._worker.executors import HandlerCancelled, retryable
 from pgqueue._worker.outcomes import OUTCOMES, count_and_log
 from pgqueue._worker.window import ClaimWindow, Held, Lane, State, busy
+from pgqueue.errors import HandlerTimeoutError
 from pgqueue.hooks import HookDispatcher
 from pgqueue.jobs import JobContext, Outcome, WorkerStats
 from pgqueue.results import ClaimedJob, Settled
@@ -48,11 +52,16 @@ class Runtime:
         split: The jobs of one claim by the lane each runs in
             (:meth:`pgqueue._worker.dispatch.Dispatch.split`: a queue whose tasks run in both
             lanes). Default: all in the lane they were claimed for.
+        deadlines: The handler timeouts (``Worker(default_timeout, timeout_grace)``). Default:
+            none beyond the jobs' own, no grace.
 
     Attributes:
         lock: Guards the window, the stats, the lanes' bookkeeping and the claimer's queues.
         claimer_wakeup: Wakes the claiming loop (capacity freed, a notification, a stop).
         work_ready: Wakes handler threads, one per new job (or ticket).
+        deadline_moved: Wakes the watchdog (a sooner deadline, a stop).
+        stuck: The jobs whose sync handler outlived timeout + grace and has not returned, by
+            id: their threads are stuck (:attr:`pgqueue.WorkerStats.stuck` counts them).
         stop: Set once this run shuts down (the worker sets it for a stop asked at any time,
             even before the run got going) and never cleared: nothing new is claimed or started,
             and a thread that outlives the run sees it too.
@@ -71,12 +80,16 @@ class Runtime:
         split: Callable[[Lane, list[JobContext]], list[tuple[Lane, list[JobContext]]]]
         | None = None,
         engine: Engine | None = None,
+        deadlines: Deadlines | None = None,
     ) -> None:
         # An RLock although nothing re-enters it: a Condition over one tests ownership in C,
         # which measured faster on the per-job wake-ups than over a plain Lock.
         self.lock = threading.RLock()
         self.claimer_wakeup = threading.Condition(self.lock)
         self.work_ready = threading.Condition(self.lock)
+        self.deadline_moved = threading.Condition(self.lock)
+        self.deadlines = Deadlines(None, 0.0) if deadlines is None else deadlines
+        self.stuck: dict[int, Held] = {}
         self.stop = threading.Event()
         self.window = window
         self.stats = stats
@@ -106,6 +119,7 @@ class Runtime:
             self.stop.set()
             self.claimer_wakeup.notify_all()
             self.work_ready.notify_all()
+            self.deadline_moved.notify_all()
 
     # -- claims -----------------------------------------------------------------------------------
 
@@ -141,6 +155,84 @@ class Runtime:
         if not len(self.window) or self.window.any_worth_claim():
             self.claimer_wakeup.notify()
 
+    # -- timeouts ---------------------------------------------------------------------------------
+
+    def started(self, held: Held) -> None:
+        """``held``'s handler starts now: bound it by its timeout, if it has one. Lock held."""
+        if self.deadlines.started(held, time.monotonic()):
+            self.deadline_moved.notify()
+
+    def time_out(self, held: Held) -> bool:
+        """The watchdog: ``held`` ran past its timeout. Its handler is asked to stop (its task
+        cancelled, ``job.stopping`` set) and its attempt will fail with
+        :class:`~pgqueue.HandlerTimeoutError`; it is given up after the grace. False when it
+        had ended meanwhile. Lock held."""
+        if held.ended or held.job.lease_lost or held.job.cancelled:
+            return False
+        held.timed_out = True
+        held.job.stopping.set()
+        log.warning(
+            "job %d queue=%s attempt=%d: timed out after %gs; stopping its handler",
+            held.job.id,
+            held.job.queue,
+            held.job.attempts,
+            held.timeout,
+        )
+        if held.cancel_task is not None:
+            held.cancel_task()
+        self.deadlines.timed_out(held, time.monotonic())
+        return True
+
+    def give_up(self, held: Held) -> bool:
+        """The watchdog: ``held``'s handler outlived timeout + grace. In lease mode its failure
+        goes to the completer now, and whatever the handler returns later is dropped; the slot
+        stays taken until it returns (a sync one's thread is counted in :attr:`stuck`, and its
+        stack logged once). True when its failure is to be written: the caller then calls
+        :meth:`fail_timed_out` without the lock (the completer takes its own). Lock held."""
+        if held.ended or held.job.lease_lost or held.job.cancelled or held.abandoned:
+            return False
+        job = held.job
+        if held.lane is Lane.THREADS and held.thread_id is not None:
+            self.stuck[job.id] = held
+            self.stats.stuck = len(self.stuck)
+            held.stuck_since = time.monotonic()
+            frame = sys._current_frames().get(held.thread_id)
+            stack = "".join(tracebacks.format_stack(frame)) if frame is not None else ""
+            log.warning(
+                "job %d queue=%s attempt=%d: its handler did not return within %gs of its "
+                "timeout; the thread is stuck (its slot stays taken until it returns), at:\n%s",
+                job.id,
+                job.queue,
+                job.attempts,
+                self.deadlines.grace,
+                stack.rstrip(),
+            )
+        if not self.window.holds(held):  # transaction mode: its own transaction holds the row
+            return False
+        held.abandoned = True
+        self.window.abandon(held)
+        return True
+
+    def ended_in_transaction(self, held: Held) -> None:
+        """Transaction mode: ``held``'s handler returned and its transaction ended (its outcome
+        written or rolled back): nothing is timed out after, its thread is no longer stuck.
+        Lock held."""
+        held.ended = True
+        if self.stuck.pop(held.job.id, None) is not None:
+            self.stats.stuck = len(self.stuck)
+
+    def fail_timed_out(self, held: Held) -> None:
+        """Hand the failure of a job given up (:meth:`give_up`) to the completer. No lock."""
+        policy = self.policy_of(held)
+        error = HandlerTimeoutError(held.timeout or 0.0)
+        self.completer.fail(
+            held,
+            describe_error(error),
+            retry=retryable(policy, error),
+            policy=policy,
+            traceback=None,
+        )
+
     # -- outcomes ---------------------------------------------------------------------------------
 
     def finish(self, held: Held, error: BaseException | None) -> None:
@@ -148,6 +240,21 @@ class Runtime:
         the completer. Takes the lock."""
         job = held.job
         with self.lock:
+            held.ended = True
+            if held.abandoned:  # its failure was written at timeout + grace
+                self.window.returned(held)
+                if self.stuck.pop(job.id, None) is not None:
+                    self.stats.stuck = len(self.stuck)
+                log.warning(
+                    "job %d queue=%s attempt=%d: its handler returned %.1fs after its timeout; "
+                    "what it did is dropped (the attempt had failed)",
+                    job.id,
+                    job.queue,
+                    job.attempts,
+                    time.monotonic() - (held.deadline or 0.0) + self.deadlines.grace,
+                )
+                self.wake_claimer()
+                return
             if job.lease_lost or job.cancelled:
                 self.window.forget(held)
                 if job.cancelled:
@@ -164,7 +271,7 @@ class Runtime:
         if held.snooze is not None:
             self.completer.snooze(held)
             return
-        held.traceback = format_traceback(error)
+        held.traceback = None if isinstance(error, HandlerTimeoutError) else format_traceback(error)
         if not isinstance(error, Exception):
             # A task cancelled at the shutdown deadline, or by the coroutine itself: a failed,
             # retryable attempt, so a job that always outlasts the deadline spends its attempts.
@@ -194,6 +301,8 @@ class Runtime:
     def record(self, held: Held, outcome: Outcome, detail: str) -> None:
         """Count, log and tell hooks of one job's end. Lock held."""
         self.finished += 1
+        if held.timed_out and outcome in (Outcome.RETRY, Outcome.FAILED):
+            self.stats.timed_out += 1
         traceback = held.traceback if self.log_tracebacks else None
         count_and_log(self.stats, held.job, outcome, detail, traceback)
         if self.hooks is not None:

@@ -16,8 +16,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from functools import partial
+from typing import TypeVar
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from pgqueue import repository
 from pgqueue._base.urls import error_line
@@ -27,8 +28,11 @@ from pgqueue._worker.executors import call_sync, run_in_savepoint
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.window import Held, Lane, State
 from pgqueue.jobs import Handler, JobContext, Outcome
+from pgqueue.statements import CANCEL_BACKEND
 
 log = logging.getLogger("pgqueue.worker")
+
+T = TypeVar("T")
 
 
 class _HandlerThreads:
@@ -49,8 +53,13 @@ class _HandlerThreads:
             t.start()
 
     def join(self, deadline: float) -> None:
+        """Wait for the threads until ``deadline``, except those stuck in a handler past its
+        timeout (they may never return: daemon threads, left to the process's exit)."""
         for t in self._threads:
-            t.join(max(0.0, deadline - time.monotonic()))
+            with self._rt.lock:
+                stuck = {h.thread_id for h in self._rt.stuck.values()}
+            if t.ident not in stuck:
+                t.join(max(0.0, deadline - time.monotonic()))
 
     def _loop(self) -> None:
         raise NotImplementedError
@@ -70,6 +79,8 @@ class ThreadLane(_HandlerThreads):
                     return
                 held = window.start_next(Lane.THREADS)
                 assert held is not None
+                held.thread_id = threading.get_ident()
+                rt.started(held)
                 if not window.has_pending(Lane.THREADS):
                     rt.wake_claimer()
             error = call_sync(self._dispatch.target(held.job), held, rt.hooks)
@@ -167,11 +178,22 @@ class TransactionLane(_HandlerThreads):
                 # Not in the window: its row is locked by this transaction, so the heartbeat
                 # must not try to extend it (it is counted as a running ticket instead).
                 held = Held(job, Lane.THREADS, rt.last_work, State.RUNNING)
+                held.thread_id = threading.get_ident()
+                interrupter = (
+                    _Interrupter.of(engine, conn)
+                    if rt.deadlines.timeout_of(held) is not None
+                    else None
+                )
+                held.interrupt = interrupter
+                with rt.lock:
+                    rt.started(held)
                 if rt.hooks is not None:
                     rt.hooks.claimed(job)
                 target = self._dispatch.target(job)
                 policy = target.retry if target.retry is not None else rt.policy(queue)
-                run = partial(call_sync, target, held, rt.hooks)
+                run: Callable[[], BaseException | None] = partial(call_sync, target, held, rt.hooks)
+                if interrupter is not None:
+                    run = interrupter.around(run)
                 _, outcome, detail = run_in_savepoint(conn, held, run, policy)
         except Exception as exc:
             if held is None and is_transient(exc):
@@ -184,6 +206,47 @@ class TransactionLane(_HandlerThreads):
         finally:
             if held is not None:
                 held.job.connection = None
+                with rt.lock:
+                    rt.ended_in_transaction(held)
         if held is not None:
             with rt.lock:
                 rt.record(held, outcome, detail)
+
+
+class _Interrupter:
+    """Cancels the statement a transaction-mode handler's session runs (``pg_cancel_backend``
+    from another connection), so that a query still running at the timeout fails and the
+    handler's savepoint rolls back. Only while the handler runs: its own lock orders the cancel
+    before the handler's return, so the completion written after it is never the one cancelled
+    (a cancel that reaches an idle session is dropped by the server)."""
+
+    def __init__(self, engine: Engine, pid: int) -> None:
+        self._engine = engine
+        self._pid = pid
+        self._lock = threading.Lock()
+        self._armed = True
+
+    @classmethod
+    def of(cls, engine: Engine, conn: Connection) -> _Interrupter | None:
+        """``None`` when the driver does not say the session's backend pid."""
+        dbapi = conn.connection.dbapi_connection
+        pid = getattr(getattr(dbapi, "info", None), "backend_pid", None)
+        return cls(engine, pid) if isinstance(pid, int) else None
+
+    def around(self, run: Callable[[], T]) -> Callable[[], T]:
+        def disarmed_after() -> T:
+            try:
+                return run()
+            finally:
+                with self._lock:
+                    self._armed = False
+
+        return disarmed_after
+
+    def __call__(self) -> None:
+        with self._lock:
+            if not self._armed:
+                return
+            with self._engine.connect() as other:
+                other.execute(CANCEL_BACKEND, {"pid": self._pid})
+                other.commit()

@@ -73,6 +73,27 @@ class Held:
     result: str | None = field(default=None, repr=False)
     #: The retry policy of the task it ran, when the task has one (else its queue's).
     retry: RetryPolicy | None = field(default=None, repr=False)
+    #: Seconds its handler may run (the job's ``timeout``, else the worker's default); ``None``
+    #: for no bound. Set when it starts.
+    timeout: float | None = field(default=None, repr=False)
+    #: ``time.monotonic()`` by which its failure is written if its handler has not returned
+    #: (start + timeout + grace): the heartbeat extends its lease no further. ``None``: no bound.
+    deadline: float | None = field(default=None, repr=False)
+    #: Its timeout passed while the handler ran: the attempt fails with ``HandlerTimeoutError``
+    #: whatever the handler does next.
+    timed_out: bool = field(default=False, repr=False)
+    #: Its failure was written without waiting for its handler (timeout + grace): the handler
+    #: still holds its slot, and whatever it returns is dropped.
+    abandoned: bool = field(default=False, repr=False)
+    #: Its handler returned (lease and transaction mode alike): nothing is timed out after.
+    ended: bool = field(default=False, repr=False)
+    #: The thread running its sync handler (``threading.get_ident()``), for a stuck one's stack.
+    thread_id: int | None = field(default=None, repr=False)
+    #: ``time.monotonic()`` when its thread was found stuck (timeout + grace passed).
+    stuck_since: float | None = field(default=None, repr=False)
+    #: Transaction mode: stops the statement its handler runs (``pg_cancel_backend``), so the
+    #: handler's transaction rolls back to its savepoint at the timeout. I/O: called unlocked.
+    interrupt: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -216,6 +237,19 @@ class ClaimWindow:
         if held.state is State.RUNNING and self.holds(held):
             self._busy[held.lane] -= 1
             held.state = State.SELF_DONE
+
+    def abandon(self, held: Held) -> None:
+        """Its handler outlived timeout + grace: out of the window (the heartbeat, the completer's
+        report) while it keeps its slot, until :meth:`returned` gives the slot back."""
+        if held.state is State.RUNNING and self._held.get(held.job.id) is held:
+            del self._held[held.job.id]
+            self._count[held.lane] -= 1  # its slot stays busy
+
+    def returned(self, held: Held) -> None:
+        """An abandoned job's handler returned at last: its slot is free."""
+        if held.state is State.RUNNING:
+            held.state = State.FINISHING
+            self._busy[held.lane] -= 1
 
     def drop_pending(self, held: Held) -> None:
         """Forget a job that never started (lost or cancelled before its turn)."""

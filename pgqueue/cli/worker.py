@@ -29,12 +29,17 @@ from pgqueue.cli.common import (
     split_target,
     tcp_port,
 )
-from pgqueue.errors import PgQueueError, WorkerFailedError
+from pgqueue.errors import PgQueueError, WorkerFailedError, WorkerStuckError
 from pgqueue.jobs import Registry
 from pgqueue.schema import schema_of
 
 #: Where ``pgqueue worker --health-port`` serves unless ``--health-host`` says otherwise.
 DEFAULT_HEALTH_HOST = "127.0.0.1"
+
+
+#: ``pgqueue worker``'s exit code when every handler thread was stuck in a handler past its
+#: timeout (:class:`pgqueue.WorkerStuckError`): the process must be replaced.
+STUCK_EXIT_CODE = 3
 
 
 def probe_port(value: str) -> int:
@@ -84,6 +89,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
             )
             link.watch_parent(worker.stop)
         worker.run(until_empty=args.burst)
+    except WorkerStuckError as exc:  # every thread stuck in a handler: replace the process
+        note(f"pgqueue: error: {exc}")
+        return STUCK_EXIT_CODE
     except WorkerFailedError as exc:  # logged with its tracebacks: one line, exit 1
         note(f"pgqueue: error: {exc}")
         return 1

@@ -74,6 +74,7 @@ def test_the_limited_claim_counts_and_claims_in_one_statement() -> None:
     for per_key in (False, True):
         sql = _sql(limited_claim_statement(100, per_key=per_key))
         assert "FOR UPDATE SKIP LOCKED" in sql
-        assert "UPDATE jobs SET status='running'" in sql
+        assert "UPDATE jobs SET status=CASE WHEN" in sql  # running, or failed when expired
+        assert "THEN 'failed' ELSE 'running' END" in sql
         assert "UPDATE jobs_queues SET window_start" in sql  # the rate window, same statement
         assert ("row_number() OVER (PARTITION BY jobs.concurrency_key" in sql) is per_key

@@ -42,8 +42,14 @@ def test_claim_is_a_materialized_skip_locked_cte_joined_back_by_id() -> None:
     assert "jobs.status = 'queued'" in text  # a literal: generic plans can prove the partial index
     assert "jobs.run_at <= now() ORDER BY jobs.run_at" in text
     assert "FOR UPDATE SKIP LOCKED" in text
-    assert "UPDATE jobs SET status='running', attempts=(jobs.attempts +" in text
-    assert "locked_until=(now() + %(lease)s)" in text
+    # A job past its deadline (expires_in, pgqueue_0015) is failed by the same SET instead.
+    expired = "(jobs.expires_in IS NOT NULL AND jobs.run_at + jobs.expires_in < now())"
+    assert (
+        f"UPDATE jobs SET status=CASE WHEN {expired} THEN 'failed' ELSE 'running' END, "
+        f"attempts=CASE WHEN {expired} THEN jobs.attempts ELSE jobs.attempts +"
+    ) in text
+    assert f"locked_until=CASE WHEN {expired} THEN NULL ELSE now() + %(lease)s END" in text
+    assert f"expired_at=CASE WHEN {expired} THEN now() END" in text
     assert "FROM next WHERE jobs.id = next.id" in text
     assert "RETURNING jobs.id, jobs.queue, jobs.payload, jobs.attempts" in text
 
@@ -151,7 +157,8 @@ def test_naive_claim_is_the_unlocked_subquery_of_the_article() -> None:
 def test_enqueue_many_is_one_insert_select_over_one_json_array_in_input_order() -> None:
     text = sql(statements.ENQUEUE_MANY)
     assert text.startswith(
-        "INSERT INTO jobs (queue, payload, run_at, max_attempts, headers, priority, task) SELECT"
+        "INSERT INTO jobs (queue, payload, run_at, max_attempts, headers, priority, task, "
+        "timeout, expires_in) SELECT"
     )
     assert "ON CONFLICT" not in text  # jobs without a key pay nothing for the unique index
     assert (
@@ -431,7 +438,10 @@ def test_retry_statements_requeue_with_a_raised_budget_and_keep_attempts() -> No
             "+ %(extra_attempts)s::BIGINT, 2147483647)"
         ) in text  # summed as bigint, held at the largest int: no "integer out of range"
         assert "attempts=0" not in text
-        assert "locked_until=NULL, finished_at=NULL, cancelled_at=NULL FROM candidates" in text
+        assert (
+            "locked_until=NULL, finished_at=NULL, cancelled_at=NULL, expired_at=NULL FROM "
+            "candidates"
+        ) in text
         assert text.endswith("RETURNING jobs.id")
     assert "jobs.status IN ('failed', 'queued')" in listed  # running jobs are left alone
     assert "cancelled_at IS NULL" not in listed  # a cancelled job named by id comes back
@@ -754,7 +764,7 @@ def test_unique_enqueue_does_nothing_on_a_live_key_through_the_partial_index() -
     for text in (one, many):
         assert f"ON CONFLICT (queue, unique_key) {live} DO NOTHING" in text
     assert "batch.element -> 0 AS anon_2" in many  # each element is [payload, key]
-    assert "batch.element ->> 1 AS anon_7" in many
+    assert "batch.element ->> 1 AS anon_9" in many
     assert many.endswith("RETURNING jobs.id, jobs.unique_key")
     holders = sql(statements.KEY_HOLDERS)
     assert "jobs.unique_key = any(%(keys)s::TEXT[]) AND unique_key IS NOT NULL" in holders

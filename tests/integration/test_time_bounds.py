@@ -1,0 +1,344 @@
+"""Execution timeouts and not-started deadlines (#31 items 1-2) on a real server, real workers.
+
+Timeouts are short (0.5-1 s) and the grace small, so each test ends in seconds; every wait is
+on a condition (the row, a counter, an event), bounded by :func:`worker_helpers.until`. A
+handler that "hangs" waits on an event the test sets on its way out, so no thread outlives it
+by more than a moment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, text
+from worker_helpers import running, scalar, until
+
+import pgqueue
+from pgqueue import admin
+from pgqueue.models import JobState
+
+FAST_RETRY = pgqueue.RetryPolicy(base=timedelta(milliseconds=1), cap=timedelta(milliseconds=1))
+
+
+def _row(engine: Engine, job_id: int) -> Any:
+    with engine.connect() as conn:
+        return conn.execute(
+            text(
+                "SELECT status, attempts, last_error, errors, expired_at, finished_at, "
+                "locked_until, result FROM jobs WHERE id = :id"
+            ),
+            {"id": job_id},
+        ).one()
+
+
+def _enqueue(engine: Engine, payload: Any = None, **kw: Any) -> int:
+    with engine.begin() as conn:
+        return pgqueue.enqueue(conn, {} if payload is None else payload, **kw)
+
+
+def _worker(engine: Engine, handlers: Any, **kw: Any) -> pgqueue.Worker:
+    options: dict[str, Any] = {
+        "poll_interval": 0.2,
+        "install_signal_handlers": False,
+        "retry": FAST_RETRY,
+        "timeout_grace": 0.3,
+        "shutdown_timeout": 2.0,
+    }
+    options.update(kw)
+    return pgqueue.Worker(engine, handlers, **options)
+
+
+def test_an_async_handler_is_cancelled_at_its_timeout_retried_then_failed(engine: Engine) -> None:
+    """Each attempt fails with HandlerTimeoutError within timeout + grace; the worker runs
+    other jobs meanwhile; with max_attempts=2 the job ends failed with two history entries."""
+    cancelled = threading.Event()
+    others: list[int] = []
+
+    async def slow(job: pgqueue.JobContext) -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    async def quick(job: pgqueue.JobContext) -> None:
+        others.append(job.id)
+
+    slow_id = _enqueue(engine, queue="slow", timeout=0.5, max_attempts=2)
+    worker = _worker(engine, {"slow": slow, "quick": quick})
+    started = time.monotonic()
+    with running(worker):
+        quick_ids = [_enqueue(engine, queue="quick") for _ in range(3)]
+        until(lambda: _row(engine, slow_id).status == "failed", 10, "the slow job failed")
+        took = time.monotonic() - started
+        until(lambda: len(others) == 3, 10, "the quick jobs ran")
+    row = _row(engine, slow_id)
+    assert cancelled.is_set()
+    assert row.attempts == 2
+    assert row.last_error == "HandlerTimeoutError: timed out after 0.5 s"
+    assert [e["error"] for e in row.errors] == [row.last_error] * 2
+    assert sorted(others) == quick_ids
+    assert took < 2 * (0.5 + 0.3) + 5  # two attempts, each ended by its timeout
+    assert worker.stats.timed_out == 2
+    assert worker.stats.stuck == 0
+
+
+def test_a_sync_handler_that_honours_stopping_fails_within_the_bound(engine: Engine) -> None:
+    stopped_after: list[float] = []
+
+    def polite(job: pgqueue.JobContext) -> str:
+        began = time.monotonic()
+        job.stopping.wait(20)
+        stopped_after.append(time.monotonic() - began)
+        return "returned anyway"  # a timed-out attempt fails whatever the handler returns
+
+    job_id = _enqueue(engine, queue="polite", timeout=0.5, max_attempts=1)
+    worker = _worker(engine, {"polite": polite})
+    with running(worker):
+        until(lambda: _row(engine, job_id).status == "failed", 10, "the job failed")
+    row = _row(engine, job_id)
+    assert row.last_error == "HandlerTimeoutError: timed out after 0.5 s"
+    assert row.result is None
+    assert stopped_after and 0.4 < stopped_after[0] < 5
+    assert worker.stats.stuck == 0
+
+
+def test_a_sync_handler_that_ignores_stopping_is_failed_at_the_grace_and_counted_stuck(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The failure is written at timeout + grace while the thread still blocks; ``stuck``
+    counts it (and the log names the job with the thread's stack); its late return changes
+    nothing on the row."""
+    release = threading.Event()
+    returned = threading.Event()
+
+    def deaf(job: pgqueue.JobContext) -> str:
+        release.wait(20)
+        returned.set()
+        return "too late"
+
+    job_id = _enqueue(engine, queue="deaf", timeout=0.5, max_attempts=1)
+    worker = _worker(engine, {"deaf": deaf}, concurrency=2)
+    with running(worker):
+        until(lambda: _row(engine, job_id).status == "failed", 10, "the failure was written")
+        assert not returned.is_set()  # written while the handler still blocks
+        until(lambda: worker.stats.stuck == 1, 5, "the stuck thread counted")
+        health = worker.liveness()
+        assert health.ok  # one thread of two can still run jobs
+        assert health.checks["handler_threads"] == f"1 of 2 stuck: jobs {job_id}"
+        assert scalar(engine, "SELECT stuck FROM jobs_workers") == 1
+        before = _row(engine, job_id)
+        release.set()
+        until(lambda: worker.stats.stuck == 0, 5, "the thread came back")
+        until(lambda: scalar(engine, "SELECT stuck FROM jobs_workers") == 0, 5, "row updated")
+    assert _row(engine, job_id) == before
+    assert before.last_error == "HandlerTimeoutError: timed out after 0.5 s"
+    stuck_lines = [r for r in caplog.records if "the thread is stuck" in r.getMessage()]
+    assert len(stuck_lines) == 1
+    assert f"job {job_id} " in stuck_lines[0].getMessage()
+    assert "release.wait(20)" in stuck_lines[0].getMessage()  # the thread's stack
+
+
+def test_the_worker_default_timeout_applies_to_jobs_without_their_own(engine: Engine) -> None:
+    def deaf(job: pgqueue.JobContext) -> None:
+        job.stopping.wait(20)
+
+    job_id = _enqueue(engine, queue="q", max_attempts=1)
+    worker = _worker(engine, {"q": deaf}, default_timeout=timedelta(milliseconds=500))
+    with running(worker):
+        until(lambda: _row(engine, job_id).status == "failed", 10, "the job failed")
+    assert _row(engine, job_id).last_error == "HandlerTimeoutError: timed out after 0.5 s"
+
+
+def test_a_hung_job_frees_its_queue_concurrency_slot_at_the_timeout(engine: Engine) -> None:
+    """``concurrency=1`` on the queue: the next job runs soon after the hung one times out."""
+    release = threading.Event()
+    ran: list[int] = []
+
+    def handler(job: pgqueue.JobContext) -> None:
+        if job.payload.get("hang"):
+            release.wait(20)
+        ran.append(job.id)
+
+    with engine.begin() as conn:
+        pgqueue.set_queue_limits(conn, "limited", concurrency=1)
+    hung = _enqueue(engine, {"hang": True}, queue="limited", timeout=1, max_attempts=1)
+    worker = _worker(engine, {"limited": handler}, concurrency=2)
+    try:
+        with running(worker):
+            until(lambda: _row(engine, hung).status == "running", 10, "the hung job started")
+            nxt = _enqueue(engine, queue="limited")
+            until(lambda: nxt in ran, 10, "the next job of the queue ran")
+            assert _row(engine, hung).status == "failed"
+            release.set()
+    finally:
+        release.set()
+
+
+def test_the_heartbeat_never_extends_a_lease_past_timeout_plus_grace(engine: Engine) -> None:
+    release = threading.Event()
+
+    def deaf(job: pgqueue.JobContext) -> None:
+        release.wait(20)
+
+    job_id = _enqueue(engine, queue="q", timeout=2, max_attempts=1)
+    worker = _worker(engine, {"q": deaf}, lease=3.0, timeout_grace=1.0)
+    try:
+        with running(worker):
+            until(lambda: _row(engine, job_id).status == "running", 10, "the job started")
+            # Beats every second; each must end the lease by the start + 2 s + 1 s.
+            bound = scalar(
+                engine, "SELECT locked_at + interval '3 s' FROM jobs WHERE id = :i", i=job_id
+            )
+            seen: list[datetime] = []
+
+            def beat_seen() -> bool:
+                row = _row(engine, job_id)
+                if row.locked_until is not None:
+                    seen.append(row.locked_until)
+                return len(set(seen)) >= 2 or row.status != "running"
+
+            until(beat_seen, 5, "a lease extension")
+            assert all(s <= bound + timedelta(milliseconds=200) for s in seen), (seen, bound)
+            until(lambda: _row(engine, job_id).status == "failed", 10, "the failure")
+            release.set()
+    finally:
+        release.set()
+
+
+def test_transaction_mode_rolls_back_the_handler_at_its_timeout(engine: Engine) -> None:
+    """The handler's statement is cancelled at the timeout: its writes roll back with its
+    savepoint and the attempt fails the same way, in the job's own transaction."""
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE tx_effects (job_id bigint)"))
+
+    def writes_then_sleeps(job: pgqueue.JobContext) -> None:
+        assert job.connection is not None
+        job.connection.execute(text("INSERT INTO tx_effects VALUES (:id)"), {"id": job.id})
+        job.connection.execute(text("SELECT pg_sleep(20)"))
+
+    job_id = _enqueue(engine, queue="tx", timeout=0.5, max_attempts=1)
+    worker = _worker(engine, {"tx": writes_then_sleeps}, mode="transaction")
+    started = time.monotonic()
+    with running(worker):
+        until(lambda: _row(engine, job_id).status == "failed", 10, "the job failed")
+    assert time.monotonic() - started < 10
+    assert _row(engine, job_id).last_error == "HandlerTimeoutError: timed out after 0.5 s"
+    assert scalar(engine, "SELECT count(*) FROM tx_effects") == 0
+
+
+# -- expires_in ------------------------------------------------------------------------------------
+
+
+def test_jobs_past_their_deadline_never_run_and_fresh_ones_of_the_batch_do(engine: Engine) -> None:
+    """100 jobs due 2 s ago with ``expires_in=1`` (as if enqueued while no worker ran, the
+    worker started 2 s later) and fresh jobs in the same queue, claimed in the same batches:
+    none of the late ones reaches the handler, all are expired; the fresh ones run."""
+    ran: list[int] = []
+    two_seconds_ago = datetime.now(timezone.utc) - timedelta(seconds=2)
+    with engine.begin() as conn:
+        late = pgqueue.enqueue_many(
+            conn, [{"n": i} for i in range(100)], queue="q", run_at=two_seconds_ago, expires_in=1
+        )
+        fresh = pgqueue.enqueue_many(conn, [{"n": i} for i in range(20)], queue="q", expires_in=60)
+        plain = pgqueue.enqueue_many(conn, [{}] * 5, queue="q", run_at=two_seconds_ago)
+    worker = _worker(engine, {"q": lambda job: ran.append(job.id)}, batch_size=50)
+    worker.run(until_empty=True)
+    assert sorted(ran) == sorted(fresh + plain)
+    with engine.connect() as conn:
+        rows = conn.execute(
+            text(
+                "SELECT status, attempts, last_error, expired_at IS NOT NULL AS expired "
+                "FROM jobs WHERE id = ANY(:ids)"
+            ),
+            {"ids": late},
+        ).all()
+        result = pgqueue.fetch_result(conn, late[0])
+        fresh_result = pgqueue.fetch_result(conn, fresh[0])
+    assert {(r.status, r.attempts, r.expired) for r in rows} == {("failed", 0, True)}
+    assert {r.last_error for r in rows} == {"expired: not started within 1 s of its run_at"}
+    assert result is not None and result.expired and result.status == "failed"
+    assert result.error is not None and result.error.startswith("expired")
+    assert fresh_result is not None and not fresh_result.expired and fresh_result.succeeded
+    with engine.connect() as conn:
+        stats = {s["queue"]: s for s in admin.queue_stats(conn)}
+        listed = admin.list_jobs(conn, status=JobState.EXPIRED, limit=200)
+        failed = admin.list_jobs(conn, status=JobState.FAILED, limit=200)
+    assert stats["q"]["expired"] == 100
+    assert stats["q"]["failed"] == 0
+    assert sorted(j["id"] for j in listed) == late
+    assert {j["status"] for j in listed} == {"expired"}
+    assert failed == []
+
+
+def test_an_expired_job_settles_its_dependents_as_failed(engine: Engine) -> None:
+    ran: list[int] = []
+    with engine.begin() as conn:
+        parent = pgqueue.enqueue(
+            conn,
+            {},
+            queue="q",
+            run_at=datetime.now(timezone.utc) - timedelta(seconds=2),
+            expires_in=1,
+        )
+        child = pgqueue.enqueue(conn, {}, queue="q", depends_on=[parent])
+        runs_anyway = pgqueue.enqueue(
+            conn, {}, queue="q", depends_on=[parent], on_dependency_failure="run"
+        )
+    _worker(engine, {"q": lambda job: ran.append(job.id)}).run(until_empty=True)
+    assert ran == [runs_anyway]
+    row = _row(engine, child)
+    assert (row.status, row.last_error) == ("failed", f"dependency {parent} failed")
+
+
+def test_retry_failed_skips_expired_jobs_unless_asked(engine: Engine) -> None:
+    with engine.begin() as conn:
+        expired = pgqueue.enqueue(
+            conn,
+            {},
+            queue="q",
+            run_at=datetime.now(timezone.utc) - timedelta(seconds=5),
+            expires_in=1,
+        )
+    _worker(engine, {"q": lambda job: None}).run(until_empty=True)
+    with engine.begin() as conn:
+        assert pgqueue.retry_failed(conn) == []
+        assert pgqueue.retry_failed(conn, include_expired=True) == [expired]
+    row = _row(engine, expired)
+    assert (row.status, row.expired_at) == ("queued", None)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("timeout", 0),
+        ("timeout", -1),
+        ("timeout", float("nan")),
+        ("timeout", timedelta(days=40_000)),
+        ("expires_in", 0),
+        ("expires_in", timedelta(seconds=-1)),
+        ("expires_in", float("nan")),
+        ("expires_in", 10**12),
+    ],
+)
+def test_a_bad_bound_is_refused_before_any_sql(engine: Engine, name: str, value: Any) -> None:
+    with engine.begin() as conn:
+        with pytest.raises(pgqueue.InvalidArgumentError, match=name):
+            pgqueue.enqueue(conn, {}, **{name: value})
+        with pytest.raises(pgqueue.InvalidArgumentError, match=name):
+            pgqueue.enqueue_many(conn, [{}, {}], **{name: value})
+    assert scalar(engine, "SELECT count(*) FROM jobs") == 0
+
+
+def test_the_worker_refuses_bad_timeouts_and_takes_a_zero_grace(engine: Engine) -> None:
+    for bad in (0, -1.0, float("nan"), timedelta(days=40_000)):
+        with pytest.raises(pgqueue.InvalidArgumentError, match="default_timeout"):
+            pgqueue.Worker(engine, {"q": lambda job: None}, default_timeout=bad)
+    with pytest.raises(pgqueue.InvalidArgumentError, match="timeout_grace"):
+        pgqueue.Worker(engine, {"q": lambda job: None}, timeout_grace=-1)
+    assert pgqueue.Worker(engine, {"q": lambda job: None}, timeout_grace=0).timeout_grace == 0
