@@ -104,7 +104,8 @@ def test_a_sync_handler_that_honours_stopping_fails_within_the_bound(engine: Eng
     row = _row(engine, job_id)
     assert row.last_error == "HandlerTimeoutError: timed out after 0.5 s"
     assert row.result is None
-    assert stopped_after and 0.4 < stopped_after[0] < 5
+    assert stopped_after
+    assert 0.4 < stopped_after[0] < 5
     assert worker.stats.stuck == 0
 
 
@@ -262,9 +263,14 @@ def test_jobs_past_their_deadline_never_run_and_fresh_ones_of_the_batch_do(engin
         fresh_result = pgqueue.fetch_result(conn, fresh[0])
     assert {(r.status, r.attempts, r.expired) for r in rows} == {("failed", 0, True)}
     assert {r.last_error for r in rows} == {"expired: not started within 1 s of its run_at"}
-    assert result is not None and result.expired and result.status == "failed"
-    assert result.error is not None and result.error.startswith("expired")
-    assert fresh_result is not None and not fresh_result.expired and fresh_result.succeeded
+    assert result is not None
+    assert result.expired
+    assert result.status == "failed"
+    assert result.error is not None
+    assert result.error.startswith("expired")
+    assert fresh_result is not None
+    assert not fresh_result.expired
+    assert fresh_result.succeeded
     with engine.connect() as conn:
         stats = {s["queue"]: s for s in admin.queue_stats(conn)}
         listed = admin.list_jobs(conn, status=JobState.EXPIRED, limit=200)
