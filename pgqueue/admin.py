@@ -106,7 +106,9 @@ def get_job(
     """One job with its payload, or ``None`` when there is no such id.
 
     Its ``status``, ``run_at`` and ``waiting_for`` are shown as :func:`list_jobs` shows them;
-    ``waiting_on`` and ``cancelled_at`` are the stored columns.
+    ``waiting_on`` and ``cancelled_at`` are the stored columns, and so are ``timeout``,
+    ``expires_in`` and ``expired_at`` (pgqueue_0015); ``deadline`` is when the job, not started
+    by then, expires (:func:`deadline_of`).
 
     With ``payload_chars``, the payload is not decoded: ``payload_text`` holds at most the first
     ``payload_chars`` characters of its JSON text and ``payload_length`` the full text's length,
@@ -128,7 +130,20 @@ def get_job(
         return None
     job = decoded(row)
     job["errors"] = error_history(job.get("errors"))
+    job["deadline"] = deadline_of(job)
     return job
+
+
+def deadline_of(job: Mapping[str, Any]) -> Any:
+    """When a job not started by then expires (``run_at + expires_in``), ``None`` without a
+    deadline or while it waits for its dependencies (its ``run_at`` is not its own yet)."""
+    run_at, expires_in = job.get("run_at"), job.get("expires_in")
+    if not isinstance(run_at, datetime) or not isinstance(expires_in, timedelta):
+        return None
+    try:
+        return run_at + expires_in
+    except OverflowError:  # past year 9999: no client reads such a time
+        return None
 
 
 def waiting_more(job: Mapping[str, Any]) -> int:

@@ -433,6 +433,7 @@ def connected_workers_statement() -> Select[Any]:
             func.coalesce(workers.c.started_at, connected.c.connected_since).label("since"),
             connected.c.connections,
             func.coalesce(held.c.jobs_held, literal_column("0")).label("jobs_held"),
+            func.coalesce(workers.c.stuck, literal_column("0")).label("stuck"),
         )
         .select_from(
             connected.outerjoin(workers, workers.c.name == connected.c.name).outerjoin(

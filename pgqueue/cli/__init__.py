@@ -255,8 +255,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--status",
         choices=[s.value for s in JobState],
-        help="only the jobs in this state (waiting: for their dependencies; cancelled: apart "
-        "from failed)",
+        help="only the jobs in this state (waiting: for their dependencies; cancelled and "
+        "expired: apart from failed)",
     )
     p.add_argument("--task", help="only the jobs of the task of this name")
     p.add_argument("--limit", type=positive_int, default=50, help="default 50")

@@ -293,7 +293,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"queues": queues, "table": tables})
         return 0
-    # ``waiting`` (#24) last, so the columns before it keep their places for scripts.
+    # ``waiting`` (#24), then ``expired`` (#31) last, so the columns before them keep their
+    # places for scripts.
     columns = [
         "ready",
         "scheduled",
@@ -303,6 +304,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "failed",
         "cancelled",
         "waiting",
+        "expired",
     ]
     table(
         ["queue", *columns, "oldest_ready_age_s"],
@@ -331,7 +333,7 @@ def cmd_workers(args: argparse.Namespace) -> int:
         emit_json(rows)
         return 0
     table(
-        ["name", "host", "pid", "queues", "since", "jobs held", "connections"],
+        ["name", "host", "pid", "queues", "since", "jobs held", "connections", "stuck"],
         [
             (
                 r["name"],
@@ -341,6 +343,7 @@ def cmd_workers(args: argparse.Namespace) -> int:
                 r["since"],
                 r["jobs_held"],
                 r["connections"],
+                r["stuck"],
             )
             for r in rows
         ],

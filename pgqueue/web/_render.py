@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
@@ -22,6 +22,7 @@ from sqlalchemy import Engine
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
 
+from pgqueue._base.durations import format_duration
 from pgqueue._base.readable import Unreadable
 from pgqueue._base.urls import mask_text
 from pgqueue.web import _csrf
@@ -75,6 +76,13 @@ def _when(value: object) -> str:
     return value.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+def _duration(value: object) -> str:
+    """A stored interval (a job's ``timeout``, ``expires_in``) as people type it: ``30s``."""
+    if not isinstance(value, timedelta):
+        return "-" if value is None else str(value)
+    return format_duration(value)
+
+
 def _json(value: object) -> str:
     if isinstance(value, Unreadable):  # a row written by SQL: its text, and why
         return str(value)
@@ -102,7 +110,7 @@ def _environment() -> Environment:
         lstrip_blocks=True,
         finalize=_masked,
     )
-    env.filters.update(age=_age, when=_when, json=_json, masked=_masked)
+    env.filters.update(age=_age, when=_when, json=_json, masked=_masked, duration=_duration)
     return env
 
 

@@ -45,7 +45,17 @@ class Overview:
 
 #: The counts of a queue that has settings (``jobs_queues``) and no job.
 _NO_JOBS = dict.fromkeys(
-    ("ready", "scheduled", "waiting", "running", "expired_leases", "done", "failed", "cancelled"),
+    (
+        "ready",
+        "scheduled",
+        "waiting",
+        "running",
+        "expired_leases",
+        "done",
+        "failed",
+        "cancelled",
+        "expired",
+    ),
     0,
 )
 

@@ -50,6 +50,7 @@ def test_overview_is_complete_html_with_every_queue_and_its_counts(
         "expired_leases": "0",
         "failed": "1",  # a cancelled job is counted apart (issue #20, item 3)
         "cancelled": "1",
+        "expired": "0",  # counted apart too (#31)
         "done": "0",
     }
     assert _cells(html, "thumbs")["running"] == "1"
