@@ -167,6 +167,9 @@ def test_columns_are_exactly_r1(engine: Engine) -> None:
         ("concurrency_key", "text", "YES", None, "NO", None),  # pgqueue_0012
         ("waiting_on", "integer", "NO", "0", "NO", None),  # pgqueue_0013
         ("has_dependents", "boolean", "NO", "false", "NO", None),  # pgqueue_0013
+        ("timeout", "interval", "YES", None, "NO", None),  # pgqueue_0015
+        ("expires_in", "interval", "YES", None, "NO", None),  # pgqueue_0015
+        ("expired_at", "timestamp with time zone", "YES", None, "NO", None),  # pgqueue_0015
     ]
 
 
@@ -679,4 +682,54 @@ def test_dependencies_revision_round_trips_in_a_schema_with_rows(
         ).scalar_one()
         assert left == 0
         assert conn.execute(text("SELECT to_regclass('queue.jobs_dependencies')")).scalar() is None
+        assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2
+
+
+def test_time_bounds_revision_is_catalog_only_and_round_trips_in_a_schema_with_rows(
+    empty_db_url: URL, empty_engine: Engine
+) -> None:
+    """pgqueue_0015 adds ``timeout``, ``expires_in`` and ``expired_at`` (NULL, no default) on
+    ``jobs`` and ``stuck`` (constant default 0) on ``jobs_workers``: neither table is rewritten
+    (same relfilenode), existing rows read NULL and 0. Its downgrade removes exactly those and
+    keeps the rows."""
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0013", schema="queue")
+    with empty_engine.begin() as conn:
+        conn.execute(text("INSERT INTO queue.jobs (payload) VALUES ('1'), ('2')"))
+        conn.execute(
+            text(
+                "INSERT INTO queue.jobs_workers (name, host, pid, queues) "
+                "VALUES ('w', 'h', 1, '{q}')"
+            )
+        )
+
+    def files() -> tuple[int, int]:
+        with empty_engine.connect() as conn:
+            return tuple(  # type: ignore[return-value]
+                conn.execute(
+                    text(
+                        "SELECT pg_relation_filenode('queue.jobs'), "
+                        "pg_relation_filenode('queue.jobs_workers')"
+                    )
+                ).one()
+            )
+
+    before = files()
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0015", schema="queue")
+    assert files() == before  # catalog-only: no rewrite
+    with empty_engine.connect() as conn:
+        rows = conn.execute(
+            text("SELECT timeout, expires_in, expired_at FROM queue.jobs ORDER BY id")
+        ).all()
+        stuck = conn.execute(text("SELECT stuck FROM queue.jobs_workers")).scalar_one()
+    assert [tuple(r) for r in rows] == [(None, None, None), (None, None, None)]
+    assert stuck == 0
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0013", schema="queue")
+    with empty_engine.connect() as conn:
+        left = conn.execute(
+            text(
+                "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'queue' "
+                "AND column_name IN ('timeout', 'expires_in', 'expired_at', 'stuck')"
+            )
+        ).scalar_one()
+        assert left == 0
         assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2
