@@ -579,7 +579,7 @@ class Worker:
         now = time.monotonic()
         health = Health.of({p.name: p.problem(self.stuck_after, now) or OK for p in self._pulses})
         with runtime.lock:
-            stuck = sorted(runtime.stuck)
+            stuck = sorted(h.job.id for h in runtime.stuck.values())
         if not stuck:
             return health
         checks = dict(health.checks)

@@ -60,8 +60,8 @@ class Runtime:
         claimer_wakeup: Wakes the claiming loop (capacity freed, a notification, a stop).
         work_ready: Wakes handler threads, one per new job (or ticket).
         deadline_moved: Wakes the watchdog (a sooner deadline, a stop).
-        stuck: The jobs whose sync handler outlived timeout + grace and has not returned, by
-            id: their threads are stuck (:attr:`pgqueue.WorkerStats.stuck` counts them).
+        stuck: The jobs whose sync handler outlived timeout + grace and has not returned, by the
+            thread that runs it (stuck: :attr:`pgqueue.WorkerStats.stuck` counts them).
         stop: Set once this run shuts down (the worker sets it for a stop asked at any time,
             even before the run got going) and never cleared: nothing new is claimed or started,
             and a thread that outlives the run sees it too.
@@ -193,7 +193,7 @@ class Runtime:
             return False
         job = held.job
         if held.lane is Lane.THREADS and held.thread_id is not None:
-            self.stuck[job.id] = held
+            self.stuck[held.thread_id] = held
             self.stats.stuck = len(self.stuck)
             held.stuck_since = time.monotonic()
             frame = sys._current_frames().get(held.thread_id)
@@ -218,7 +218,8 @@ class Runtime:
         written or rolled back): nothing is timed out after, its thread is no longer stuck.
         Lock held."""
         held.ended = True
-        if self.stuck.pop(held.job.id, None) is not None:
+        if held.thread_id is not None and self.stuck.get(held.thread_id) is held:
+            del self.stuck[held.thread_id]
             self.stats.stuck = len(self.stuck)
 
     def fail_timed_out(self, held: Held) -> None:
@@ -243,7 +244,8 @@ class Runtime:
             held.ended = True
             if held.abandoned:  # its failure was written at timeout + grace
                 self.window.returned(held)
-                if self.stuck.pop(job.id, None) is not None:
+                if held.thread_id is not None and self.stuck.get(held.thread_id) is held:
+                    del self.stuck[held.thread_id]
                     self.stats.stuck = len(self.stuck)
                 log.warning(
                     "job %d queue=%s attempt=%d: its handler returned %.1fs after its timeout; "

@@ -57,8 +57,8 @@ class _HandlerThreads:
         timeout (they may never return: daemon threads, left to the process's exit)."""
         for t in self._threads:
             with self._rt.lock:
-                stuck = {h.thread_id for h in self._rt.stuck.values()}
-            if t.ident not in stuck:
+                stuck = t.ident in self._rt.stuck
+            if not stuck:
                 t.join(max(0.0, deadline - time.monotonic()))
 
     def _loop(self) -> None:

@@ -85,7 +85,7 @@ class Watchdog:
                         given_up.append(held)
                 stuck = len(rt.stuck)
                 if stuck and self._all_stuck(now):
-                    ids = sorted(rt.stuck)
+                    ids = sorted(h.job.id for h in rt.stuck.values())
                     rt.wake_claimer()
                 else:
                     ids = []

@@ -256,5 +256,6 @@ def test_a_connected_worker_without_a_row_still_shows(engine: Engine, db_url: UR
         "since": backend_start,
         "connections": 1,
         "jobs_held": 1,
+        "stuck": 0,  # no row: none known stuck
     }
     assert _workers(engine) == []
