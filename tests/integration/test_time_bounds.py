@@ -16,10 +16,13 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
+from sqlalchemy.engine import URL
+from sqlalchemy.ext.asyncio import create_async_engine
 from worker_helpers import running, scalar, until
 
 import pgqueue
-from pgqueue import admin
+import pgqueue.aio
+from pgqueue import admin, repository
 from pgqueue.models import JobState
 
 FAST_RETRY = pgqueue.RetryPolicy(base=timedelta(milliseconds=1), cap=timedelta(milliseconds=1))
@@ -348,3 +351,69 @@ def test_the_worker_refuses_bad_timeouts_and_takes_a_zero_grace(engine: Engine) 
     with pytest.raises(pgqueue.InvalidArgumentError, match="timeout_grace"):
         pgqueue.Worker(engine, {"q": lambda job: None}, timeout_grace=-1)
     assert pgqueue.Worker(engine, {"q": lambda job: None}, timeout_grace=0).timeout_grace == 0
+
+
+# -- the doors -------------------------------------------------------------------------------------
+
+
+def test_every_door_stores_the_bounds_on_the_job(engine: Engine, db_url: URL) -> None:
+    """``enqueue``, ``enqueue_unique``, ``enqueue_many``, ``aio.enqueue``, a task's own bounds,
+    ``Task.options`` over them, and a periodic definition's (fired by a worker)."""
+    registry = pgqueue.Registry()
+
+    @registry.task(queue="tasks", timeout=timedelta(seconds=7), expires_in=70)
+    def bounded(n: int) -> None: ...
+
+    with engine.begin() as conn:
+        ids = {
+            "enqueue": pgqueue.enqueue(conn, {}, timeout=1, expires_in=10),
+            "unique": pgqueue.enqueue_unique(conn, {}, unique_key="k", timeout=2, expires_in=20).id,
+            "many": pgqueue.enqueue_many(conn, [{}, {}], timeout=3, expires_in=30)[1],
+            "task": bounded.enqueue(conn, 1),
+            "options": bounded.options(timeout=8).enqueue(conn, 2),
+            "plain": pgqueue.enqueue(conn, {}),
+        }
+
+    async def via_aio() -> int:
+        aengine = create_async_engine(db_url)
+        try:
+            async with aengine.begin() as conn:
+                return await pgqueue.aio.enqueue(conn, {}, timeout=4, expires_in=40)
+        finally:
+            await aengine.dispose()
+
+    ids["aio"] = asyncio.run(via_aio())
+    tick = pgqueue.Periodic("every-second", timedelta(seconds=1), "ticks", timeout=5, expires_in=50)
+    with engine.begin() as conn:  # what a worker's scheduler runs at a tick
+        now = datetime.now(timezone.utc)
+        repository.declare_periodic(conn, [tick], now - timedelta(seconds=5))
+        repository.fire_periodic(conn, tick, None, [now.replace(microsecond=0)])
+    with engine.connect() as conn:
+        rows = {
+            r.id: (r.timeout, r.expires_in)
+            for r in conn.execute(text("SELECT id, timeout, expires_in FROM jobs"))
+        }
+        fired = conn.execute(
+            text("SELECT timeout, expires_in FROM jobs WHERE queue = 'ticks'")
+        ).one()
+
+    def s(seconds: float) -> timedelta:
+        return timedelta(seconds=seconds)
+
+    assert rows[ids["enqueue"]] == (s(1), s(10))
+    assert rows[ids["unique"]] == (s(2), s(20))
+    assert rows[ids["many"]] == (s(3), s(30))
+    assert rows[ids["aio"]] == (s(4), s(40))
+    assert rows[ids["task"]] == (s(7), s(70))
+    assert rows[ids["options"]] == (s(8), s(70))
+    assert rows[ids["plain"]] == (None, None)
+    assert tuple(fired) == (s(5), s(50))
+    assert (bounded.timeout, bounded.expires_in) == (s(7), s(70))
+
+
+def test_a_task_and_a_periodic_definition_refuse_a_bad_bound_when_built() -> None:
+    registry = pgqueue.Registry()
+    with pytest.raises(pgqueue.InvalidArgumentError, match="timeout"):
+        registry.task(timeout=0)(lambda: None)
+    with pytest.raises(pgqueue.InvalidArgumentError, match="expires_in"):
+        pgqueue.Periodic("p", timedelta(seconds=1), "q", expires_in=-1)
