@@ -168,6 +168,7 @@ class Runtime:
         :class:`~pgqueue.HandlerTimeoutError`; it is given up after the grace. False when it
         had ended meanwhile. Lock held."""
         if held.ended or held.job.lease_lost or held.job.cancelled:
+            self.deadlines.ended(held)
             return False
         held.timed_out = True
         held.job.stopping.set()
@@ -180,7 +181,6 @@ class Runtime:
         )
         if held.cancel_task is not None:
             held.cancel_task()
-        self.deadlines.timed_out(held, time.monotonic())
         return True
 
     def give_up(self, held: Held) -> bool:
@@ -218,6 +218,7 @@ class Runtime:
         written or rolled back): nothing is timed out after, its thread is no longer stuck.
         Lock held."""
         held.ended = True
+        self.deadlines.ended(held)
         if held.thread_id is not None and self.stuck.get(held.thread_id) is held:
             del self.stuck[held.thread_id]
             self.stats.stuck = len(self.stuck)
@@ -242,6 +243,8 @@ class Runtime:
         job = held.job
         with self.lock:
             held.ended = True
+            if held.deadline is not None:
+                self.deadlines.ended(held)
             if held.abandoned:  # its failure was written at timeout + grace
                 self.window.returned(held)
                 if held.thread_id is not None and self.stuck.get(held.thread_id) is held:

@@ -30,18 +30,28 @@ def test_each_job_is_due_at_its_timeout_then_at_the_grace_soonest_first() -> Non
     assert deadlines.next_at() == 1.0
     assert deadlines.due(0.9) == []
     assert deadlines.due(1.0) == [(Due.TIMEOUT, fast)]
-    deadlines.timed_out(fast, now=1.0)
+    fast.timed_out = True  # what the runtime does with it
+    assert deadlines.next_at() == 1.5
+    assert deadlines.due(1.2) == []
     assert deadlines.due(1.5) == [(Due.GIVE_UP, fast)]
+    assert deadlines.next_at() == 5.0
     assert deadlines.due(10.0) == [(Due.TIMEOUT, slow)]
-    assert deadlines.next_at() is None
+    assert len(deadlines) == 1
 
 
-def test_a_job_that_ended_is_never_due() -> None:
+def test_a_job_that_ended_is_never_due_and_not_kept() -> None:
+    """Only running jobs are held: jobs shorter than their timeouts leave nothing behind."""
     deadlines = Deadlines(1.0, 0.0)
     held = held_job(1)
     deadlines.started(held, now=0.0)
-    held.ended = True
+    deadlines.ended(held)
+    assert len(deadlines) == 0
+    other = held_job(2)
+    deadlines.started(other, now=0.0)
+    other.ended = True  # ended without being dropped: dropped when next looked at
     assert deadlines.due(5.0) == []
+    assert len(deadlines) == 0
+    assert deadlines.next_at() is None
 
 
 def test_an_abandoned_job_leaves_the_window_and_keeps_its_slot_until_it_returns() -> None:
