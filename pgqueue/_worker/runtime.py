@@ -159,7 +159,10 @@ class Runtime:
 
     def started(self, held: Held) -> None:
         """``held``'s handler starts now: bound it by its timeout, if it has one. Lock held."""
-        if self.deadlines.started(held, time.monotonic()):
+        deadlines = self.deadlines
+        if held.job.timeout is None and deadlines.default_timeout is None:
+            return  # the common case: no clock read, nothing held
+        if deadlines.started(held, time.monotonic()):
             self.deadline_moved.notify()
 
     def time_out(self, held: Held) -> bool:

@@ -22,6 +22,7 @@ from sqlalchemy import Connection, Engine
 
 from pgqueue import repository
 from pgqueue._base.urls import error_line
+from pgqueue._sql.calls import rows_taken
 from pgqueue._sql.driver_errors import is_transient
 from pgqueue._worker.dispatch import Dispatch, as_dispatch
 from pgqueue._worker.executors import call_sync, run_in_savepoint
@@ -169,6 +170,9 @@ class TransactionLane(_HandlerThreads):
                     conn, queue=queue, limit=1, lease=lease, locked_by=locked_by
                 )
                 if not claimed:
+                    if rows_taken(claimed):  # it failed an expired job: more may be waiting
+                        with rt.lock:
+                            self._on_job(queue)
                     return
                 job = JobContext.of(claimed[0], connection=conn)
                 with rt.lock:

@@ -417,3 +417,30 @@ def test_a_task_and_a_periodic_definition_refuse_a_bad_bound_when_built() -> Non
         registry.task(timeout=0)(lambda: None)
     with pytest.raises(pgqueue.InvalidArgumentError, match="expires_in"):
         pgqueue.Periodic("p", timedelta(seconds=1), "q", expires_in=-1)
+
+
+def test_transaction_mode_never_runs_expired_jobs_and_drains_past_them(engine: Engine) -> None:
+    """Each transaction claims one job: a claim that found one expired says more may wait, so
+    a backlog of expired jobs does not stall the queue until the next poll."""
+    ran: list[int] = []
+    with engine.begin() as conn:
+        late = pgqueue.enqueue_many(
+            conn,
+            [{}] * 10,
+            queue="tx",
+            run_at=datetime.now(timezone.utc) - timedelta(seconds=5),
+            expires_in=1,
+        )
+        fresh = pgqueue.enqueue_many(conn, [{}] * 2, queue="tx")
+    worker = _worker(
+        engine, {"tx": lambda job: ran.append(job.id)}, mode="transaction", poll_interval=30
+    )
+    started = time.monotonic()
+    worker.run(until_empty=True)
+    assert time.monotonic() - started < 20  # not one poll interval per expired job
+    assert sorted(ran) == fresh
+    assert scalar(
+        engine,
+        "SELECT count(*) FROM jobs WHERE expired_at IS NOT NULL AND id = ANY(:ids)",
+        ids=late,
+    ) == len(late)
