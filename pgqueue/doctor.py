@@ -350,6 +350,13 @@ def _jobs(conn: Connection) -> Iterator[Finding]:
         else reads.JOB_COUNTS_BEFORE_0010
     )
     counts = conn.execute(counting, {"horizon": DEFAULT_PURGE_AGE}).one()
+    # Expired jobs (pgqueue_0015) are failed without cancelled_at: counted apart, as cancels are.
+    expired_jobs = (
+        int(conn.execute(reads.EXPIRED_JOBS).scalar_one())
+        if conn.execute(reads.HAS_EXPIRED_AT).scalar_one()
+        else 0
+    )
+    failed = counts.failed - expired_jobs
     days = DEFAULT_PURGE_AGE.days
     if counts.expired:
         yield Finding(
@@ -360,11 +367,11 @@ def _jobs(conn: Connection) -> Iterator[Finding]:
         )
     else:
         yield Finding("leases", "ok", "no running job with an expired lease")
-    if counts.failed:
+    if failed:
         yield Finding(
             "failed",
             "warning",
-            f"{counts.failed} failed job(s)",
+            f"{failed} failed job(s)",
             "inspect `pgqueue list --status failed`; then `pgqueue retry --failed` or "
             "`pgqueue purge --status failed`",
         )
@@ -374,6 +381,15 @@ def _jobs(conn: Connection) -> Iterator[Finding]:
             "info",
             f"{counts.cancelled} cancelled job(s) (failed on purpose; not counted as failed)",
             "`pgqueue retry --failed` leaves them; `--include-cancelled` requeues them too",
+        )
+    if expired_jobs:
+        yield Finding(
+            "expired",
+            "info",
+            f"{expired_jobs} expired job(s) (never started within their expires_in; not counted "
+            "as failed)",
+            "`pgqueue list --status expired`; `pgqueue retry --failed --include-expired` "
+            "requeues them",
         )
     if counts.old_done:
         yield Finding(

@@ -530,6 +530,14 @@ JOB_COUNTS_BEFORE_0010 = text(
     """
 )
 
+# Since pgqueue_0015: the failed jobs that are expired (``expires_in``), counted apart from the
+# failed ones (a probe of the partial jobs_failed_idx, failed rows only). Text, as its twins.
+EXPIRED_JOBS = text("SELECT count(*) FROM jobs WHERE status = 'failed' AND expired_at IS NOT NULL")
+HAS_EXPIRED_AT = text(
+    "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass('jobs') "
+    "AND attname = 'expired_at' AND NOT attisdropped)"
+)
+
 # pg_attribute, a catalog without a model.
 HAS_CANCELLED_AT = text(
     "SELECT EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass('jobs') "

@@ -11,7 +11,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +110,23 @@ def test_counts_cancelled_jobs_apart_from_failed_ones(cli: Cli, db: Engine) -> N
     assert cancelled["severity"] == "info"
     assert cancelled["message"].startswith("2 cancelled job(s)")
     assert "--include-cancelled" in cancelled["fix"]
+
+
+def test_counts_expired_jobs_apart_from_failed_ones(cli: Cli, db: Engine) -> None:
+    """An expired job (``expires_in``, #31) never ran: an info finding, not a failure."""
+    with db.begin() as conn:
+        pgqueue.enqueue(conn, {}, max_attempts=1, priority=9)
+        (job,) = pgqueue.claim(conn, limit=1)
+        pgqueue.fail(conn, job.id, job.attempts, "boom")
+        late = datetime.now(timezone.utc) - timedelta(seconds=5)
+        pgqueue.enqueue_many(conn, [{}, {}], run_at=late, expires_in=1)
+        assert pgqueue.claim(conn) == []  # both failed as expired
+    checks = _by_check(cli("doctor", "--json").json())
+    assert checks["failed"][0]["message"] == "1 failed job(s)"
+    (expired,) = checks["expired"]
+    assert expired["severity"] == "info"
+    assert expired["message"].startswith("2 expired job(s)")
+    assert "--include-expired" in expired["fix"]
 
 
 def test_a_schema_before_cancelled_at_still_gets_its_job_counts(cli: Cli, db: Engine) -> None:
