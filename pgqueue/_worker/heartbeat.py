@@ -34,7 +34,7 @@ from pgqueue._worker.faults import Faults
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.transient import short_transaction
-from pgqueue._worker.window import Held, keys
+from pgqueue._worker.window import Held, State, keys
 from pgqueue.results import Settled
 
 log = logging.getLogger("pgqueue.worker")
@@ -192,10 +192,11 @@ class Heartbeat:
             self._runtime.leases_checked(held, kept, settled)
 
     def _bounded(self, held: list[Held]) -> list[float] | None:
-        """Each job's lease in seconds when some job has a timeout (its lease then ends by
-        timeout + grace, never later; at least a millisecond, so the statement stays valid), else
-        ``None``: every lease is the worker's, the statement the one without timeouts."""
-        deadlines = [h.deadline for h in held]
+        """Each job's lease in seconds when some running job has a timeout (its lease then ends
+        by timeout + grace, never later; at least a millisecond, so the statement stays valid),
+        else ``None``: every lease is the worker's, the statement the one without timeouts. A job
+        whose handler returned (its outcome waits for the completer) keeps a whole lease."""
+        deadlines = [h.deadline if h.state is State.RUNNING else None for h in held]
         if not any(d is not None for d in deadlines):
             return None
         lease = self._lease.total_seconds()
