@@ -69,13 +69,25 @@ class Watchdog:
             self._thread.join(timeout)
 
     def _run(self) -> None:
+        while True:
+            try:
+                if self._step():
+                    return
+            except Exception:  # timeouts must go on being enforced: log, pause, go on
+                log.exception("the worker's watchdog failed a step; going on in a second")
+                with self._rt.lock:
+                    if not self._closed:
+                        self._rt.deadline_moved.wait(1.0)
+
+    def _step(self) -> bool:
+        """One wait-or-act round; True once closed."""
         rt = self._rt
         while True:
             interrupts: list[Held] = []
             given_up: list[Held] = []
             with rt.lock:
                 if self._closed:
-                    return
+                    return True
                 now = time.monotonic()
                 for due, held in rt.deadlines.due(now):
                     if due is Due.TIMEOUT:
@@ -113,6 +125,7 @@ class Watchdog:
                 rt.fail("handler threads", WorkerStuckError(ids))
                 with rt.lock:  # once: the run stops now
                     self._threads = 0
+            return False
 
     def _all_stuck(self, now: float) -> bool:
         """Every handler thread stuck for longer than the lease. Lock held."""
