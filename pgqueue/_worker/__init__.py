@@ -6,7 +6,9 @@ components share (one lock, the window, how a job ends); ``claimer`` is the main
 replayed on the driver by ``replay``); ``threads`` (one lane per mode: lease, and transaction with
 its tickets) and ``event_loop`` are the handler lanes, running handlers through ``executors``;
 ``completer`` batches outcomes; ``heartbeat`` keeps the leases; ``reaper`` requeues expired jobs;
-``scheduler`` fires periodic ticks; ``transient`` retries short transactions; ``pulse`` tells
+``scheduler`` fires periodic ticks; ``deadlines`` is the bookkeeping of handler timeouts (pure,
+like the window) and ``watchdog`` the loop that enforces them and stops a worker whose every thread
+is stuck; ``transient`` retries short transactions; ``pulse`` tells
 ``/livez`` each loop's liveness; ``signals`` installs the stop handlers; ``outcomes`` is the table
 that counts, logs and names the hook of each outcome.
 

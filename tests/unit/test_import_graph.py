@@ -43,7 +43,15 @@ MACHINERY_IMPORTERS = {"pgqueue.worker", "pgqueue.testing", "pgqueue.cli.supervi
 #: ``pgqueue.testing.drain`` shares with no loop running.
 WORKER_LOOPS = {
     f"pgqueue._worker.{name}"
-    for name in ("claimer", "completer", "event_loop", "heartbeat", "scheduler", "threads")
+    for name in (
+        "claimer",
+        "completer",
+        "event_loop",
+        "heartbeat",
+        "scheduler",
+        "threads",
+        "watchdog",
+    )
 }
 
 #: The only modules inside the package that import the package itself (its ``__init__``, which
