@@ -318,9 +318,15 @@ EXPIRED_ERROR = "expired"
 
 
 def _expired() -> ColumnElement[bool]:
-    """The claimed job was not started within its ``expires_in`` of its ``run_at``: one NULL
-    test for a job without a deadline."""
-    return jobs.c.expires_in.is_not(None) & (jobs.c.run_at + jobs.c.expires_in < func.now())
+    """The claimed job was never started (``attempts = 0``: a job given back unstarted at
+    shutdown is again) and is not within its ``expires_in`` of its ``run_at``: one NULL test
+    for a job without a deadline. A job that started once (a retry, a reaped or snoozed job) is
+    past its deadline's concern: it runs whenever it is due."""
+    return (
+        jobs.c.expires_in.is_not(None)
+        & (jobs.c.attempts == literal_column("0"))
+        & (jobs.c.run_at + jobs.c.expires_in < func.now())
+    )
 
 
 def claim_values() -> dict[str, Any]:

@@ -444,3 +444,22 @@ def test_transaction_mode_never_runs_expired_jobs_and_drains_past_them(engine: E
         "SELECT count(*) FROM jobs WHERE expired_at IS NOT NULL AND id = ANY(:ids)",
         ids=late,
     ) == len(late)
+
+
+def test_the_deadline_is_about_starting_a_job_that_started_once_is_not_expired(
+    engine: Engine,
+) -> None:
+    """A retried attempt (or a reaped one) due long after the deadline still runs; a job given
+    back unstarted at shutdown is still bound by it."""
+    with engine.begin() as conn:
+        started = pgqueue.enqueue(conn, {}, queue="q", expires_in=60)
+        (job,) = pgqueue.claim(conn, queue="q")
+        pgqueue.fail(conn, job.id, job.attempts, "boom")  # retried later
+        released = pgqueue.enqueue(conn, {}, queue="q", expires_in=60)
+        (unstarted,) = pgqueue.claim(conn, queue="q")
+        assert repository.release_many(conn, [(unstarted.id, unstarted.attempts)]) == {released}
+        conn.execute(text("UPDATE jobs SET run_at = now() - interval '5 min'"))
+        claimed = pgqueue.claim(conn, queue="q")
+    assert [c.id for c in claimed] == [started]
+    row = _row(engine, released)
+    assert (row.status, row.attempts, row.expired_at is not None) == ("failed", 0, True)

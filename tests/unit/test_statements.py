@@ -43,7 +43,10 @@ def test_claim_is_a_materialized_skip_locked_cte_joined_back_by_id() -> None:
     assert "jobs.run_at <= now() ORDER BY jobs.run_at" in text
     assert "FOR UPDATE SKIP LOCKED" in text
     # A job past its deadline (expires_in, pgqueue_0015) is failed by the same SET instead.
-    expired = "(jobs.expires_in IS NOT NULL AND jobs.run_at + jobs.expires_in < now())"
+    expired = (
+        "(jobs.expires_in IS NOT NULL AND jobs.attempts = 0 "
+        "AND jobs.run_at + jobs.expires_in < now())"
+    )
     assert (
         f"UPDATE jobs SET status=CASE WHEN {expired} THEN 'failed' ELSE 'running' END, "
         f"attempts=CASE WHEN {expired} THEN jobs.attempts ELSE jobs.attempts +"
