@@ -923,6 +923,7 @@ SET_WORKER_STUCK: Update = (
 
 
 __all__ = [
+    "BACKEND_PID",
     "CANCEL",
     "CANCELLED_ERROR",
     "CANCEL_BACKEND",
@@ -1118,6 +1119,9 @@ LIVE_AMONG: Select[Any] = select(jobs.c.id).where(_cancel_ids()).order_by(jobs.c
 
 #: Cancel the statement a session (``pid``) runs: a transaction-mode handler's at its timeout.
 CANCEL_BACKEND: Select[Any] = select(func.pg_cancel_backend(bindparam("pid", type_=Integer)))
+
+#: The server process of this session (its transaction's, behind a pooler).
+BACKEND_PID: Select[Any] = select(func.pg_backend_pid())
 
 #: This transaction's ``lock_timeout``, to put back after a statement that set its own.
 CURRENT_LOCK_TIMEOUT: Select[Any] = select(

@@ -29,7 +29,7 @@ from pgqueue._worker.executors import call_sync, run_in_savepoint
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.window import Held, Lane, State
 from pgqueue.jobs import Handler, JobContext, Outcome
-from pgqueue.statements import CANCEL_BACKEND
+from pgqueue.statements import BACKEND_PID, CANCEL_BACKEND
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -231,11 +231,11 @@ class _Interrupter:
         self._armed = True
 
     @classmethod
-    def of(cls, engine: Engine, conn: Connection) -> _Interrupter | None:
-        """``None`` when the driver does not say the session's backend pid."""
-        dbapi = conn.connection.dbapi_connection
-        pid = getattr(getattr(dbapi, "info", None), "backend_pid", None)
-        return cls(engine, pid) if isinstance(pid, int) else None
+    def of(cls, engine: Engine, conn: Connection) -> _Interrupter:
+        """For the session of ``conn``'s transaction, asked of the server (one round trip, for
+        a job with a timeout only): behind a pooler the driver's own idea of the pid is the
+        pooler's, not the server process that runs the transaction."""
+        return cls(engine, int(conn.execute(BACKEND_PID).scalar_one()))
 
     def around(self, run: Callable[[], T]) -> Callable[[], T]:
         def disarmed_after() -> T:
