@@ -45,8 +45,8 @@ from pgqueue import repository
 from pgqueue._base.embedded import embedded_server
 from pgqueue._base.text import psql_table
 from pgqueue._base.urls import mask_url, to_libpq_url, to_sqlalchemy_url
+from pgqueue._sql.statements import status_literal
 from pgqueue.models import JobStatus, jobs_table
-from pgqueue.statements import status_literal
 
 #: THE BROKEN CLAIM of R4, kept only to reproduce the double-claim bug. Never use it.
 #: ``UPDATE ... WHERE id = (SELECT id ... LIMIT 1)`` without a lock: under READ COMMITTED two

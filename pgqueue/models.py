@@ -1,7 +1,7 @@
 """The declarative ``Job`` model: the same table the Alembic revisions create.
 
 The model is for reading jobs, for autogenerate comparisons and for users' foreign keys. The queue's
-hot paths use the Core statements of :mod:`pgqueue.statements`, built on ``Job.__table__``.
+hot paths use the Core statements of :mod:`pgqueue._sql.statements`, built on ``Job.__table__``.
 """
 
 from __future__ import annotations
@@ -133,7 +133,7 @@ class Job(Base):
     #: ``None`` while queued or running, and for jobs finished before pgqueue_0009.
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     #: The last failed attempts, oldest first: ``[{"attempt", "at", "error", "traceback"}, ...]``
-    #: (pgqueue_0010), at most :data:`pgqueue.statements.MAX_ERRORS_KEPT`; ``last_error`` holds
+    #: (pgqueue_0010), at most :data:`pgqueue._sql.statements.MAX_ERRORS_KEPT`; ``last_error`` holds
     #: the newest one-line error.
     errors: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
     #: How often a handler gave the job back with :class:`pgqueue.Snooze` (pgqueue_0010).
@@ -156,7 +156,7 @@ class Job(Base):
     concurrency_key: Mapped[str | None] = mapped_column(Text)
     #: How many of the job's dependencies (``depends_on``) are not finished yet (pgqueue_0013). A
     #: job with ``waiting_on > 0`` is ``queued`` but not ready: its ``run_at`` is
-    #: :data:`pgqueue.statements.WAITING_RUN_AT` until the last dependency finishes.
+    #: :data:`pgqueue._sql.options.WAITING_RUN_AT` until the last dependency finishes.
     waiting_on: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     #: Some job depends on this one (pgqueue_0013): its completion releases them.
     has_dependents: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))

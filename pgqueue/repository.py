@@ -303,7 +303,7 @@ def fail(
     80 s, 160 s with the defaults. Once ``attempts >= max_attempts``, or with ``retry=False``
     (a non-retryable error), the job becomes ``failed``. ``error`` becomes ``last_error``; the
     same statement appends ``{"attempt", "at", "error", "traceback"}`` to the job's ``errors``
-    (the last :data:`~pgqueue.statements.MAX_ERRORS_KEPT` are kept). ``traceback``: text, kept
+    (the last :data:`~pgqueue._sql.statements.MAX_ERRORS_KEPT` are kept). ``traceback``: text, kept
     to its last :data:`~pgqueue.retry_policy.MAX_TRACEBACK_LENGTH` characters; default none.
     Returns ``None`` when the guard matched no row (the job is no longer ours).
     """

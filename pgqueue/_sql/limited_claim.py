@@ -1,9 +1,9 @@
 """The worker's side of flow control (#23): its queues' settings, and the claim of a limited queue.
 
-A queue without limits keeps :func:`pgqueue.statements.claim_statement` untouched (one statement,
-no join, no lock of ``jobs_queues``). A queue with a ``concurrency``, ``per_key`` or ``rate``
-limit is claimed in one short transaction of three statements, sent in one round trip (a psycopg
-pipeline, :meth:`pgqueue._worker.replay.Replay.run_locked`):
+A queue without limits keeps :func:`pgqueue._sql.statements.claim_statement` untouched (one
+statement, no join, no lock of ``jobs_queues``). A queue with a ``concurrency``, ``per_key`` or
+``rate`` limit is claimed in one short transaction of three statements, sent in one round trip
+(a psycopg pipeline, :meth:`pgqueue._worker.replay.Replay.run_locked`):
 
 1. :data:`LOCK_QUEUE` locks the queue's ``jobs_queues`` row (``FOR UPDATE``): every limited claim
    of the queue, on any worker, waits here for the one before it to commit.
@@ -48,15 +48,15 @@ from sqlalchemy import (
 )
 
 from pgqueue._sql.calls import Call, claim
-from pgqueue.models import JobStatus, jobs_table, queues_table
-from pgqueue.results import ClaimedJob
-from pgqueue.statements import (
-    _ready_ids,
-    _statement_lock_timeout,
+from pgqueue._sql.statements import (
     claim_statement,
     claim_values,
+    ready_ids,
+    statement_lock_timeout,
     status_literal,
 )
+from pgqueue.models import JobStatus, jobs_table, queues_table
+from pgqueue.results import ClaimedJob
 
 jobs = jobs_table
 
@@ -103,7 +103,7 @@ QUEUE_SETTINGS: Select[Any] = select(
 #: (milliseconds as text) bounds the wait, set before the lock is taken (a one-time filter).
 LOCK_QUEUE: Select[Any] = (
     select(queues.c.queue)
-    .where(queues.c.queue == _queue(), _statement_lock_timeout())
+    .where(queues.c.queue == _queue(), statement_lock_timeout())
     .with_for_update()
 )
 
@@ -135,7 +135,7 @@ QUEUE_STATE: Select[Any] = select(
 def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
     """Step 2: claim up to ``limit`` ready jobs of a limited queue, within its limits.
 
-    Parameters as :func:`pgqueue.statements.claim_statement` (``queue_name``, ``lease``,
+    Parameters as :func:`pgqueue._sql.statements.claim_statement` (``queue_name``, ``lease``,
     ``locked_by``); returns the same columns. The budget is ``least(limit, concurrency -
     running, rate_limit - window_count)`` (a missing limit drops out of ``least``), 0 when the
     queue is paused or has no settings row. ``per_key`` (the variant for a queue with that
@@ -173,7 +173,7 @@ def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
     if per_key:
         picked_ids = _per_key_ids(settings, take)
     else:
-        picked_ids = select(_ready_ids(limit, skip_locked=True, take=take).subquery().c.id)
+        picked_ids = select(ready_ids(limit, skip_locked=True, take=take).subquery().c.id)
     picked = picked_ids.cte("picked").prefix_with("MATERIALIZED")
     claimed = (
         jobs.update()

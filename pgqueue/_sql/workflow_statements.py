@@ -164,9 +164,9 @@ CANCELLED_DEPENDENTS: Select[Any] = (
 
 
 #: The outcome of every job ``:job_id`` depends on (:data:`pgqueue.models.JOB_RESULT_COLUMNS`,
-#: as :data:`pgqueue.statements.JOB_RESULT`), for :meth:`pgqueue.JobContext.dependency_results`:
-#: one index scan of the edges' primary key by ``job_id``'s index, one primary-key probe per
-#: dependency. Ordered by id.
+#: as :data:`pgqueue._sql.statements.JOB_RESULT`), for
+#: :meth:`pgqueue.JobContext.dependency_results`: one index scan of the edges' primary key by
+#: ``job_id``'s index, one primary-key probe per dependency. Ordered by id.
 DEPENDENCY_RESULTS: Select[Any] = (
     select(*JOB_RESULT_COLUMNS)
     .join(edges, edges.c.depends_on == jobs.c.id)

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from pgqueue._base.urls import error_line
-from pgqueue.statements import REGISTER_WORKER, UNREGISTER_WORKER
+from pgqueue._sql.statements import REGISTER_WORKER, UNREGISTER_WORKER
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -30,7 +30,7 @@ class Registration:
     Both run on the caller's thread (the worker's ``run``) and never raise a database error: the
     first failure is logged as a warning, and a row that could not be written is not deleted.
     Each is one statement in autocommit that does not wait for the disk to commit (see
-    ``pgqueue.statements.REGISTER_WORKER``): both are on the critical path of a ``run()``.
+    ``pgqueue._sql.statements.REGISTER_WORKER``): both are on the critical path of a ``run()``.
     """
 
     def __init__(self, engine: Engine, name: str, queues: Sequence[str]) -> None:
