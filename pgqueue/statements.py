@@ -34,13 +34,11 @@ from pgqueue._sql.statements import (
     LIVE_KEY,
     MAX_ERRORS_KEPT,
     REAP_EXPIRED,
-    REGISTER_WORKER,
     RELEASE_MANY,
     SET_LOCAL_LOCK_TIMEOUT,
     SETTLED_AMONG,
     SNOOZE,
     SNOOZE_MANY,
-    UNREGISTER_WORKER,
     claim_statement,
     claim_values,
     purge_statement,
@@ -50,6 +48,7 @@ from pgqueue._sql.statements import (
     statement_lock_timeout,
     status_literal,
 )
+from pgqueue._sql.worker_statements import REGISTER_WORKER, UNREGISTER_WORKER
 
 __all__ = [
     "CANCEL",

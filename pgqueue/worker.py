@@ -22,7 +22,7 @@ from typing import Literal
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
-from pgqueue import pooler, repository
+from pgqueue import pooler
 from pgqueue._base.connections import worker_name
 from pgqueue._base.urls import mask_url
 from pgqueue._base.validation import (
@@ -35,6 +35,7 @@ from pgqueue._base.validation import (
     check_seconds,
     check_threads,
 )
+from pgqueue._worker import store
 from pgqueue._worker.claimer import Claimer, ClaimerOptions, Intake
 from pgqueue._worker.completer import FLUSH_SIZE, Completer
 from pgqueue._worker.dispatch import Dispatch, registry_tasks
@@ -660,7 +661,7 @@ class Worker:
     def _release(self, runtime: Runtime, held: list[Held], deadline: float) -> None:
         released = short_transaction(
             self.engine,
-            lambda conn: repository.release_many(conn, keys(held)),
+            lambda conn: store.release_many(conn, keys(held)),
             what="release",
             keep_trying=lambda: time.monotonic() < deadline,
             lock_timeout_ms=int(self.lock_timeout * 1000),

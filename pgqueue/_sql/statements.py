@@ -16,7 +16,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     ColumnElement,
-    DateTime,
     Delete,
     Float,
     Insert,
@@ -49,7 +48,6 @@ from pgqueue.models import (
     JobStatus,
     jobs_table,
     status_literal,
-    workers_table,
 )
 
 jobs = jobs_table
@@ -777,52 +775,6 @@ SET_LOCAL_LOCK_TIMEOUT: Select[Any] = select(
 )
 
 
-# -- the worker's row in jobs_workers (pgqueue_0010), written at start, deleted at stop --------
-
-#: ``SET LOCAL synchronous_commit = off`` as a value, for the worker's row: it is a courtesy to
-#: operators (a server crash that loses the write ends the worker's sessions too, and a row left
-#: behind says nothing false), so its two writes do not wait for the WAL to reach the disk. Each
-#: runs in autocommit, one round trip; the wait they skip (a WAL flush, 1-5 ms on the project's
-#: machine) was on the critical path of every ``run()``, before the first claim and after the last.
-_ASYNC_COMMIT = select(
-    func.set_config(literal("synchronous_commit", Text), literal("off", Text), True)
-).scalar_subquery()
-
-_WORKER_ROW: dict[str, Any] = {
-    "name": bindparam("worker_name", type_=Text),
-    "host": bindparam("host", type_=Text),
-    "pid": bindparam("pid", type_=Integer),
-    "queues": bindparam("queues", type_=ARRAY(Text)),
-    "started_at": func.now(),
-}
-
-#: The worker's row, replacing one a process of the same host and pid left behind (a killed
-#: worker's). Returns ``started_at``, which the delete names. Commits without waiting for the
-#: disk (:data:`_ASYNC_COMMIT`, evaluated once with the inserted row's values).
-REGISTER_WORKER: Insert = (
-    pg_insert(workers_table)
-    .values(
-        {
-            **_WORKER_ROW,
-            "started_at": select(func.now()).where(_ASYNC_COMMIT.is_not(None)).scalar_subquery(),
-        }
-    )
-    .on_conflict_do_update(
-        index_elements=[workers_table.c.name],
-        set_={name: value for name, value in _WORKER_ROW.items() if name != "name"},
-    )
-    .returning(workers_table.c.started_at)
-)
-
-#: Only the row this run wrote: a second ``Worker`` of the same process (same name) that started
-#: later has replaced it, and keeps its own. Commits without waiting for the disk.
-UNREGISTER_WORKER: Delete = workers_table.delete().where(
-    workers_table.c.name == bindparam("worker_name", type_=Text),
-    workers_table.c.started_at == bindparam("started_at", type_=DateTime(timezone=True)),
-    _ASYNC_COMMIT.is_not(None),
-)
-
-
 __all__ = [
     "CANCEL",
     "CANCELLED_ERROR",
@@ -851,13 +803,11 @@ __all__ = [
     "LIVE_KEY",
     "MAX_ERRORS_KEPT",
     "REAP_EXPIRED",
-    "REGISTER_WORKER",
     "RELEASE_MANY",
     "SETTLED_AMONG",
     "SET_LOCAL_LOCK_TIMEOUT",
     "SNOOZE",
     "SNOOZE_MANY",
-    "UNREGISTER_WORKER",
     "claim_statement",
     "claim_values",
     "purge_statement",

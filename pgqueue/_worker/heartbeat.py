@@ -26,9 +26,9 @@ from typing import TypeAlias
 
 from sqlalchemy import Connection, Engine
 
-from pgqueue import repository
 from pgqueue._base.urls import error_line
 from pgqueue._sql.driver_errors import DriverError, classify
+from pgqueue._worker import store
 from pgqueue._worker.culprits import Rows
 from pgqueue._worker.faults import Faults
 from pgqueue._worker.pulse import Pulse
@@ -115,7 +115,7 @@ class Heartbeat:
 
         def work(conn: Connection) -> Beat:
             if any(progress):
-                kept = repository.extend_leases_with_progress(
+                kept = store.extend_leases_with_progress(
                     conn,
                     [
                         (h.job.id, h.job.attempts, None if p is None else p[1])
@@ -124,13 +124,13 @@ class Heartbeat:
                     self._lease,
                 )
             else:
-                kept = repository.extend_leases(conn, keys(held), self._lease)
+                kept = store.extend_leases(conn, keys(held), self._lease)
             return kept, self._settled(conn, held, kept), []
 
         def isolating(conn: Connection) -> Beat:
             # The database refused one job's progress: every lease first, then the progress
             # in halves, each try in a savepoint, until the refused ones stand alone.
-            kept = repository.extend_leases(conn, keys(held), self._lease)
+            kept = store.extend_leases(conn, keys(held), self._lease)
             rows: Rows[tuple[Held, tuple[int, str]], set[int]] = Rows(
                 [(h, p) for h, p in zip(held, progress, strict=True) if p and h.job.id in kept]
             )
@@ -175,12 +175,12 @@ class Heartbeat:
 
     def _settled(self, conn: Connection, held: list[Held], kept: set[int]) -> dict[int, Settled]:
         missed = [h for h in held if h.job.id not in kept]
-        return repository.settled_among(conn, keys(missed)) if missed else {}
+        return store.settled_among(conn, keys(missed)) if missed else {}
 
     def _extend_with_progress(
         self, conn: Connection, rows: list[tuple[Held, tuple[int, str]]]
     ) -> set[int]:
-        return repository.extend_leases_with_progress(
+        return store.extend_leases_with_progress(
             conn, [(h.job.id, h.job.attempts, p[1]) for h, p in rows], self._lease
         )
 
