@@ -58,6 +58,16 @@ class JobStatus(str, enum.Enum):
         return self.value
 
 
+#: The stored statuses of a live job, written once: it holds its ``unique_key``, may be cancelled,
+#: and is not finished (a dependency that is live still counts in its dependents' ``waiting_on``).
+LIVE_STATUSES: tuple[JobStatus, ...] = (JobStatus.QUEUED, JobStatus.RUNNING)
+#: :data:`LIVE_STATUSES` as SQL text: ``status IN ('queued', 'running')``.
+LIVE_SQL = "status IN (" + ", ".join(f"'{status.value}'" for status in LIVE_STATUSES) + ")"
+#: The predicate of ``jobs_unique_key_idx``, spelled as the index spells it: the arbiter of an
+#: enqueue's ``ON CONFLICT`` and the key lookups must match it for the planner to use the index.
+LIVE_KEY_SQL = f"unique_key IS NOT NULL AND {LIVE_SQL}"
+
+
 class JobState(str, enum.Enum):
     """A job's state as people see it (``pgqueue list``, ``show``, the dashboard): its stored
     :class:`JobStatus`, with the two statuses that mean two things each told apart.
@@ -182,7 +192,7 @@ class Job(Base):
             "queue",
             "unique_key",
             unique=True,
-            postgresql_where=text("unique_key IS NOT NULL AND status IN ('queued', 'running')"),
+            postgresql_where=text(LIVE_KEY_SQL),
         ),
         # Leases of running jobs only: the reaper never scans finished history.
         Index("jobs_lease_idx", "locked_until", postgresql_where=text("status = 'running'")),
@@ -221,6 +231,12 @@ def status_literal(status: JobStatus) -> ColumnClause[Any]:
     Here, beside the table, so that every statement module shares it without importing another.
     """
     return literal_column(f"'{status.value}'", Text)
+
+
+def is_live(status: ColumnElement[Any]) -> ColumnElement[bool]:
+    """``status IN ('queued', 'running')`` of a ``status`` column (:data:`LIVE_STATUSES`), with
+    the statuses inline as :func:`status_literal` renders them."""
+    return status.in_([status_literal(s) for s in LIVE_STATUSES])
 
 
 def in_state(state: JobState | JobStatus | str) -> ColumnElement[bool]:

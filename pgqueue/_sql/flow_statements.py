@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.dml import ReturningDelete
 
-from pgqueue.models import JobStatus, jobs_table, queues_table, status_literal
+from pgqueue.models import LIVE_STATUSES, JobStatus, jobs_table, queues_table, status_literal
 
 queues = queues_table
 
@@ -132,7 +132,6 @@ def _live_job(status: JobStatus) -> Any:
 QUEUE_KNOWN: Select[Any] = select(
     or_(
         exists().where(queues.c.queue == bindparam("queue_name", type_=Text)),
-        _live_job(JobStatus.QUEUED),
-        _live_job(JobStatus.RUNNING),
+        *(_live_job(status) for status in LIVE_STATUSES),
     ).label("known")
 )

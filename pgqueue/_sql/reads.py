@@ -60,6 +60,7 @@ from pgqueue.models import (
     JobStatus,
     dependencies_table,
     in_state,
+    is_live,
     jobs_table,
     queues_table,
     workers_table,
@@ -237,7 +238,6 @@ def key_holders_statement(job_ids: list[int]) -> Select[Any]:
     """``id, unique_key, holder_id`` for each of ``job_ids`` whose unique key another queued or
     running job of its queue holds (:func:`pgqueue.admin.key_holders`)."""
     holder = jobs.alias("holder")
-    live = [status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)]
     return (
         select(jobs.c.id, jobs.c.unique_key, holder.c.id.label("holder_id"))
         .select_from(jobs)
@@ -247,7 +247,7 @@ def key_holders_statement(job_ids: list[int]) -> Select[Any]:
                 holder.c.queue == jobs.c.queue,
                 holder.c.unique_key == jobs.c.unique_key,
                 holder.c.unique_key.is_not(None),
-                holder.c.status.in_(live),
+                is_live(holder.c.status),
                 holder.c.id != jobs.c.id,
             ),
         )
@@ -307,9 +307,7 @@ def queue_overview_statement() -> Select[Any]:
             _count(in_state(JobState.QUEUED), jobs.c.run_at <= func.now()).label("ready"),
             _count(in_state(JobState.RUNNING)).label("running"),
         )
-        .where(
-            jobs.c.status.in_([status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)])
-        )
+        .where(is_live(jobs.c.status))
         .group_by(jobs.c.queue)
         .subquery("live")
     )

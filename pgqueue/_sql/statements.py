@@ -45,7 +45,9 @@ from sqlalchemy.sql.expression import column
 from pgqueue._base.validation import MAX_INT32, MIN_PRIORITY
 from pgqueue.models import (
     JOB_RESULT_COLUMNS,
+    LIVE_KEY_SQL,
     JobStatus,
+    is_live,
     jobs_table,
     status_literal,
 )
@@ -134,9 +136,9 @@ ENQUEUE_KEYED: Insert = (
     insert(jobs).values({**_one_job(), "concurrency_key": _concurrency_key()}).returning(jobs.c.id)
 )
 
-#: The predicate of ``jobs_unique_key_idx``, spelled as the index spells it: the arbiter of
-#: ``ON CONFLICT`` and the key lookups must match it for the planner to use the index.
-LIVE_KEY = text("unique_key IS NOT NULL AND status IN ('queued', 'running')")
+#: The predicate of ``jobs_unique_key_idx`` (:data:`pgqueue.models.LIVE_KEY_SQL`), as the index
+#: spells it: the arbiter of ``ON CONFLICT`` and the key lookups must match it for the planner.
+LIVE_KEY = text(LIVE_KEY_SQL)
 
 #: ENQUEUE with ``unique_key``: inserts nothing while a live job of the queue holds the key
 #: (a concurrent enqueue of the same key waits for the first transaction to end). Returns ``id``
@@ -848,9 +850,7 @@ def _key_is_free() -> ColumnElement[bool]:
         .where(
             other.c.queue == jobs.c.queue,
             other.c.unique_key == jobs.c.unique_key,
-            other.c.status.in_(
-                [status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)]
-            ),
+            is_live(other.c.status),
             other.c.id != jobs.c.id,
         )
         .exists()
@@ -912,7 +912,7 @@ def _retry_statement(all_failed: bool, include_cancelled: bool) -> Update:
 def _cancel_ids() -> ColumnElement[bool]:
     """``id = ANY(:job_ids) AND status IN ('queued', 'running')``: what a cancel may touch."""
     return (jobs.c.id == func.any(bindparam("job_ids", type_=ARRAY(BigInteger)))) & (
-        jobs.c.status.in_([status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)])
+        is_live(jobs.c.status)
     )
 
 

@@ -42,6 +42,7 @@ from pgqueue.models import (
     JobStatus,
     dependencies_table,
     in_state,
+    is_live,
     jobs_table,
     status_literal,
 )
@@ -52,10 +53,6 @@ edges = dependencies_table
 
 def _deps() -> Any:
     return bindparam("depends_on", type_=ARRAY(BigInteger))
-
-
-def _unfinished(status: Any) -> Any:
-    return status.in_([status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)])
 
 
 #: Which of ``:depends_on`` exist. Returns ``id``. Run before anything is inserted, so an unknown
@@ -84,7 +81,7 @@ _edges = (
         select(
             _children.c.job_id,
             _parents.c.id,
-            _unfinished(_parents.c.status),
+            is_live(_parents.c.status),
             bindparam("run_on_failure", type_=Boolean),
         ).select_from(_children.join(_parents, true())),
     )
@@ -94,7 +91,7 @@ _edges = (
 _failed = _parents.c.status == status_literal(JobStatus.FAILED)
 _summary = (
     select(
-        func.count().filter(_unfinished(_parents.c.status)).label("unfinished"),
+        func.count().filter(is_live(_parents.c.status)).label("unfinished"),
         func.min(_parents.c.id).filter(_failed).label("broken"),
         func.bool_or(_parents.c.cancelled_at.is_not(None)).filter(_failed).label("cancelled"),
     )
