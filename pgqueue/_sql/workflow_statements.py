@@ -30,11 +30,12 @@ from sqlalchemy import (
     case,
     cast,
     func,
-    literal_column,
     null,
     select,
     true,
 )
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 
 from pgqueue.models import (
     JOB_RESULT_COLUMNS,
@@ -49,6 +50,24 @@ from pgqueue.models import (
 
 jobs = jobs_table
 edges = dependencies_table
+
+
+class DependencyErrorText(FunctionElement[str]):
+    """``jobs_dependency_error(cause, cancelled)`` (pgqueue_0014): the ``last_error`` of a job
+    failed by its dependency ``cause``, written once in the database for the enqueue's
+    :data:`ATTACH` and the ``jobs_release`` trigger. Rendered in the schema of the ``jobs`` table
+    the statement runs against (``use_schema``'s translation applies to it as to the table)."""
+
+    type = Text()
+    inherit_cache = True
+    name = "jobs_dependency_error"
+
+
+@compiles(DependencyErrorText)
+def _render_dependency_error(element: DependencyErrorText, compiler: Any, **kw: Any) -> str:
+    schema = compiler.preparer.schema_for_object(jobs)
+    name = f"{compiler.preparer.quote_schema(schema)}.{element.name}" if schema else element.name
+    return f"{name}({compiler.process(element.clauses, **kw)})"
 
 
 def _deps() -> Any:
@@ -111,11 +130,7 @@ _cancelled = _one(_summary.c.cancelled)
 # A dependency already failed for good (or cancelled) fails the new job at once, unless it runs
 # on dependency failure: the same outcome as if it had failed after the enqueue.
 _doomed = _broken.is_not(None) & ~bindparam("run_on_failure", type_=Boolean)
-_why = (
-    literal_column("'dependency '", Text)
-    + cast(_broken, Text)
-    + case((_cancelled, literal_column("' was cancelled'", Text)), else_=" failed")
-)
+_why = DependencyErrorText(_broken, _cancelled)
 
 #: Record that each of ``:job_ids`` (just inserted, ``run_at = WAITING_RUN_AT``) waits for each of
 #: ``:depends_on`` (which exist, checked by :data:`DEPENDENCIES_FOUND`); ``:run_on_failure``.

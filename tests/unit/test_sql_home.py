@@ -75,3 +75,17 @@ def test_live_is_spelled_once() -> None:
     assert not found, found
     assert pgqueue.models.LIVE_SQL == "status IN ('queued', 'running')"
     assert f"unique_key IS NOT NULL AND {pgqueue.models.LIVE_SQL}" == pgqueue.models.LIVE_KEY_SQL
+
+
+def test_attach_calls_the_dependency_rule_in_the_placement_of_jobs() -> None:
+    """The enqueue's ``ATTACH`` and the ``jobs_release`` trigger share ``jobs_dependency_error``
+    (pgqueue_0014); in a schema the call follows ``use_schema`` as the table does."""
+    from sqlalchemy.dialects import postgresql
+
+    from pgqueue._sql.workflow_statements import ATTACH
+
+    plain = str(ATTACH.compile(dialect=postgresql.dialect()))
+    assert "THEN jobs_dependency_error((SELECT summary.broken" in plain
+    assert "' was cancelled'" not in plain
+    in_schema = ATTACH.compile(dialect=postgresql.dialect(), schema_translate_map={None: "queue"})
+    assert "__[SCHEMA__none].jobs_dependency_error(" in str(in_schema)
