@@ -48,6 +48,8 @@ from sqlalchemy import (
 )
 
 from pgqueue._sql.calls import Call, claim
+from pgqueue._sql.flow_calls import settings_row
+from pgqueue._sql.flow_statements import SETTINGS_COLUMNS
 from pgqueue._sql.statements import (
     claim_statement,
     claim_values,
@@ -55,6 +57,7 @@ from pgqueue._sql.statements import (
     statement_lock_timeout,
     status_literal,
 )
+from pgqueue.flow import QueueSettings
 from pgqueue.models import JobStatus, jobs_table, queues_table
 from pgqueue.results import ClaimedJob
 
@@ -89,15 +92,11 @@ def _window_open() -> Any:
 
 
 #: The flow settings of the worker's queues (``queue_names``): read at start and about every
-#: second after. A queue without a row has no settings. Returns ``queue, paused, concurrency,
-#: per_key, rate_limit``.
-QUEUE_SETTINGS: Select[Any] = select(
-    queues.c.queue,
-    queues.c.paused,
-    queues.c.concurrency,
-    queues.c.per_key,
-    queues.c.rate_limit,
-).where(queues.c.queue == func.any(bindparam("queue_names", type_=ARRAY(Text))))
+#: second after. A queue without a row has no settings. Returns the settings columns
+#: (:data:`pgqueue._sql.flow_statements.SETTINGS_COLUMNS`), read into the users' type.
+QUEUE_SETTINGS: Select[Any] = select(*SETTINGS_COLUMNS).where(
+    queues.c.queue == func.any(bindparam("queue_names", type_=ARRAY(Text)))
+)
 
 #: Step 1: the queue's row, locked until the claim's transaction ends. ``lock_timeout``
 #: (milliseconds as text) bounds the wait, set before the lock is taken (a one-time filter).
@@ -107,14 +106,11 @@ LOCK_QUEUE: Select[Any] = (
     .with_for_update()
 )
 
-#: Step 3: what the claim left. Returns ``paused, concurrency, per_key, rate_limit, running,
-#: window_count`` (of the window still open, else 0), ``window_left`` (its seconds to go, NULL
-#: when none is open) and ``ready`` (a ready job remains). No row: the queue has no settings.
+#: Step 3: what the claim left. Returns the settings columns, ``running, window_count`` (of the
+#: window still open, else 0), ``window_left`` (its seconds to go, NULL when none is open) and
+#: ``ready`` (a ready job remains). No row: the queue has no settings.
 QUEUE_STATE: Select[Any] = select(
-    queues.c.paused,
-    queues.c.concurrency,
-    queues.c.per_key,
-    queues.c.rate_limit,
+    *SETTINGS_COLUMNS,
     _running().scalar_subquery().label("running"),
     case((_window_open(), queues.c.window_count), else_=0).label("window_count"),
     case(
@@ -264,29 +260,10 @@ def _per_key_ids(settings: Any, take: Any) -> Select[Any]:
 
 
 @dataclass(frozen=True)
-class QueueFlow:
-    """One queue's flow settings as a worker follows them (no row: :data:`UNLIMITED`)."""
-
-    paused: bool = False
-    concurrency: int | None = None
-    per_key: int | None = None
-    rate_limit: int | None = None
-
-    @property
-    def limited(self) -> bool:
-        """Claims of this queue take the limited path (lock, count, claim)."""
-        limits = (self.concurrency, self.per_key, self.rate_limit)
-        return any(limit is not None for limit in limits)
-
-
-UNLIMITED = QueueFlow()
-
-
-@dataclass(frozen=True)
 class ClaimState:
     """What a limited claim left: the queue's settings then, and whether it is at a limit."""
 
-    flow: QueueFlow
+    flow: QueueSettings
     #: The claim stopped at a limit while ready jobs remain: wait for a job to finish (or
     #: ``wait`` seconds, for a spent rate window) rather than for a new job.
     at_limit: bool
@@ -294,7 +271,7 @@ class ClaimState:
     wait: float | None = None
 
 
-def queue_settings(queues_of_worker: Sequence[str]) -> Call[dict[str, QueueFlow]]:
+def queue_settings(queues_of_worker: Sequence[str]) -> Call[dict[str, QueueSettings]]:
     """The settings of ``queues_of_worker`` (a queue without a row is absent: unlimited)."""
     return Call(
         QUEUE_SETTINGS,
@@ -304,10 +281,8 @@ def queue_settings(queues_of_worker: Sequence[str]) -> Call[dict[str, QueueFlow]
     )
 
 
-def _settings(rows: Iterable[Any]) -> dict[str, QueueFlow]:
-    return {
-        r.queue: QueueFlow(bool(r.paused), r.concurrency, r.per_key, r.rate_limit) for r in rows
-    }
+def _settings(rows: Iterable[Any]) -> dict[str, QueueSettings]:
+    return {r.queue: settings_row(r) for r in rows}
 
 
 def lock_queue(queue: str, lock_timeout_ms: int) -> Call[None]:
@@ -333,19 +308,22 @@ def limited_claim(
 
 
 def queue_state(queue: str) -> Call[ClaimState]:
+    def state(rows: Iterable[Any]) -> ClaimState:
+        return _state(queue, rows)
+
     return Call(
         QUEUE_STATE,
         {"queue_name": queue},
-        lambda result: _state(result.all() if result is not None else []),
-        from_rows=_state,
+        lambda result: state(result.all() if result is not None else []),
+        from_rows=state,
     )
 
 
-def _state(rows: Iterable[Any]) -> ClaimState:
+def _state(queue: str, rows: Iterable[Any]) -> ClaimState:
     row = next(iter(rows), None)
     if row is None:
-        return ClaimState(UNLIMITED, at_limit=False)
-    flow = QueueFlow(bool(row.paused), row.concurrency, row.per_key, row.rate_limit)
+        return ClaimState(QueueSettings(queue), at_limit=False)
+    flow = settings_row(row)
     rate_spent = row.rate_limit is not None and row.window_count >= row.rate_limit
     full = row.concurrency is not None and row.running >= row.concurrency
     # per_key: ready jobs left after a claim that took fewer than asked are of keys at their limit.

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
-from pgqueue._sql.limited_claim import ClaimState, QueueFlow
+from pgqueue._sql.limited_claim import ClaimState
 from pgqueue._worker.faults import Faults
 from pgqueue._worker.flow import REFRESH_INTERVAL, FlowGate
 from pgqueue._worker.pulse import Pulse
@@ -35,6 +35,7 @@ from pgqueue._worker.replay import (
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.transient import retrying
 from pgqueue._worker.window import Lane
+from pgqueue.flow import QueueSettings
 from pgqueue.results import ClaimedJob
 
 log = logging.getLogger("pgqueue.worker")
@@ -45,7 +46,7 @@ Claim = Callable[[str, int], list[ClaimedJob] | None]
 LimitedClaim = Callable[[str, int, bool], tuple[list[ClaimedJob], ClaimState] | None]
 #: ``read_settings(queues)``: the flow settings of the worker's queues, or ``None`` on a
 #: transient error (the last ones stay).
-ReadSettings = Callable[[list[str]], Mapping[str, QueueFlow] | None]
+ReadSettings = Callable[[list[str]], Mapping[str, QueueSettings] | None]
 
 
 class Intake(Protocol):
@@ -388,7 +389,7 @@ class Claimer:
             what=f"claim on queue {queue}",
         )
 
-    def _settings_replayed(self, queues: list[str]) -> Mapping[str, QueueFlow]:
+    def _settings_replayed(self, queues: list[str]) -> Mapping[str, QueueSettings]:
         return settings_replayed(self._replay, queues)
 
     def _claim_replayed(self, queue: str, limit: int) -> list[ClaimedJob] | None:
