@@ -595,7 +595,6 @@ class Worker:
             idle_after=self.idle_after,
             lock_timeout_ms=int(self.lock_timeout * 1000),
             worker_name=name,
-            enforces_limits=self.mode == "lease",
         )
 
     # -- signals ----------------------------------------------------------------------------------
