@@ -1,9 +1,17 @@
 """The worker: a facade over the components that claim, run, heartbeat, reap and complete jobs.
 
 Options and wiring live here; each concern is a private module of its own in
-:mod:`pgqueue._worker`: the claim window (``window``), the claiming loop (``claimer``), the handler
-lanes (``threads``, ``event_loop``), the completer (``completer``), the heartbeat (``heartbeat``),
-the reaper (``reaper``) and the outcome table (``outcomes``), meeting in ``runtime``.
+:mod:`pgqueue._worker`: the claim window (``window``), the claiming loop (``claimer``, with its
+claim replayed on the driver by ``replay`` and its queues' pauses and limits followed by
+``flow``), the handler lanes (``threads``, ``event_loop``) running handlers through
+``executors`` (which code runs a job: ``dispatch``), the completer (``completer``, which
+``culprits`` helps when one row breaks a batch), the heartbeat (``heartbeat``), the reaper
+(``reaper``), the periodic scheduler (``scheduler``), the retried short transaction
+(``transient``), what a loop does with an unexpected error (``faults``), the liveness pulses
+(``pulse``), the stop signals (``signals``), the worker's row (``registration``) and the outcome
+table (``outcomes``), meeting in ``runtime``. Every statement the components send goes through
+the worker's door, ``store``, or the users' functions it shares with them (claim, complete,
+fail, snooze, reap).
 
 .. versionadded:: 0.1.0
 """
