@@ -31,7 +31,7 @@ from pgqueue._worker.outcomes import after_complete, after_fail, after_snooze, u
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.transient import short_transaction
 from pgqueue._worker.window import Held, keys
-from pgqueue.jobs import Outcome
+from pgqueue.jobs import Outcome, marks_of
 from pgqueue.results import FailResult
 from pgqueue.retry_policy import RetryPolicy
 
@@ -300,7 +300,7 @@ class Flush:
     def _complete(self, conn: Connection, done: list[Held]) -> set[int]:
         """Completions in one statement: with results and progress when one of its jobs has
         either, else the plain one (handlers that return ``None``: nothing more sent)."""
-        progress = [h.job.pending_progress() for h in done]
+        progress = [marks_of(h.job).pending_progress() for h in done]
         if all(h.result is None for h in done) and not any(progress):
             return store.complete_many(conn, keys(done), lock_timeout_ms=self._lock_timeout_ms)
         matched = store.complete_many_with_results(
@@ -313,7 +313,7 @@ class Flush:
         )
         for h, p in zip(done, progress, strict=True):
             if p is not None and h.job.id in matched:
-                h.job.progress_written(p[0])
+                marks_of(h.job).written(p[0])
         return matched
 
     def _fail(

@@ -25,7 +25,7 @@ from pgqueue._worker.outcomes import Decision, after_complete, after_fail, after
 from pgqueue._worker.window import Held
 from pgqueue.errors import InvalidPayloadError, InvalidResultError
 from pgqueue.hooks import HookDispatcher
-from pgqueue.jobs import Handler, JobContext, Outcome, Snooze, current_job_var
+from pgqueue.jobs import Handler, JobContext, Outcome, Snooze, current_job_var, marks_of
 from pgqueue.retry_policy import RetryPolicy, describe_error
 
 log = logging.getLogger("pgqueue.worker")
@@ -170,7 +170,7 @@ def settle(
     """
     job = held.job
     if error is None:
-        progress = job.pending_progress()
+        progress = marks_of(job).pending_progress()
         if held.result is None and progress is None:
             matched = repository.complete(conn, job.id, job.attempts)
         else:
@@ -178,7 +178,7 @@ def settle(
                 conn, job.id, job.attempts, held.result, None if progress is None else progress[1]
             )
             if matched and progress is not None:
-                job.progress_written(progress[0])
+                marks_of(job).written(progress[0])
         decision = after_complete(matched)
     elif held.snooze is not None:
         matched = repository.snooze(conn, job.id, job.attempts, held.snooze)

@@ -35,6 +35,7 @@ from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.transient import short_transaction
 from pgqueue._worker.window import Held, keys
+from pgqueue.jobs import marks_of
 from pgqueue.results import Settled
 
 log = logging.getLogger("pgqueue.worker")
@@ -111,7 +112,7 @@ class Heartbeat:
     def beat(self, held: list[Held], deadline: float) -> None:
         # The progress jobs set since the last beat rides on the lease extension: the same
         # rows, the same one statement, however many set_progress calls there were.
-        progress = [h.job.pending_progress() for h in held]
+        progress = [marks_of(h.job).pending_progress() for h in held]
 
         def work(conn: Connection) -> Beat:
             if any(progress):
@@ -166,7 +167,7 @@ class Heartbeat:
             )
         for h, p in zip(held, progress, strict=True):
             if p is not None and h.job.id in kept:
-                h.job.progress_written(p[0])  # or refused: never sent again
+                marks_of(h.job).written(p[0])  # or refused: never sent again
         hooks = self._runtime.hooks
         if hooks is not None:
             hooks.lease_extended([h.job for h in held if h.job.id in kept])

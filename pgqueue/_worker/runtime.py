@@ -18,7 +18,7 @@ from pgqueue._worker.executors import HandlerCancelled, retryable
 from pgqueue._worker.outcomes import OUTCOMES, count_and_log
 from pgqueue._worker.window import ClaimWindow, Held, Lane, State, busy
 from pgqueue.hooks import HookDispatcher
-from pgqueue.jobs import JobContext, Outcome, WorkerStats
+from pgqueue.jobs import JobContext, Outcome, WorkerStats, marks_of
 from pgqueue.results import ClaimedJob, Settled
 from pgqueue.retry_policy import RetryPolicy, describe_error
 
@@ -235,9 +235,9 @@ class Runtime:
         job = held.job
         what = "cancelled" if cancelled else "lease lost"
         if cancelled:
-            job.cancelled = True
+            marks_of(job).cancelled = True
         else:
-            job.lease_lost = True
+            marks_of(job).lease_lost = True
         job.stopping.set()
         if held.state is State.PENDING:
             self.window.drop_pending(held)

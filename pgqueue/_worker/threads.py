@@ -27,7 +27,7 @@ from pgqueue._worker.executors import call_sync, run_in_savepoint
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.window import Held, Lane
 from pgqueue.flow import QueueSettings
-from pgqueue.jobs import Handler, Outcome
+from pgqueue.jobs import Handler, Outcome, end_transaction
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -184,7 +184,7 @@ class TransactionLane(_HandlerThreads):
             outcome, detail = Outcome.LOST, f"transaction rolled back: {error_line(exc)}"
         finally:
             if held is not None:
-                held.job.connection = None
+                end_transaction(held.job)
         if held is not None:
             with rt.lock:
                 rt.record(held, outcome, detail)
