@@ -1,20 +1,19 @@
-"""Repository functions: run the Core statements in the caller's transaction.
+"""Repository functions: the users' door, running the Core statements in the caller's transaction.
 
 None of them commits. The caller owns the transaction, which is what lets a service enqueue a job
 in the same transaction as the data change it is about, and lets a handler complete its job
-together with its own writes.
+together with its own writes. The worker's batched statements and its own row are the worker's
+door, :mod:`pgqueue._worker.store`; both run their calls on :mod:`pgqueue._sql.runner`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeAlias, TypeVar, Union
+from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from pgqueue import retry_policy
@@ -24,28 +23,64 @@ from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import options as _options
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue._sql.options import DependencyFailure, EnqueueOptions
+from pgqueue._sql.runner import Executor
+from pgqueue._sql.runner import drive as _drive
+from pgqueue._sql.runner import run as _run
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.flow import QueueSettings, Rate
 from pgqueue.models import JobStatus
-from pgqueue.periodic import Periodic
 from pgqueue.results import (
     CancelledJob,
     CancelReport,
     ClaimedJob,
     EnqueuedJob,
     FailResult,
-    Fired,
     JobResult,
     PeriodicRow,
     ReapedJob,
-    Settled,
 )
 from pgqueue.schema import channel_of
 
-#: What every repository function accepts: a Core connection or an ORM session.
-Executor: TypeAlias = Union[Connection, Session]  # noqa: UP007 (runtime alias on 3.10)
-
-T = TypeVar("T")
+__all__ = [
+    "CANCEL_LOCK_TIMEOUT_MS",
+    "DEFAULT_LEASE",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_PRIORITY",
+    "DEFAULT_PURGE_AGE",
+    "DEFAULT_PURGE_BATCH",
+    "DEFAULT_QUEUE",
+    "DEFAULT_RETRY_BASE",
+    "DEFAULT_RETRY_CAP",
+    "Executor",
+    "cancel",
+    "cancel_jobs",
+    "cancel_report",
+    "claim",
+    "complete",
+    "dependency_results",
+    "enqueue",
+    "enqueue_many",
+    "enqueue_unique",
+    "enqueue_with",
+    "extend_lease",
+    "fail",
+    "fetch_result",
+    "forget_queue_settings",
+    "lock_queue_settings",
+    "pause",
+    "periodic_states",
+    "purge",
+    "purge_done",
+    "queue_settings",
+    "reap_expired",
+    "remove_periodic",
+    "resume",
+    "retry",
+    "retry_failed",
+    "set_queue_limits",
+    "snooze",
+    "unblock",
+]
 
 DEFAULT_QUEUE = _options.DEFAULT_QUEUE
 DEFAULT_LEASE = timedelta(minutes=5)
@@ -267,19 +302,6 @@ def complete(conn: Executor, job_id: int, attempts: int) -> bool:
     return _run(conn, _calls.complete(job_id, attempts))
 
 
-def complete_with_result(
-    conn: Executor,
-    job_id: int,
-    attempts: int,
-    result_json: str | None,
-    progress_json: str | None = None,
-) -> bool:
-    """:func:`complete` that also stores the job's result and last progress, JSON texts the
-    worker encoded and checked (``None``: no result; keep the stored progress). For the worker's
-    one-job writes (transaction mode, ``pgqueue.testing.drain``)."""
-    return _run(conn, _calls.complete_with_result(job_id, attempts, result_json, progress_json))
-
-
 def fetch_result(conn: Executor, job_id: int) -> JobResult | None:
     """A job's status, result, progress and error as its row holds them now; ``None`` when no
     job has this id (never enqueued, or purged).
@@ -327,7 +349,7 @@ def fail(
     80 s, 160 s with the defaults. Once ``attempts >= max_attempts``, or with ``retry=False``
     (a non-retryable error), the job becomes ``failed``. ``error`` becomes ``last_error``; the
     same statement appends ``{"attempt", "at", "error", "traceback"}`` to the job's ``errors``
-    (the last :data:`~pgqueue.statements.MAX_ERRORS_KEPT` are kept). ``traceback``: text, kept
+    (the last :data:`~pgqueue._sql.statements.MAX_ERRORS_KEPT` are kept). ``traceback``: text, kept
     to its last :data:`~pgqueue.retry_policy.MAX_TRACEBACK_LENGTH` characters; default none.
     Returns ``None`` when the guard matched no row (the job is no longer ours).
     """
@@ -364,38 +386,6 @@ def purge_done(
     per batch, so vacuum keeps up and no long transaction holds it back.
     """
     return _run(conn, _calls.purge_done(older_than, batch_size))
-
-
-def _run(conn: Executor, call: _calls.Call[T]) -> T:
-    if call.statement is None:
-        return call.finish(None)
-    if call.on_lock_refused is not None:
-        return _run_in_savepoint(conn, call, call.on_lock_refused)
-    with _calls.translated_errors():
-        result = conn.execute(call.statement, call.params)
-    return call.finish(result)
-
-
-def _run_in_savepoint(conn: Executor, call: _calls.Call[T], refused: Callable[[], T]) -> T:
-    """``call`` inside a savepoint; a row lock the database gave up on rolls back to it."""
-    try:
-        with conn.begin_nested():
-            return _run(conn, replace(call, on_lock_refused=None))
-    except DBAPIError as exc:
-        if not _calls.lock_refused(exc):
-            raise
-        return refused()
-
-
-def _drive(conn: Executor, plan: _calls.Plan[T]) -> T:
-    """Run a plan's statements in turn, sending each result back into it."""
-    call = next(plan)
-    while True:
-        result = _run(conn, call)
-        try:
-            call = plan.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
 
 
 def purge(
@@ -525,96 +515,6 @@ def cancel_report(conn: Executor, job_ids: Iterable[int]) -> CancelReport:
     return _drive(conn, _calls.cancel(job_ids, channel_of(conn)))
 
 
-def set_local_lock_timeout(conn: Executor, milliseconds: int) -> None:
-    """``SET LOCAL lock_timeout`` for the rest of the caller's transaction (nothing outlives it)."""
-    _run(conn, _calls.set_local_lock_timeout(milliseconds))
-
-
-# -- batched lifecycle, for the worker: ``held`` is ``[(job_id, claimed_attempts), ...]`` -------
-
-
-def complete_many(
-    conn: Executor, held: Sequence[tuple[int, int]], *, lock_timeout_ms: int | None = None
-) -> set[int]:
-    """R10 for a batch: the ids that were still ours and are now ``done``.
-
-    ``lock_timeout_ms``: wait at most that long for a row lock (the statement sets it for its own
-    transaction: in autocommit, for itself alone). Default: the session's.
-    """
-    return _run(conn, _calls.complete_many(held, lock_timeout_ms))
-
-
-def complete_many_with_results(
-    conn: Executor,
-    completions: Sequence[_calls.BatchCompletion],
-    *,
-    lock_timeout_ms: int | None = None,
-) -> set[int]:
-    """:func:`complete_many` for ``(job_id, attempts, result_json, progress_json)``: each job's
-    result and last progress written by the same one statement (``lock_timeout_ms`` likewise)."""
-    return _run(conn, _calls.complete_many_with_results(completions, lock_timeout_ms))
-
-
-def fail_many(
-    conn: Executor,
-    failures: Sequence[_calls.BatchFailure],
-    *,
-    base: timedelta = DEFAULT_RETRY_BASE,
-    cap: timedelta = DEFAULT_RETRY_CAP,
-    lock_timeout_ms: int | None = None,
-) -> dict[int, FailResult]:
-    """R11 for a batch of ``(job_id, attempts, error, retry[, traceback])`` sharing one backoff,
-    by id, in one statement (``lock_timeout_ms`` as for :func:`complete_many`)."""
-    return _run(conn, _calls.fail_many(failures, base, cap, lock_timeout_ms))
-
-
-def snooze_many(
-    conn: Executor,
-    snoozes: Sequence[tuple[int, int, timedelta]],
-    *,
-    lock_timeout_ms: int | None = None,
-) -> set[int]:
-    """Snoozes for a batch of ``(job_id, attempts, delay)``: the ids that were still ours and are
-    queued again (``lock_timeout_ms`` as for :func:`complete_many`)."""
-    return _run(conn, _calls.snooze_many(snoozes, lock_timeout_ms))
-
-
-def extend_leases(
-    conn: Executor, held: Sequence[tuple[int, int]], lease: timedelta = DEFAULT_LEASE
-) -> set[int]:
-    """R14 for a batch: the ids whose lease now ends at ``now() + lease``; the rest are lost."""
-    return _run(conn, _calls.extend_leases(held, lease))
-
-
-def extend_leases_with_progress(
-    conn: Executor,
-    held: Sequence[tuple[int, int, str | None]],
-    lease: timedelta = DEFAULT_LEASE,
-) -> set[int]:
-    """:func:`extend_leases` for ``(job_id, attempts, progress_json)``: the heartbeat's one
-    statement also writes the progress each job set since the last beat (``None``: keep it)."""
-    return _run(conn, _calls.extend_leases_with_progress(held, lease))
-
-
-def extend_leases_bounded(
-    conn: Executor, held: Sequence[tuple[int, int, float, str | None]]
-) -> set[int]:
-    """:func:`extend_leases_with_progress` with a lease of its own per job, in seconds: the
-    heartbeat's while a held job has a timeout (its lease ends by timeout + grace)."""
-    return _run(conn, _calls.extend_leases_bounded(held))
-
-
-def release_many(conn: Executor, held: Sequence[tuple[int, int]]) -> set[int]:
-    """Give claimed jobs that never started back to ``queued`` without charging the attempt."""
-    return _run(conn, _calls.release_many(held))
-
-
-def settled_among(conn: Executor, held: Sequence[tuple[int, int]]) -> dict[int, Settled]:
-    """Of jobs no longer ``running`` under these attempts: which were completed by their
-    handler's own transaction and which were cancelled (the others are lost)."""
-    return _run(conn, _calls.settled_among(held))
-
-
 # -- periodic jobs (``jobs_periodic``) -----------------------------------------------------------
 
 
@@ -633,26 +533,6 @@ def remove_periodic(conn: Executor, name: str) -> bool:
     .. versionadded:: 0.1.0
     """
     return _run(conn, _periodic_calls.remove(name))
-
-
-def declare_periodic(
-    conn: Executor, definitions: Sequence[Periodic], now: datetime
-) -> list[PeriodicRow]:
-    """A worker's start: upsert its definitions; a changed schedule counts from ``now``."""
-    return _run(conn, _periodic_calls.declare(definitions, now))
-
-
-def refresh_periodic(conn: Executor, names: Sequence[str]) -> None:
-    """``declared_at = now()``: a running worker still declares these."""
-    _run(conn, _periodic_calls.refresh(names))
-
-
-def fire_periodic(
-    conn: Executor, definition: Periodic, prev: datetime | None, ticks: Sequence[datetime]
-) -> Fired:
-    """Enqueue ``ticks`` of ``definition`` in one statement if its ``last_tick`` is still ``prev``
-    (and its stored schedule is the definition's); otherwise insert nothing."""
-    return _run(conn, _periodic_calls.fire(definition, prev, ticks))
 
 
 class TaskProducer:

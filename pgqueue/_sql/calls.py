@@ -17,7 +17,6 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import Executable, Result
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from pgqueue import statements
 from pgqueue._base.storable import storable
 from pgqueue._base.tracebacks import check_traceback, trim_traceback
 from pgqueue._base.validation import (
@@ -34,7 +33,7 @@ from pgqueue._base.validation import (
     encode_payload,
     encode_payloads,
 )
-from pgqueue._sql import workflow_statements
+from pgqueue._sql import statements, workflow_statements
 from pgqueue._sql.driver_errors import DriverError, classify, unique_key_error
 from pgqueue._sql.options import EnqueueOptions
 from pgqueue.errors import (

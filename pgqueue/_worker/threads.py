@@ -24,12 +24,13 @@ from pgqueue import repository
 from pgqueue._base.urls import error_line
 from pgqueue._sql.calls import rows_taken
 from pgqueue._sql.driver_errors import is_transient
+from pgqueue._sql.statements import BACKEND_PID, CANCEL_BACKEND
 from pgqueue._worker.dispatch import Dispatch, as_dispatch
 from pgqueue._worker.executors import call_sync, run_in_savepoint
 from pgqueue._worker.runtime import Runtime
-from pgqueue._worker.window import Held, Lane, State
-from pgqueue.jobs import Handler, JobContext, Outcome
-from pgqueue.statements import BACKEND_PID, CANCEL_BACKEND
+from pgqueue._worker.window import Held, Lane
+from pgqueue.flow import QueueSettings
+from pgqueue.jobs import Handler, Outcome, end_transaction
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -131,6 +132,11 @@ class TransactionLane(_HandlerThreads):
         """Tickets waiting plus transactions open: zero once all is finished."""
         return len(self._tickets) + self._running
 
+    def admits(self, settings: QueueSettings) -> bool:
+        """Not a queue with limits: they count ``running`` jobs, and this lane's are running only
+        inside their open transaction, invisible to other workers."""
+        return not settings.limited
+
     def take(self, queue: str, lane: Lane) -> int:
         """Take ``queue`` as a ticket for the next free thread: the claimer claims nothing."""
         self._tickets.append(queue)
@@ -174,14 +180,11 @@ class TransactionLane(_HandlerThreads):
                         with rt.lock:
                             self._on_job(queue)
                     return
-                job = JobContext.of(claimed[0], connection=conn)
                 with rt.lock:
-                    rt.last_work = time.monotonic()
-                    rt.stats.claimed += 1
+                    # Not in the window (counted as a running ticket instead).
+                    held = rt.accept_in_transaction(claimed[0], conn)
                     self._on_job(queue)
-                # Not in the window: its row is locked by this transaction, so the heartbeat
-                # must not try to extend it (it is counted as a running ticket instead).
-                held = Held(job, Lane.THREADS, rt.last_work, State.RUNNING)
+                job = held.job
                 held.thread_id = threading.get_ident()
                 interrupter = (
                     _Interrupter.of(engine, conn)
@@ -191,8 +194,6 @@ class TransactionLane(_HandlerThreads):
                 held.interrupt = interrupter
                 with rt.lock:
                     rt.started(held)
-                if rt.hooks is not None:
-                    rt.hooks.claimed(job)
                 target = self._dispatch.target(job)
                 policy = target.retry if target.retry is not None else rt.policy(queue)
                 run: Callable[[], BaseException | None] = partial(call_sync, target, held, rt.hooks)
@@ -209,7 +210,7 @@ class TransactionLane(_HandlerThreads):
             outcome, detail = Outcome.LOST, f"transaction rolled back: {error_line(exc)}"
         finally:
             if held is not None:
-                held.job.connection = None
+                end_transaction(held.job)
                 with rt.lock:
                     rt.ended_in_transaction(held)
         if held is not None:

@@ -22,6 +22,7 @@ from worker_helpers import row_locked
 
 import pgqueue.aio
 from pgqueue import InvalidArgumentError, InvalidArgumentTypeError, InvalidPayloadError, repository
+from pgqueue._worker import store
 from pgqueue.results import CancelledJob
 
 Op = tuple[str, Sequence[Any], dict[str, Any]]
@@ -494,7 +495,7 @@ def test_periodic_states_and_remove_periodic(q: Runner) -> None:
         pgqueue.Periodic("a-minutely", timedelta(minutes=1), "crm"),
     ]
     with q.engine.begin() as conn:
-        repository.declare_periodic(conn, definitions, datetime.now(timezone.utc))
+        store.declare_periodic(conn, definitions, datetime.now(timezone.utc))
     rows = q.run("periodic_states")
     assert [(r.name, r.schedule, r.timezone, r.queue, r.last_tick) for r in rows] == [
         ("a-minutely", "every 60s", "UTC", "crm", None),

@@ -1,7 +1,7 @@
 """Time bounds: a job's execution timeout and its not-started deadline.
 
 Revision ID: pgqueue_0015
-Revises: pgqueue_0013
+Revises: pgqueue_0014
 Create Date: 2026-12-08
 
 On ``jobs``, three nullable columns without defaults (a catalog-only change on a table that holds
@@ -33,7 +33,7 @@ from alembic import op
 from pgqueue.migrations.options import target_schema
 
 revision: str = "pgqueue_0015"
-down_revision: str | Sequence[str] | None = "pgqueue_0013"
+down_revision: str | Sequence[str] | None = "pgqueue_0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
