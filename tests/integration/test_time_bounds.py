@@ -22,7 +22,8 @@ from worker_helpers import running, scalar, until
 
 import pgqueue
 import pgqueue.aio
-from pgqueue import admin, repository
+from pgqueue import admin
+from pgqueue._worker import store
 from pgqueue.models import JobState
 
 FAST_RETRY = pgqueue.RetryPolicy(base=timedelta(milliseconds=1), cap=timedelta(milliseconds=1))
@@ -386,8 +387,8 @@ def test_every_door_stores_the_bounds_on_the_job(engine: Engine, db_url: URL) ->
     tick = pgqueue.Periodic("every-second", timedelta(seconds=1), "ticks", timeout=5, expires_in=50)
     with engine.begin() as conn:  # what a worker's scheduler runs at a tick
         now = datetime.now(timezone.utc)
-        repository.declare_periodic(conn, [tick], now - timedelta(seconds=5))
-        repository.fire_periodic(conn, tick, None, [now.replace(microsecond=0)])
+        store.declare_periodic(conn, [tick], now - timedelta(seconds=5))
+        store.fire_periodic(conn, tick, None, [now.replace(microsecond=0)])
     with engine.connect() as conn:
         rows = {
             r.id: (r.timeout, r.expires_in)
@@ -457,7 +458,7 @@ def test_the_deadline_is_about_starting_a_job_that_started_once_is_not_expired(
         pgqueue.fail(conn, job.id, job.attempts, "boom")  # retried later
         released = pgqueue.enqueue(conn, {}, queue="q", expires_in=60)
         (unstarted,) = pgqueue.claim(conn, queue="q")
-        assert repository.release_many(conn, [(unstarted.id, unstarted.attempts)]) == {released}
+        assert store.release_many(conn, [(unstarted.id, unstarted.attempts)]) == {released}
         conn.execute(text("UPDATE jobs SET run_at = now() - interval '5 min'"))
         claimed = pgqueue.claim(conn, queue="q")
     assert [c.id for c in claimed] == [started]
