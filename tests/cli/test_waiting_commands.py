@@ -87,6 +87,7 @@ def test_list_show_and_stats_say_waiting_and_what_for(cli: Cli, db: Engine) -> N
         "failed",
         "cancelled",
         "waiting",
+        "expired",
         "oldest_ready_age_s",
     ]
 

@@ -100,7 +100,9 @@ def test_one_poison_job_shows_with_its_other_values(
     assert (fine["payload"], fine["headers"]) == ({"n": 1}, {"h": "v"})
     assert infinite["run_at"] == Unreadable("infinity", TIME)
     # Every column, and what a waiting job waits for (None here: it waits for nothing).
-    assert set(infinite) == {c.name for c in pgqueue.Job.__table__.columns} | {"waiting_for"}
+    # ``deadline`` (run_at + expires_in) is derived, as ``waiting_for`` is.
+    derived = {"waiting_for", "deadline"}
+    assert set(infinite) == {c.name for c in pgqueue.Job.__table__.columns} | derived
     assert infinite["waiting_for"] is None
 
 
