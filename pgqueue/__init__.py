@@ -7,6 +7,7 @@ lease, and finish them with updates guarded by the claimed attempt number.
 from __future__ import annotations
 
 from pgqueue._base.validation import MAX_DURATION, MAX_JSON_DEPTH, MAX_PRIORITY, MIN_PRIORITY
+from pgqueue.enqueue_options import EnqueueOptions
 from pgqueue.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -76,6 +77,7 @@ __all__ = [
     "CancelReport",
     "CancelledJob",
     "ClaimedJob",
+    "EnqueueOptions",
     "EnqueuedJob",
     "FailResult",
     "GroupIds",
