@@ -7,7 +7,8 @@ Every way in takes these options by these names: :func:`pgqueue.enqueue`,
 :meth:`pgqueue.Task.options` and the task's defaults, :class:`pgqueue.Periodic` and
 ``pgqueue enqueue``. A new option is a field here (and its check in ``__post_init__``), a key of
 :class:`BatchKeywords` (what mypy checks a call against), its column in the statements: every door
-then takes it.
+then takes it. (:func:`enqueue_door` and :func:`batch_options` are the doors' own helpers, not
+exported.)
 
 .. versionadded:: 0.1.0
 """
@@ -262,6 +263,4 @@ __all__ = [
     "DependencyFailure",
     "EnqueueKeywords",
     "EnqueueOptions",
-    "batch_options",
-    "enqueue_door",
 ]
