@@ -20,8 +20,10 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from sqlalchemy import Connection, Engine
 
+from pgqueue import repository
 from pgqueue._base.events import stopping_event
 from pgqueue._base.validation import check_queue, check_snooze_delay, encode_payload
+from pgqueue.enqueue_options import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from pgqueue.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -31,7 +33,7 @@ from pgqueue.errors import (
 from pgqueue.periodic import Periodic
 from pgqueue.results import ClaimedJob, JobResult
 from pgqueue.retry_policy import RetryPolicy
-from pgqueue.tasks import Task, is_async_callable, the_producer
+from pgqueue.tasks import Task, is_async_callable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -124,7 +126,7 @@ class JobContext:
     stopping: threading.Event = field(default_factory=stopping_event)
     connection: Connection | None = None
     headers: Mapping[str, str] | None = None
-    priority: int = 0
+    priority: int = DEFAULT_PRIORITY
     task: str | None = None
     engine: Engine | None = None
     timeout: float | None = None
@@ -199,7 +201,10 @@ class JobContext:
                 f"job {self.id} has no database to read its dependencies from "
                 "(a JobContext built without connection= or engine=)"
             )
-        return the_producer().dependency_results(source, self.id)
+        if isinstance(source, Connection):
+            return repository.dependency_results(source, self.id)
+        with source.connect() as conn:  # the engine: a read in its own short transaction
+            return repository.dependency_results(conn, self.id)
 
     @classmethod
     def of(
@@ -437,9 +442,9 @@ class Registry(Mapping[str, Handler]):
         self,
         name: str | Callable[..., Any] | None = None,
         *,
-        queue: str = "default",
-        priority: int = 0,
-        max_attempts: int = 5,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         retry: RetryPolicy | None = None,
         timeout: timedelta | float | None = None,
         expires_in: timedelta | float | None = None,

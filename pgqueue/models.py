@@ -171,7 +171,7 @@ class Job(Base):
     concurrency_key: Mapped[str | None] = mapped_column(Text)
     #: How many of the job's dependencies (``depends_on``) are not finished yet (pgqueue_0013). A
     #: job with ``waiting_on > 0`` is ``queued`` but not ready: its ``run_at`` is
-    #: :data:`pgqueue._sql.options.WAITING_RUN_AT` until the last dependency finishes.
+    #: :data:`pgqueue.enqueue_options.WAITING_RUN_AT` until the last dependency finishes.
     waiting_on: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     #: Some job depends on this one (pgqueue_0013): its completion releases them.
     has_dependents: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))

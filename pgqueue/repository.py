@@ -3,30 +3,24 @@
 None of them commits. The caller owns the transaction, which is what lets a service enqueue a job
 in the same transaction as the data change it is about, and lets a handler complete its job
 together with its own writes. The worker's batched statements and its own row are the worker's
-door, :mod:`pgqueue._worker.store`; both run their calls on :mod:`pgqueue._sql.runner`.
+door, :mod:`pgqueue._worker.store`; both run their calls on :mod:`pgqueue._sql.runners`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import Any
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Connection
-from sqlalchemy.orm import Session
-
+from pgqueue import enqueue_options as _options
 from pgqueue import retry_policy
-from pgqueue import tasks as _tasks
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import flow_calls as _flow_calls
-from pgqueue._sql import options as _options
 from pgqueue._sql import periodic_calls as _periodic_calls
-from pgqueue._sql.options import DependencyFailure, EnqueueOptions
-from pgqueue._sql.runner import Executor
-from pgqueue._sql.runner import drive as _drive
-from pgqueue._sql.runner import run as _run
-from pgqueue.errors import InvalidArgumentError
+from pgqueue._sql.runners import Executor
+from pgqueue._sql.runners import drive as _drive
+from pgqueue._sql.runners import run as _run
+from pgqueue.enqueue_options import EnqueueOptions, batch_options, enqueue_door
 from pgqueue.flow import QueueSettings, Rate
 from pgqueue.models import JobStatus
 from pgqueue.results import (
@@ -82,6 +76,14 @@ __all__ = [
     "unblock",
 ]
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from pgqueue.enqueue_options import BatchKeywords, EnqueueKeywords
+
+
+T = TypeVar("T")
+
 DEFAULT_QUEUE = _options.DEFAULT_QUEUE
 DEFAULT_LEASE = timedelta(minutes=5)
 DEFAULT_MAX_ATTEMPTS = _options.DEFAULT_MAX_ATTEMPTS
@@ -94,30 +96,20 @@ DEFAULT_PURGE_BATCH = 10_000
 CANCEL_LOCK_TIMEOUT_MS = _calls.CANCEL_LOCK_TIMEOUT_MS
 
 
-def enqueue(
-    conn: Executor,
-    payload: Any,
-    *,
-    queue: str = DEFAULT_QUEUE,
-    run_at: datetime | None = None,
-    delay: timedelta | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    headers: Mapping[str, str] | None = None,
-    priority: int = DEFAULT_PRIORITY,
-    unique_key: str | None = None,
-    concurrency_key: str | None = None,
-    depends_on: Iterable[int] | None = None,
-    on_dependency_failure: DependencyFailure = "fail",
-    timeout: timedelta | float | None = None,
-    expires_in: timedelta | float | None = None,
-) -> int:
+@enqueue_door()
+def enqueue(conn: Executor, payload: Any, **options: Unpack[EnqueueKeywords]) -> int:
     """Insert one job in the caller's transaction and return its id.
+
+    The options are :class:`pgqueue.EnqueueOptions`' fields, as keywords with its defaults
+    (``inspect.signature`` lists them; type checkers read :class:`~pgqueue.enqueue_options.
+    EnqueueKeywords`).
 
     Args:
         payload: Any JSON value (object, array, string, number, bool or ``None``).
         queue: The job's queue, which is also its kind: workers map queues to handlers.
         run_at: Timezone-aware time before which the job is not ready. Default: now.
-        delay: Alternatively, a delay from the transaction's ``now()``; not with ``run_at``.
+        delay: Alternatively, a delay from the transaction's ``now()``, a ``timedelta`` or
+            seconds (``int`` or ``float``); not with ``run_at``.
         max_attempts: Attempts before the job fails for good (default 5).
         headers: Metadata about the job, stored beside the payload in ``jobs.headers`` and
             handed to the handler as ``job.headers``: ``{str: str}`` of at most 8 KiB as JSON,
@@ -162,116 +154,62 @@ def enqueue(
 
     Raises:
         InvalidArgumentError: before any SQL, for a bad payload, queue, schedule, priority,
-            key, dependency list, timeout or deadline (zero, negative, NaN or over
-            :data:`pgqueue.MAX_DURATION`).
+            key or dependency list, or a keyword that is no enqueue option.
         UnknownDependencyError: ``depends_on`` names an id no job has (checked in the same
             transaction before anything is inserted: nothing is written).
     """
-    options = EnqueueOptions(
-        queue=queue,
-        run_at=run_at,
-        delay=delay,
-        max_attempts=max_attempts,
-        headers=headers,
-        priority=priority,
-        unique_key=unique_key,
-        concurrency_key=concurrency_key,
-        depends_on=depends_on,
-        on_dependency_failure=on_dependency_failure,
-        timeout=timeout,
-        expires_in=expires_in,
-    )
-    return _drive(conn, _calls.enqueue(payload, options))
+    return _drive(conn, _calls.enqueue(payload, EnqueueOptions.of(options)))
 
 
+@enqueue_door()
 def enqueue_unique(
-    conn: Executor,
-    payload: Any,
-    *,
-    unique_key: str,
-    queue: str = DEFAULT_QUEUE,
-    run_at: datetime | None = None,
-    delay: timedelta | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    headers: Mapping[str, str] | None = None,
-    priority: int = DEFAULT_PRIORITY,
-    concurrency_key: str | None = None,
-    depends_on: Iterable[int] | None = None,
-    on_dependency_failure: DependencyFailure = "fail",
-    timeout: timedelta | float | None = None,
-    expires_in: timedelta | float | None = None,
+    conn: Executor, payload: Any, *, unique_key: str, **options: Unpack[BatchKeywords]
 ) -> EnqueuedJob:
     """:func:`enqueue` with a ``unique_key``, saying whether it inserted a job or found the live
     job holding the key (``EnqueuedJob(id, inserted)``).
 
     .. versionadded:: 0.1.0
     """
-    options = EnqueueOptions(
-        queue=queue,
-        run_at=run_at,
-        delay=delay,
-        max_attempts=max_attempts,
-        headers=headers,
-        priority=priority,
-        unique_key=unique_key,
-        concurrency_key=concurrency_key,
-        depends_on=depends_on,
-        on_dependency_failure=on_dependency_failure,
-        timeout=timeout,
-        expires_in=expires_in,
-    )
-    return _drive(conn, _calls.enqueue_unique(payload, options))
+    checked = EnqueueOptions.of({**options, "unique_key": unique_key})
+    return _drive(conn, _calls.enqueue_unique(payload, checked))
 
 
+@enqueue_door(leave_out=["unique_key"])
 def enqueue_many(
     conn: Executor,
     payloads: Iterable[Any],
     *,
-    queue: str = DEFAULT_QUEUE,
-    run_at: datetime | None = None,
-    delay: timedelta | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    headers: Mapping[str, str] | None = None,
-    priority: int = DEFAULT_PRIORITY,
     unique_keys: Iterable[str | None] | None = None,
-    concurrency_key: str | Iterable[str | None] | None = None,
-    depends_on: Iterable[int] | None = None,
-    on_dependency_failure: DependencyFailure = "fail",
-    timeout: timedelta | float | None = None,
-    expires_in: timedelta | float | None = None,
+    concurrency_keys: Iterable[str | None] | None = None,
+    **options: Unpack[BatchKeywords],
 ) -> list[int]:
     """Insert a batch of jobs in one round trip; return their ids in input order.
 
     Every payload (and key) is checked before the statement runs: one bad one rejects the whole
-    batch. ``headers`` and ``priority`` (one value for the batch) are stored on every job; see
-    :func:`enqueue`. ``unique_keys`` gives one key or ``None`` per payload: a payload whose key a
-    live job holds gets that job's id, and equal keys within the batch collapse into one job
-    (equal keys, equal ids). Still one round trip, plus one lookup when some key was held.
-    ``concurrency_key`` is one key for every job, or one key or ``None`` per payload (a list
-    aligned with the payloads; another length is refused and nothing is written).
+    batch. The options (one value for the batch) are :func:`enqueue`'s but ``unique_key``, and
+    are stored on every job. ``unique_keys`` gives one key or ``None`` per payload: a payload
+    whose key a live job holds gets that job's id, and equal keys within the batch collapse into
+    one job (equal keys, equal ids). Still one round trip, plus one lookup when some key was
+    held. ``concurrency_keys`` likewise gives one concurrency key or ``None`` per payload (a
+    list aligned with the payloads; another length is refused and nothing is written).
     ``depends_on`` (one list for every job of the batch) and ``on_dependency_failure`` as for
     :func:`enqueue`: two more statements, the check of the ids and one that records the edges of
     the whole batch.
+
+    ``concurrency_key=`` (one key for every job, or one per payload) still works but is
+    deprecated here, with a :class:`DeprecationWarning`: give ``concurrency_keys``
+    (``.. deprecated:: 0.1.0``).
     """
-    options = EnqueueOptions(
-        queue=queue,
-        run_at=run_at,
-        delay=delay,
-        max_attempts=max_attempts,
-        headers=headers,
-        priority=priority,
-        depends_on=depends_on,
-        on_dependency_failure=on_dependency_failure,
-        timeout=timeout,
-        expires_in=expires_in,
-    )
-    return _drive(conn, _calls.enqueue_many(payloads, options, unique_keys, concurrency_key))
+    checked, keys = batch_options(options, concurrency_keys)
+    return _drive(conn, _calls.enqueue_many(payloads, checked, unique_keys, keys))
 
 
 def enqueue_with(conn: Executor, payload: Any, options: EnqueueOptions) -> EnqueuedJob:
-    """:func:`enqueue` with its options already built and checked: the inserted job, or the live
-    one holding ``options.unique_key``. For pgqueue's own callers (``pgqueue enqueue``):
-    :class:`~pgqueue._sql.options.EnqueueOptions` is not public API.
+    """:func:`enqueue` with its options already built and checked (a
+    :class:`pgqueue.EnqueueOptions`): the inserted job, or the live one holding
+    ``options.unique_key``. What ``pgqueue enqueue`` runs.
+
+    .. versionadded:: 0.1.0
     """
     return _drive(conn, _calls.enqueue_job(payload, options))
 
@@ -281,7 +219,7 @@ def claim(
     *,
     queue: str = DEFAULT_QUEUE,
     limit: int = 10,
-    lease: timedelta = DEFAULT_LEASE,
+    lease: timedelta | float = DEFAULT_LEASE,
     locked_by: str | None = None,
 ) -> list[ClaimedJob]:
     """Claim up to ``limit`` ready jobs of one queue with ``FOR UPDATE SKIP LOCKED`` (R6, R7).
@@ -326,7 +264,7 @@ def dependency_results(conn: Executor, job_id: int) -> dict[int, JobResult]:
 
 
 def extend_lease(
-    conn: Executor, job_id: int, attempts: int, lease: timedelta = DEFAULT_LEASE
+    conn: Executor, job_id: int, attempts: int, lease: timedelta | float = DEFAULT_LEASE
 ) -> bool:
     """Push a running job's lease to ``now() + lease`` (R14). False: the job is lost, stop work."""
     return _run(conn, _calls.extend_lease(job_id, attempts, lease))
@@ -339,8 +277,8 @@ def fail(
     error: str,
     *,
     retry: bool = True,
-    base: timedelta = DEFAULT_RETRY_BASE,
-    cap: timedelta = DEFAULT_RETRY_CAP,
+    base: timedelta | float = DEFAULT_RETRY_BASE,
+    cap: timedelta | float = DEFAULT_RETRY_CAP,
     traceback: str | None = None,
 ) -> FailResult | None:
     """Record a failed attempt (R11) and schedule the retry, or fail the job for good.
@@ -377,7 +315,7 @@ def reap_expired(conn: Executor) -> list[ReapedJob]:
 def purge_done(
     conn: Executor,
     *,
-    older_than: timedelta = DEFAULT_PURGE_AGE,
+    older_than: timedelta | float = DEFAULT_PURGE_AGE,
     batch_size: int = DEFAULT_PURGE_BATCH,
 ) -> int:
     """Delete at most one batch of ``done`` jobs created before ``now() - older_than`` (R20).
@@ -392,7 +330,7 @@ def purge(
     conn: Executor,
     *,
     status: JobStatus = JobStatus.DONE,
-    older_than: timedelta = DEFAULT_PURGE_AGE,
+    older_than: timedelta | float = DEFAULT_PURGE_AGE,
     batch_size: int = DEFAULT_PURGE_BATCH,
     queue: str | None = None,
 ) -> int:
@@ -533,50 +471,6 @@ def remove_periodic(conn: Executor, name: str) -> bool:
     .. versionadded:: 0.1.0
     """
     return _run(conn, _periodic_calls.remove(name))
-
-
-class TaskProducer:
-    """How :class:`pgqueue.Task` writes its jobs: :func:`enqueue` and :func:`enqueue_many` with the
-    task's options (its name in ``jobs.task``), handed to :mod:`pgqueue.tasks` below.
-
-    The task module stands below the repository in the import graph (the worker imports it), so
-    the repository gives it this object instead of being imported by it.
-    """
-
-    #: The options a task may bind: the enqueue keywords, and the task's name.
-    _NAMES = frozenset(f.name for f in dataclasses.fields(EnqueueOptions) if f.init)
-
-    def options(self, settings: Mapping[str, Any]) -> EnqueueOptions:
-        unknown = sorted(set(settings) - self._NAMES)
-        if unknown:
-            raise InvalidArgumentError(
-                "options",
-                f"unknown enqueue option {unknown[0]!r}; the options are "
-                + ", ".join(sorted(self._NAMES - {"task"})),
-            )
-        return EnqueueOptions(**settings)
-
-    def enqueue(self, conn: Executor, options: object, payload: dict[str, Any]) -> int:
-        return _drive(conn, _calls.enqueue(payload, _task_options(options)))
-
-    def enqueue_many(
-        self, conn: Executor, options: object, payloads: Sequence[dict[str, Any]]
-    ) -> list[int]:
-        return _drive(conn, _calls.enqueue_many(payloads, _task_options(options)))
-
-    def dependency_results(self, source: Any, job_id: int) -> dict[int, JobResult]:
-        if isinstance(source, (Connection, Session)):
-            return dependency_results(source, job_id)
-        with source.connect() as conn:  # an Engine: a read in its own short transaction
-            return dependency_results(conn, job_id)
-
-
-def _task_options(options: object) -> EnqueueOptions:
-    assert isinstance(options, EnqueueOptions), options  # built by TaskProducer.options
-    return options
-
-
-_tasks.produce_with(TaskProducer())
 
 
 # -- flow control (``jobs_queues``, pgqueue_0012) -----------------------------------------------

@@ -7,22 +7,22 @@ names without a prefix, the queue's own table), with ``workflow_statements`` for
 dependencies of ``jobs_dependencies`` and ``limited_claim`` for the claim of a queue with limits;
 ``jobs_periodic``: ``periodic_statements`` and ``periodic_calls``; ``jobs_queues``:
 ``flow_statements`` and ``flow_calls``; ``jobs_workers`` (a worker's row):
-``worker_statements`` and ``worker_calls``. ``runner`` is the one synchronous runner of those
-calls, shared by :mod:`pgqueue.repository` (the users' door) and :mod:`pgqueue._worker.store`
-(the worker's); :mod:`pgqueue.aio` is its ``await`` twin and the worker's claim replay runs the
-same calls on the driver.
+``worker_statements`` and ``worker_calls``. The enqueue calls take the options whole, as one
+checked :class:`pgqueue.EnqueueOptions`.
 
-``options`` holds an enqueue's options as one checked value
-(:class:`~pgqueue._sql.options.EnqueueOptions`), which the enqueue calls take whole;
-``driver_errors`` says what a driver's exception means (retry it, a unique key's conflict, a
-missing schema ...), once for the worker, the repository and the command line. ``reads`` holds
-the read queries of the operator side (admin, doctor, testing, hence the dashboard), executed
-where they are used. Rules the database enforces are written once: what "live" means is
-:data:`pgqueue.models.LIVE_STATUSES`; what a failed dependency does to its dependents is the
-``jobs_release`` trigger with its SQL function ``jobs_dependency_error`` (pgqueue_0014).
+``runners`` executes them, the only I/O here: ``run`` and ``drive`` on a connection or session,
+``arun`` and ``adrive`` awaited, for every door: :mod:`pgqueue.repository` and
+:mod:`pgqueue.aio` (the users'), tasks, chains and groups, and :mod:`pgqueue._worker.store` (the
+worker's); the worker's claim replay runs the same calls on the driver. ``driver_errors`` says
+what a driver's exception means (retry it, a unique key's conflict, a missing schema ...), once
+for the worker, the repository and the command line. ``reads`` holds the read queries of the
+operator side (admin, doctor, testing, hence the dashboard), executed where they are used. Rules
+the database enforces are written once: what "live" means is
+:data:`pgqueue.models.LIVE_STATUSES`; the text a failed dependency leaves its dependents is the
+SQL function ``jobs_dependency_error`` (pgqueue_0014).
 
 May import: :mod:`pgqueue.models`, :mod:`pgqueue.schema`, :mod:`pgqueue.results`,
-:mod:`pgqueue.flow` and :mod:`pgqueue.periodic` (the definitions), :mod:`pgqueue.errors` and
-:mod:`pgqueue._base`; no I/O except in ``runner``. Never the repository, the worker, the CLI or
-the dashboard.
+:mod:`pgqueue.flow` and :mod:`pgqueue.periodic` (the definitions),
+:mod:`pgqueue.enqueue_options`, :mod:`pgqueue.errors` and :mod:`pgqueue._base`; no I/O except
+in ``runners``. Never the repository, the worker, the CLI or the dashboard.
 """

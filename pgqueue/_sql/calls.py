@@ -35,7 +35,7 @@ from pgqueue._base.validation import (
 )
 from pgqueue._sql import statements, workflow_statements
 from pgqueue._sql.driver_errors import DriverError, classify, unique_key_error
-from pgqueue._sql.options import EnqueueOptions
+from pgqueue.enqueue_options import EnqueueOptions
 from pgqueue.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -271,7 +271,7 @@ def _concurrency_keys(
         )
     if isinstance(keys, str):
         return [check_unique_key(keys, name="concurrency_key")] * count
-    checked = check_unique_keys(keys, count, name="concurrency_key")
+    checked = check_unique_keys(keys, count, name="concurrency_keys")
     return checked if any(k is not None for k in checked) else None
 
 
@@ -321,7 +321,7 @@ def _holders_call(queue: str, keys: list[str]) -> Call[dict[str, int]]:
 
 
 def claim(
-    queue: str, limit: int, lease: timedelta, locked_by: str | None = None
+    queue: str, limit: int, lease: timedelta | float, locked_by: str | None = None
 ) -> Call[list[ClaimedJob]]:
     stmt = statements.claim_statement(check_positive_int("limit", limit))
     params = {
@@ -356,7 +356,7 @@ def dependency_results(job_id: int) -> Call[dict[int, JobResult]]:
     )
 
 
-def extend_lease(job_id: int, attempts: int, lease: timedelta) -> Call[bool]:
+def extend_lease(job_id: int, attempts: int, lease: timedelta | float) -> Call[bool]:
     lease = check_duration("lease", lease, allow_zero=False)
     return Call(
         statements.EXTEND_LEASE, {**_guard_params(job_id, attempts), "lease": lease}, _matched
@@ -368,8 +368,8 @@ def fail(
     attempts: int,
     error: str,
     retry: bool,
-    base: timedelta,
-    cap: timedelta,
+    base: timedelta | float,
+    cap: timedelta | float,
     traceback: str | None = None,
 ) -> Call[FailResult | None]:
     params = {
@@ -392,7 +392,7 @@ def reap_expired() -> Call[list[ReapedJob]]:
 
 
 def purge_done(
-    older_than: timedelta,
+    older_than: timedelta | float,
     batch_size: int,
     status: JobStatus = JobStatus.DONE,
     queue: str | None = None,

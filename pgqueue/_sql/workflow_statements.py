@@ -1,7 +1,7 @@
 """Core statements of workflows (pgqueue_0013): dependencies between jobs. Pure builders, no I/O.
 
 A job enqueued with ``depends_on`` is inserted by the ordinary enqueue statements with ``run_at =
-WAITING_RUN_AT`` (:mod:`pgqueue._sql.options`; not ready: the claim's range scan of
+WAITING_RUN_AT`` (:mod:`pgqueue.enqueue_options`; not ready: the claim's range scan of
 ``jobs_ready_idx`` stops before it, as before a future job), then :data:`ATTACH` records its
 edges and its count of unfinished dependencies in the same transaction. The release is the
 ``jobs_release`` trigger of the revision, fired by whatever statement finishes a dependency.

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pgqueue import repository
 from pgqueue._base.tracebacks import format_traceback
 from pgqueue._base.validation import encode_payload
-from pgqueue._sql.runner import Executor
+from pgqueue._sql.runners import Executor
 from pgqueue._worker import store
 from pgqueue._worker.outcomes import Decision, after_complete, after_fail, after_snooze, unmatched
 from pgqueue._worker.window import Held

@@ -2,7 +2,7 @@
 
 Users call :mod:`pgqueue.repository`; the worker's parts (the completer, the heartbeat, the
 scheduler, the shutdown, the row in ``jobs_workers``) call these. Each is one line: the call is
-built (and its values checked) in :mod:`pgqueue._sql`, and run by :mod:`pgqueue._sql.runner`, the
+built (and its values checked) in :mod:`pgqueue._sql`, and run by :mod:`pgqueue._sql.runners`, the
 runner the repository uses too, in the caller's transaction. The worker also runs a few of the
 users' functions as they are (``claim``, ``complete``, ``fail``, ``snooze``, ``reap_expired``).
 
@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from pgqueue import retry_policy
 from pgqueue._sql import calls, periodic_calls, worker_calls
 from pgqueue._sql.calls import BatchCompletion, BatchFailure
-from pgqueue._sql.runner import Executor, run
+from pgqueue._sql.runners import Executor, run
 from pgqueue.periodic import Periodic
 from pgqueue.results import FailResult, Fired, PeriodicRow, Settled
 

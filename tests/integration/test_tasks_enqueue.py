@@ -21,7 +21,7 @@ from test_contract import Transactions
 import pgqueue
 from pgqueue import InvalidArgumentError, InvalidPayloadError
 from pgqueue._worker import store
-from pgqueue.tasks import TaskCall
+from pgqueue.tasks import Signature
 from pgqueue.testing import assert_enqueued
 
 registry = pgqueue.Registry()
@@ -202,7 +202,7 @@ def test_a_bad_call_writes_nothing(
         q.one(send_email, *args, **kwargs)
     assert send_email.name in str(single.value)
     assert isinstance(single.value, pgqueue.PgQueueError)
-    bad = TaskCall(send_email, args, kwargs)
+    bad = Signature(send_email, args, kwargs)
     with pytest.raises(error, match=says) as batch:
         q.many(send_email, [send_email.args(1), send_email.args(2), bad])
     assert send_email.name in str(batch.value)
