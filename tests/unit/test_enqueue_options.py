@@ -279,3 +279,21 @@ def test_bad_dependency_options_name_their_argument(
     with pytest.raises(error) as raised:
         EnqueueOptions(**kwargs)
     assert "depend" in str(raised.value)
+
+
+def test_time_bounds_are_bound_only_when_set_and_kept_as_timedeltas() -> None:
+    """A job without ``timeout``/``expires_in`` binds what it bound before they existed."""
+    plain = EnqueueOptions()
+    assert "timeout" not in plain.params
+    assert "expires_in" not in plain.params
+    bounded = EnqueueOptions(timeout=0.5, expires_in=timedelta(minutes=10))
+    assert bounded.params["timeout"] == timedelta(seconds=0.5)
+    assert bounded.params["expires_in"] == timedelta(minutes=10)
+    assert (bounded.timeout, bounded.expires_in) == (timedelta(seconds=0.5), timedelta(minutes=10))
+
+
+@pytest.mark.parametrize("name", ["timeout", "expires_in"])
+@pytest.mark.parametrize("value", [0, -1, float("nan"), timedelta(days=40_000), True, "5s"])
+def test_a_bad_time_bound_is_refused_naming_it(name: str, value: object) -> None:
+    with pytest.raises(pgqueue.PgQueueError, match=name):
+        EnqueueOptions(**{name: value})  # type: ignore[arg-type]
