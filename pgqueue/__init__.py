@@ -44,9 +44,11 @@ from pgqueue.repository import (
     reap_expired,
     remove_periodic,
     resume,
+    retention,
     retry,
     retry_failed,
     set_queue_limits,
+    set_retention,
     unblock,
 )
 from pgqueue.results import (
@@ -59,6 +61,7 @@ from pgqueue.results import (
     PeriodicRow,
     ReapedJob,
 )
+from pgqueue.retention_policy import Retention
 from pgqueue.retry_policy import RetryPolicy
 from pgqueue.schema import channel_for, finished_channel_for, use_schema
 from pgqueue.tasks import Signature, Task
@@ -99,6 +102,7 @@ __all__ = [
     "Rate",
     "ReapedJob",
     "Registry",
+    "Retention",
     "RetryPolicy",
     "Signature",
     "Snooze",
@@ -135,9 +139,11 @@ __all__ = [
     "reap_expired",
     "remove_periodic",
     "resume",
+    "retention",
     "retry",
     "retry_failed",
     "set_queue_limits",
+    "set_retention",
     "unblock",
     "use_schema",
     "wait_for",

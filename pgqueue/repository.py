@@ -23,6 +23,7 @@ from pgqueue._sql import calls as _calls
 from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import options as _options
 from pgqueue._sql import periodic_calls as _periodic_calls
+from pgqueue._sql import retention_calls as _retention_calls
 from pgqueue._sql.options import DependencyFailure, EnqueueOptions
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.flow import QueueSettings, Rate
@@ -40,6 +41,7 @@ from pgqueue.results import (
     ReapedJob,
     Settled,
 )
+from pgqueue.retention_policy import Retention, RetentionValue
 from pgqueue.schema import channel_of
 
 #: What every repository function accepts: a Core connection or an ORM session.
@@ -764,3 +766,71 @@ def forget_queue_settings(conn: Executor, queue: str) -> bool:
     .. versionadded:: 0.1.0
     """
     return _run(conn, _flow_calls.forget(queue, channel_of(conn)))
+
+
+# -- retention (``jobs_retention``) ---------------------------------------------------------------
+
+
+def set_retention(
+    conn: Executor,
+    queue: str | None = None,
+    *,
+    done: RetentionValue = ...,
+    failed: RetentionValue = ...,
+    **unknown: object,
+) -> Retention:
+    """Set how long a queue's finished jobs are kept, in the caller's transaction; running
+    workers delete older ones (at most once a minute per queue, 1,000 rows per statement).
+
+    Args:
+        queue: The queue; ``None`` (default) sets the default of every queue without a setting
+            of its own.
+        done: How long ``done`` jobs are kept after they finished (a ``timedelta`` or
+            seconds); ``None``: for ever. Omitted: unchanged (a queue without its own keeps
+            the default's). The built-in default is 7 days.
+        failed: The same for ``failed`` jobs, cancelled and expired ones included. The
+            built-in default is 30 days.
+
+    Returns:
+        The queue's retention as workers now apply it.
+
+    Raises:
+        InvalidArgumentError: before any SQL, nothing written: a duration that is zero,
+            negative, NaN or over :data:`pgqueue.MAX_DURATION`, a blank queue name, a kind
+            other than ``done`` and ``failed``, or no kind at all.
+
+    .. versionadded:: 0.1.0
+    """
+    return _drive(conn, _retention_calls.set_retention(queue, done, failed, unknown))
+
+
+def retention(conn: Executor) -> list[Retention]:
+    """How long finished jobs are kept: the default first (``queue`` ``None``), then every queue
+    with a setting of its own, by name. A queue not listed keeps the default.
+
+    .. versionadded:: 0.1.0
+    """
+    return _drive(conn, _retention_calls.retention())
+
+
+def ensure_retention_row(conn: Executor, queue: str) -> bool:
+    """The worker's: give ``queue`` a ``jobs_retention`` row to lock while pruning it; False
+    when it had one (then nothing is written, and nothing waits)."""
+    if _run(conn, _retention_calls.has_row(queue)):
+        return False
+    _run(conn, _retention_calls.ensure_row(queue))
+    return True
+
+
+def take_prune(
+    conn: Executor, queue: str, worker: str, interval: timedelta, *, continuing: bool
+) -> dict[str, timedelta | None] | None:
+    """The worker's: lock ``queue``'s row for this transaction's prune when it is due (or still
+    ``worker``'s with ``continuing``); its retention by kind, or ``None``: skip the queue."""
+    return _run(conn, _retention_calls.take(queue, worker, interval, continuing=continuing))
+
+
+def prune_finished(conn: Executor, queue: str, kind: str, kept: timedelta) -> int:
+    """The worker's: delete one batch (at most 1,000) of ``queue``'s jobs of ``kind`` finished
+    more than ``kept`` ago; how many were deleted."""
+    return _run(conn, _retention_calls.prune(queue, kind, kept))

@@ -41,6 +41,7 @@ from pgqueue._worker.dispatch import Dispatch, registry_tasks
 from pgqueue._worker.event_loop import AsyncLane
 from pgqueue._worker.executors import DEFAULT_MAX_RESULT_BYTES
 from pgqueue._worker.heartbeat import Heartbeat
+from pgqueue._worker.pruner import Pruner
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.registration import Registration
 from pgqueue._worker.runtime import Runtime
@@ -172,6 +173,12 @@ class Worker:
             in the job's ``errors``) on the lines after its log line: the retry's at WARNING,
             the final failure's at ERROR. Default True; False logs the one-line error only (the
             traceback is stored either way).
+        prune: Delete the finished jobs of this worker's queues that are past their retention
+            (:func:`pgqueue.set_retention`; by default done jobs after 7 days, failed ones after
+            30), in batches of at most 1,000 rows, at most once a minute per queue over every
+            worker, on a thread of its own (one more connection from the engine, briefly, once
+            a minute). ``run(until_empty=True)`` prunes once, after its drain. Default True;
+            False for who prunes otherwise (``pgqueue purge`` from cron).
         force_bounds: Take a ``concurrency`` above 1,000 threads or an ``async_concurrency``
             above 10,000 coroutines: bounds that keep one mistyped number from taking the host
             down. Default False (such a value raises ``InvalidArgumentError``).
@@ -213,6 +220,7 @@ class Worker:
         stuck_after: timedelta | float = DEFAULT_STUCK_AFTER,
         log_tracebacks: bool = True,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        prune: bool = True,
         force_bounds: bool = False,
     ) -> None:
         tasks = registry_tasks(handlers)
@@ -297,6 +305,7 @@ class Worker:
         if not isinstance(log_tracebacks, bool):
             raise InvalidArgumentTypeError("log_tracebacks", "a bool", log_tracebacks)
         self.log_tracebacks = log_tracebacks
+        self.prune = check_bool("prune", prune)
         #: The health server of the current run, when ``health_port`` is set.
         self.health_server: HealthServer | None = None
         self.stats = WorkerStats()
@@ -398,6 +407,18 @@ class Worker:
             if self.periodic
             else None
         )
+        pruner = (
+            Pruner(
+                self.engine,
+                list(self._lanes),
+                worker=name,
+                stop=runtime.stop,
+                idle=lambda: self.idle,
+                lock_timeout_ms=lock_timeout_ms,
+            )
+            if self.prune
+            else None
+        )
         listener: Listener | None = None
         log.info(
             "worker started: queues=%s mode=%s concurrency=%s async_concurrency=%s lease=%s url=%s",
@@ -423,6 +444,8 @@ class Worker:
                     scheduler.fire_due_once()
                 else:
                     scheduler.start()
+            if pruner is not None and not until_empty:
+                pruner.start()
             if self.listen and not until_empty:
 
                 def on_notify(payload: str) -> None:
@@ -454,6 +477,8 @@ class Worker:
                     self.listen_url, self.engine, runtime.stop, application_name=name
                 )
             claimer.run(until_empty)
+            if pruner is not None and until_empty and runtime.failure is None:
+                pruner.prune_all()
         finally:
             self._shutdown(runtime, threads, coroutines, completer, heartbeat)
             if listener is not None:
@@ -461,6 +486,8 @@ class Worker:
             heartbeat.join(5.0)
             if scheduler is not None:
                 scheduler.join(5.0)
+            if pruner is not None:
+                pruner.join(5.0)
             registration.remove()
             restore()
             if self._hooks is not None:

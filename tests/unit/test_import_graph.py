@@ -59,7 +59,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("the ground floor: helpers that know nothing of jobs (imports errors only)", "_base.*"),
     (
         "definitions users build, and their checks",
-        "schema periodic retry_policy tasks jobs hooks flow",
+        "schema periodic retry_policy retention_policy tasks jobs hooks flow",
     ),
     ("SQL as data, grants and revisions", "statements _sql.* admin grants migrations.*"),
     (
