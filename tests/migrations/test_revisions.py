@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from datetime import timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -19,6 +20,26 @@ import pgqueue.migrations
 from pgqueue._base.urls import to_libpq_url
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS
 from tests.revisions import pgqueue_head
+
+#: A channel of the tests' own, notified after what a test committed (see below).
+SENTINEL = "pgqueue_tests_sentinel"
+
+
+def committed_notifications(listener: psycopg.Connection[Any]) -> list[tuple[str, str]]:
+    """``(channel, payload)`` of every notification committed before this call, sorted.
+
+    No fixed listening window: the listener notifies a sentinel channel of its own, and PostgreSQL
+    delivers notifications in commit order, so everything committed earlier has arrived once the
+    sentinel does (an absent notification is proven absent, not merely late).
+    """
+    listener.execute('LISTEN "pgqueue_tests_sentinel"')
+    listener.execute('NOTIFY "pgqueue_tests_sentinel"')
+    got: list[tuple[str, str]] = []
+    for note in listener.notifies(timeout=60.0):
+        if note.channel == SENTINEL:
+            return sorted(got)
+        got.append((note.channel, note.payload))
+    raise AssertionError(f"the sentinel notification did not arrive in 60 s (got {got})")
 
 
 @pytest.fixture
@@ -378,7 +399,7 @@ def test_statement_trigger_revision_round_trips_in_a_schema(
                 conn.execute(
                     text("INSERT INTO queue.jobs (queue, payload) VALUES ('a', '1'), ('b', '1')")
                 )
-            return sorted((n.channel, n.payload) for n in listener.notifies(timeout=1.0))
+            return committed_notifications(listener)
 
     pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0007", schema="queue")
     assert "FOR EACH ROW" in trigger()
@@ -516,7 +537,7 @@ def test_tasks_revision_round_trips_in_a_schema_with_rows(
                     ),
                     {"first": first},
                 )
-            return sorted((n.channel, n.payload) for n in listener.notifies(timeout=1.0))
+            return committed_notifications(listener)
 
     with empty_engine.connect() as conn:
         first = conn.execute(text("SELECT min(id) FROM queue.jobs")).scalar_one()
