@@ -73,6 +73,18 @@ class Retention:
         return describe_retention(self.done, self.failed)
 
 
+def retention_of(entries: list[Retention], queue: str) -> Retention:
+    """``queue``'s retention among ``entries`` (what :func:`pgqueue.retention` returned): its own
+    entry, else the default's values, both kinds inherited."""
+    default = Retention(None, inherited=KINDS)
+    for entry in entries:
+        if entry.queue == queue:
+            return entry
+        if entry.queue is None:
+            default = entry
+    return Retention(queue, default.done, default.failed, inherited=KINDS)
+
+
 def describe_retention(done: timedelta | None, failed: timedelta | None) -> str:
     """``done 7d, failed 30d``; ``never`` for a kind kept for ever."""
     return ", ".join(

@@ -57,6 +57,7 @@ from pgqueue.cli.ops import (
     cmd_unblock,
     cmd_workers,
 )
+from pgqueue.cli.retention import cmd_retention, retention_arg
 from pgqueue.cli.web import ENV_WEB_AUTH, cmd_web, web_port
 from pgqueue.cli.worker import DEFAULT_HEALTH_HOST, cmd_worker, probe_port
 from pgqueue.errors import PgQueueError
@@ -370,6 +371,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="drop the queue's settings row: unpaused, no limits (given alone)",
     )
+
+    p = add("retention", cmd_retention, "how long finished jobs are kept: list or set")
+    p.add_argument("queue", nargs="?", help="the queue (default: the default of every queue)")
+    for kind, what in (("done", "done"), ("failed", "failed, cancelled and expired")):
+        p.add_argument(
+            f"--{kind}",
+            type=retention_arg,
+            default=...,
+            metavar="D|never",
+            help=f"keep {what} jobs this long (e.g. 7d, 12h) or for ever (never)",
+        )
+    p.add_argument("--json", action="store_true")
 
     p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue-sa[web])")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

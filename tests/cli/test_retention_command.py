@@ -1,0 +1,70 @@
+"""``pgqueue retention`` (#31 item 3): list, show and set how long finished jobs are kept."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import Engine, text
+
+import pgqueue
+from tests.cli.conftest import Result
+
+Cli = Callable[..., Result]
+
+
+def _cells(result: Result) -> list[list[str]]:
+    lines = [line.split("|") for line in result.out.splitlines()[2:] if "|" in line]
+    return [[cell.strip() for cell in line] for line in lines]
+
+
+def _stored(db: Engine) -> int:
+    with db.connect() as conn:
+        return int(conn.execute(text("SELECT count(*) FROM jobs_retention")).scalar_one())
+
+
+def test_no_option_lists_the_built_in_default(cli: Cli, db: Engine) -> None:
+    listed = cli("retention")
+    assert listed.code == 0, listed.err
+    assert _cells(listed) == [["(default)", "7d", "30d", "done, failed"]]
+    assert _stored(db) == 0
+
+
+def test_set_then_list_and_show_one_queue(cli: Cli, db: Engine) -> None:
+    got = cli("retention", "--done", "2d")
+    assert (got.code, got.out.strip()) == (0, "(default): done 2d, failed 30d")
+    got = cli("retention", "mail", "--failed", "never")
+    assert (got.code, got.out.strip()) == (0, "mail: done 2d, failed never (done from the default)")
+    got = cli("retention", "mail", "--done", "90m")
+    assert got.out.strip() == "mail: done 90m, failed never"
+    assert _cells(cli("retention")) == [
+        ["(default)", "2d", "30d", "failed"],
+        ["mail", "90m", "never", "-"],
+    ]
+    assert _cells(cli("retention", "api")) == [["api", "2d", "30d", "done, failed"]]
+    assert cli("retention", "mail", "--json").json() == [
+        {"queue": "mail", "done_s": 5400.0, "failed_s": None, "inherited": []}
+    ]
+    with db.connect() as conn:
+        assert pgqueue.retention(conn)[1] == pgqueue.Retention("mail", timedelta(minutes=90), None)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--done", "0"), "done: must not be zero or negative"),
+        (("--failed", "0s"), "failed: must not be zero or negative"),
+        (("--done", "200000d"), "too long"),
+        (("--done=-1d",), "invalid duration"),
+        (("--done", "soon"), "invalid duration"),
+        ((" ", "--done", "1d"), "queue: must not be blank"),
+    ],
+)
+def test_bad_durations_and_names_are_refused_and_write_nothing(
+    cli: Cli, db: Engine, args: tuple[str, ...], message: str
+) -> None:
+    got = cli("retention", *args)
+    assert got.code == 2
+    assert message in got.err
+    assert _stored(db) == 0
