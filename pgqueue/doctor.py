@@ -22,6 +22,7 @@ from pgqueue import admin, periodic, repository
 from pgqueue._base.connections import WORKER_PREFIX
 from pgqueue._base.validation import MAX_PRIORITY, MIN_PRIORITY
 from pgqueue._sql import reads
+from pgqueue._sql import retention_statements as retention_reads
 from pgqueue.pooler import check_listen
 from pgqueue.repository import DEFAULT_PURGE_AGE
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS, alter_table_sql
@@ -102,6 +103,7 @@ def run_checks(
         _jobs,
         lambda c: _backlog(c, backlog_age),
         _dependencies,
+        _retention,
         _periodic,
         _connections,
         *([_listen] if listen else []),
@@ -493,6 +495,46 @@ def _dependencies(conn: Connection) -> Iterator[Finding]:
         return
     stmt = reads.missing_dependencies_statement(MISSING_DEPENDENCIES_SHOWN)
     yield from dependency_findings([dict(row._mapping) for row in conn.execute(stmt)])
+
+
+def retention_findings(rows: list[dict[str, Any]]) -> Iterator[Finding]:
+    """One warning per queue whose finished jobs are more than a day past its retention (the
+    rows of :func:`~pgqueue._sql.retention_statements.overdue_statement`); else one ok."""
+    if not rows:
+        yield Finding("retention", "ok", "no finished job more than a day past its retention")
+        return
+    by_queue: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_queue.setdefault(row["queue"], []).append(row)
+    for queue, kinds in by_queue.items():
+        counts = ", ".join(f"{r['jobs']} {r['kind']}" for r in kinds)
+        oldest = min(r["oldest"] for r in kinds)
+        yield Finding(
+            "retention",
+            "warning",
+            f"queue {queue!r}: {counts} job(s) more than a day past their retention (oldest "
+            f"finished {oldest.isoformat(timespec='seconds')}): no worker prunes it",
+            f"run a worker for queue {queue!r} (not with prune=False), or "
+            f"`pgqueue purge --queue {queue}`; `pgqueue retention {queue}` shows its retention",
+            [{**r, "oldest": r["oldest"].isoformat()} for r in kinds],
+        )
+
+
+def _retention(conn: Connection) -> Iterator[Finding]:
+    """Finished jobs that the workers should have pruned a day ago (pgqueue_0016)."""
+    readable = conn.execute(retention_reads.RETENTION_READABLE).scalar_one()
+    if readable is None:
+        return  # before pgqueue_0016: the revision check says so
+    if not readable:
+        yield Finding(
+            "retention",
+            "info",
+            "this role cannot read jobs_retention: finished jobs past their retention not checked",
+            "grant it SELECT on jobs_retention (see `pgqueue grants --role-monitor`)",
+        )
+        return
+    rows = conn.execute(retention_reads.overdue_statement())
+    yield from retention_findings([dict(row._mapping) for row in rows])
 
 
 def _periodic(conn: Connection) -> Iterator[Finding]:

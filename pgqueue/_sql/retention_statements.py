@@ -39,6 +39,7 @@ from sqlalchemy import (
     not_,
     or_,
     select,
+    text,
     true,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -227,3 +228,42 @@ ONE_RETENTION: Select[Any] = select(
     *(kept(kind, retention).label(kind) for kind in KINDS),
     *(_inherits(kind, retention).label(f"{kind}_inherited") for kind in KINDS),
 ).where(retention.c.queue == bindparam("queue_name", type_=Text))
+
+
+#: How far past its retention a finished job must be before ``pgqueue doctor`` says the
+#: workers are not pruning (they visit every queue once a minute).
+OVERDUE_MARGIN_DAYS = 1
+
+# to_regclass() and has_table_privilege() on a table that may be missing (before pgqueue_0016).
+RETENTION_READABLE = text(
+    "SELECT CASE WHEN to_regclass('jobs_retention') IS NULL THEN NULL "
+    "ELSE has_table_privilege(to_regclass('jobs_retention'), 'SELECT') END"
+)
+
+
+def overdue_statement() -> Select[Any]:
+    """``queue, kind, jobs, oldest`` per queue and kind (``done``, ``failed``) of the finished
+    jobs more than :data:`OVERDUE_MARGIN_DAYS` past their queue's retention, by queue: what
+    ``pgqueue doctor`` reports as not pruned. One pass over the finished rows, as the doctor's
+    other counts."""
+    queue_row = retention.alias("queue_retention")
+    is_done = jobs.c.status == status_literal(JobStatus.DONE)
+    kind = case((is_done, literal_column("'done'", Text)), else_=literal_column("'failed'", Text))
+    limit = case((is_done, kept("done", queue_row)), else_=kept("failed", queue_row))
+    margin = literal_column(f"interval '{OVERDUE_MARGIN_DAYS} day'", Interval)
+    return (
+        select(
+            jobs.c.queue,
+            kind.label("kind"),
+            func.count().label("jobs"),
+            func.min(jobs.c.finished_at).label("oldest"),
+        )
+        .select_from(jobs.outerjoin(queue_row, queue_row.c.queue == jobs.c.queue))
+        .where(
+            jobs.c.finished_at.is_not(None),
+            jobs.c.status.in_([status_literal(JobStatus.DONE), status_literal(JobStatus.FAILED)]),
+            jobs.c.finished_at < func.now() - limit - margin,
+        )
+        .group_by(jobs.c.queue, kind)
+        .order_by(jobs.c.queue, kind)
+    )

@@ -25,6 +25,7 @@ from sqlalchemy.exc import ProgrammingError
 
 from pgqueue import repository
 from pgqueue._base.urls import error_line
+from pgqueue._sql.driver_errors import DriverError, classify
 from pgqueue._sql.retention_statements import PRUNE_BATCH
 from pgqueue._worker.faults import Faults
 from pgqueue._worker.transient import short_transaction
@@ -72,7 +73,7 @@ class Pruner:
         self._thread = threading.Thread(target=self._loop, name="pgqueue-pruner", daemon=True)
         #: Rows deleted by this pruner so far.
         self.deleted = 0
-        #: The ``jobs_retention`` table is not there: nothing is pruned.
+        #: The ``jobs_retention`` table is not there, or the role may not prune: nothing is.
         self.missing_table = False
 
     def start(self) -> None:
@@ -96,8 +97,9 @@ class Pruner:
 
     def prune_all(self) -> int:
         """Visit each queue once (:meth:`prune`); how many rows were deleted. Without the
-        ``jobs_retention`` table (revisions not applied up to pgqueue_0016) it logs an ERROR once
-        and the pruner stops: the worker runs on without pruning."""
+        ``jobs_retention`` table (revisions not applied up to pgqueue_0016), or without the
+        privileges to prune, it logs an ERROR once saying which and the pruner stops: the worker
+        runs on without pruning."""
         total = 0
         for queue in self._queues:
             if self._stop.is_set() or self.missing_table:
@@ -106,10 +108,17 @@ class Pruner:
                 total += self.prune(queue)
             except ProgrammingError as exc:
                 self.missing_table = True
+                fix = (
+                    "grant the worker's role DELETE on jobs and SELECT, INSERT, UPDATE on "
+                    "jobs_retention (`pgqueue grants --role-worker`), or run it with prune=False"
+                    if classify(exc) is DriverError.DENIED
+                    else "is the jobs_retention table there? apply pgqueue's revisions up to "
+                    "pgqueue_0016"
+                )
                 log.error(
-                    "pruner: %s (is the jobs_retention table there? apply pgqueue's revisions "
-                    "up to pgqueue_0016); finished jobs are not pruned by this worker",
+                    "pruner: %s (%s); finished jobs are not pruned by this worker",
                     error_line(exc),
+                    fix,
                 )
         return total
 

@@ -68,3 +68,38 @@ def test_bad_durations_and_names_are_refused_and_write_nothing(
     assert got.code == 2
     assert message in got.err
     assert _stored(db) == 0
+
+
+def test_doctor_reports_finished_jobs_a_day_past_their_retention(cli: Cli, db: Engine) -> None:
+    """Nobody prunes: a done job 8 days and a half old is more than a day past its 7 days; a
+    failed one 30 days old is within its 30 days and a day; a queue kept for ever is never
+    past."""
+    with db.begin() as conn:
+        pgqueue.set_retention(conn, "archive", done=None)
+        for queue, status, age in (
+            ("mail", "done", "8 days 12 hours"),
+            ("mail", "done", "7 days 12 hours"),
+            ("mail", "failed", "30 days"),
+            ("archive", "done", "1000 days"),
+        ):
+            job_id = pgqueue.enqueue(conn, {}, queue=queue)
+            conn.execute(
+                text(
+                    "UPDATE jobs SET status = :s, finished_at = now() - CAST(:age AS interval) "
+                    "WHERE id = :id"
+                ),
+                {"s": status, "age": age, "id": job_id},
+            )
+    result = cli("doctor", "--json")
+    found = [f for f in result.json()["findings"] if f["check"] == "retention"]
+    assert len(found) == 1, found
+    assert found[0]["severity"] == "warning"
+    assert found[0]["message"].startswith("queue 'mail': 1 done job(s) more than a day past")
+    assert "no worker prunes it" in found[0]["message"]
+    assert [(d["queue"], d["kind"], d["jobs"]) for d in found[0]["details"]] == [
+        ("mail", "done", 1)
+    ]
+    with db.begin() as conn:
+        conn.execute(text("DELETE FROM jobs WHERE queue = 'mail' AND status = 'done'"))
+    (ok,) = [f for f in cli("doctor", "--json").json()["findings"] if f["check"] == "retention"]
+    assert ok["severity"] == "ok"
