@@ -7,7 +7,8 @@ Where the server comes from, in order:
 ``PGQUEUE_TEST_BACKEND=url|docker|embedded`` forces one.
 
 Each test gets a database cloned from a template migrated once with the real Alembic revisions
-(never ``create_all``): cloning takes milliseconds, migrating takes a second.
+(never ``create_all``); made ahead of the tests and cleared or dropped behind them
+(``tests/clones.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import os
 import socket
 import subprocess
 import tempfile
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -25,12 +25,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import sql
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import URL
 
 import pgqueue.migrations
 from pgqueue._base.urls import to_libpq_url, to_sqlalchemy_url
+from tests.clones import Clones, create, drop, fresh_name
 
 DB_TIERS = ("integration", "migrations", "cli", "pooler", "web")
 
@@ -113,6 +113,9 @@ class Server:
     def admin(self) -> psycopg.Connection[tuple[object, ...]]:
         return psycopg.connect(to_libpq_url(self.url), autocommit=True)
 
+    def connect(self, name: str) -> psycopg.Connection[tuple[object, ...]]:
+        return psycopg.connect(to_libpq_url(self.database_url(name)), autocommit=True)
+
 
 def _docker_answers() -> bool:
     """Ask the daemon itself (``GET /_ping``): the ``docker`` client binary alone proves nothing."""
@@ -187,19 +190,12 @@ def pg_server() -> Iterator[Server]:
 @contextmanager
 def _database(server: Server, prefix: str, template: str | None = None) -> Iterator[str]:
     """Create a uniquely named database (cloned from ``template``), drop it on the way out."""
-    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
-    create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
-    if template is not None:
-        create = sql.SQL("{} TEMPLATE {}").format(create, sql.Identifier(template))
-    with server.admin() as admin:
-        admin.execute(create)
+    name = fresh_name(prefix)
+    create(server, name, template)
     try:
         yield name
     finally:
-        with server.admin() as admin:
-            admin.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
-            )
+        drop(server, name)
 
 
 @pytest.fixture(scope="session")
@@ -210,18 +206,41 @@ def template_db(pg_server: Server) -> Iterator[str]:
         yield name
 
 
+@contextmanager
+def _clones(server: Server, template: str | None) -> Iterator[Clones]:
+    clones = Clones(server, "pgqueue_t", template)
+    try:
+        yield clones
+    finally:
+        clones.close()
+
+
+@pytest.fixture(scope="session")
+def empty_clones(pg_server: Server) -> Iterator[Clones]:
+    with _clones(pg_server, None) as clones:
+        yield clones
+
+
+@pytest.fixture(scope="session")
+def migrated_clones(pg_server: Server, template_db: str) -> Iterator[Clones]:
+    with _clones(pg_server, template_db) as clones:
+        yield clones
+
+
 @pytest.fixture
-def empty_db_url(pg_server: Server) -> Iterator[URL]:
+def empty_db_url(pg_server: Server, empty_clones: Clones) -> Iterator[URL]:
     """A fresh database with no schema at all (for migration tests)."""
-    with _database(pg_server, "pgqueue_t") as name:
-        yield pg_server.database_url(name)
+    name = empty_clones.take()
+    yield pg_server.database_url(name)
+    empty_clones.give_back(name)
 
 
 @pytest.fixture
-def db_url(pg_server: Server, template_db: str) -> Iterator[URL]:
+def db_url(pg_server: Server, migrated_clones: Clones) -> Iterator[URL]:
     """A fresh database migrated to pgqueue's head."""
-    with _database(pg_server, "pgqueue_t", template_db) as name:
-        yield pg_server.database_url(name)
+    name = migrated_clones.take()
+    yield pg_server.database_url(name)
+    migrated_clones.give_back(name)
 
 
 @pytest.fixture
