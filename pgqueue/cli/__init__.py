@@ -166,6 +166,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="log each failed attempt's traceback with its line (default: yes)",
     )
     p.add_argument(
+        "--prune",
+        action=argparse.BooleanOptionalAction,
+        help="delete finished jobs past their queue's retention, at most once a minute per "
+        "queue (default: yes; see pgqueue retention)",
+    )
+    p.add_argument(
         "--processes",
         type=positive_int,
         default=1,
