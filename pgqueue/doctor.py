@@ -514,8 +514,9 @@ def retention_findings(rows: list[dict[str, Any]]) -> Iterator[Finding]:
             "warning",
             f"queue {queue!r}: {counts} job(s) more than a day past their retention (oldest "
             f"finished {oldest.isoformat(timespec='seconds')}): no worker prunes it",
-            f"run a worker for queue {queue!r} (not with prune=False), or "
-            f"`pgqueue purge --queue {queue}`; `pgqueue retention {queue}` shows its retention",
+            f"run a worker that serves queue {queue!r} with pruning on (not --no-prune; its role "
+            "needs DELETE on jobs, `pgqueue grants --role-worker`); `pgqueue retention "
+            f"{queue}` shows its retention",
             [{**r, "oldest": r["oldest"].isoformat()} for r in kinds],
         )
 
