@@ -15,7 +15,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection
+from sqlalchemy import Connection, TextClause
 
 import pgqueue.migrations
 from pgqueue import admin, periodic, repository
@@ -480,18 +480,35 @@ def dependency_findings(rows: list[dict[str, Any]]) -> Iterator[Finding]:
     )
 
 
+def _unreadable(
+    conn: Connection, readable: TextClause, check: str, unchecked: str
+) -> list[Finding] | None:
+    """``None`` when the check can read its table (``jobs_<check>``); else what it reports instead:
+    nothing before the table's revision (the revision check says so), an ``info`` finding when
+    this role may not read it."""
+    found = conn.execute(readable).scalar_one()
+    if found is None:
+        return []
+    if found:
+        return None
+    table = f"jobs_{check}"
+    return [
+        Finding(
+            check,
+            "info",
+            f"this role cannot read {table}: {unchecked} not checked",
+            f"grant it SELECT on {table} (see `pgqueue grants --role-monitor`)",
+        )
+    ]
+
+
 def _dependencies(conn: Connection) -> Iterator[Finding]:
     """Waiting jobs whose dependency's row was deleted by hand (pgqueue_0013)."""
-    readable = conn.execute(reads.DEPENDENCIES_READABLE).scalar_one()
-    if readable is None:
-        return  # before pgqueue_0013: the revision check says so
-    if not readable:
-        yield Finding(
-            "dependencies",
-            "info",
-            "this role cannot read jobs_dependencies: waiting jobs' dependencies not checked",
-            "grant it SELECT on jobs_dependencies (see `pgqueue grants --role-monitor`)",
-        )
+    skipped = _unreadable(
+        conn, reads.DEPENDENCIES_READABLE, "dependencies", "waiting jobs' dependencies"
+    )
+    if skipped is not None:
+        yield from skipped
         return
     stmt = reads.missing_dependencies_statement(MISSING_DEPENDENCIES_SHOWN)
     yield from dependency_findings([dict(row._mapping) for row in conn.execute(stmt)])
@@ -540,16 +557,9 @@ def _retention(conn: Connection) -> Iterator[Finding]:
 
 def _periodic(conn: Connection) -> Iterator[Finding]:
     """Definitions that workers declare but nobody fires, and ones no worker declares any more."""
-    readable = conn.execute(reads.PERIODIC_READABLE).scalar_one()
-    if readable is None:
-        return  # before pgqueue_0007: the revision check says so
-    if not readable:
-        yield Finding(
-            "periodic",
-            "info",
-            "this role cannot read jobs_periodic: periodic definitions not checked",
-            "grant it SELECT on jobs_periodic (see `pgqueue grants --role-monitor`)",
-        )
+    skipped = _unreadable(conn, reads.PERIODIC_READABLE, "periodic", "periodic definitions")
+    if skipped is not None:
+        yield from skipped
         return
     now = datetime.now(timezone.utc)
     rows = repository.periodic_states(conn)

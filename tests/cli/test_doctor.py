@@ -140,9 +140,15 @@ def test_says_what_it_cannot_see_without_pg_monitor(db_url: URL, db: Engine) -> 
             pytest.skip("this server does not let a new role log in without a password")
         result = run_pgqueue("doctor", "--json", "--url", plain(limited))
         assert result.code == 0, result.err
-        (visibility,) = _by_check(result.json())["visibility"]
+        checks = _by_check(result.json())
+        (visibility,) = checks["visibility"]
         assert visibility["severity"] == "info"
         assert "pg_monitor" in visibility["fix"]
+        for check in ("periodic", "dependencies"):  # tables this role may not read: said so
+            (finding,) = checks[check]
+            assert finding["severity"] == "info"
+            assert f"cannot read jobs_{check}:" in finding["message"]
+            assert f"SELECT on jobs_{check}" in finding["fix"]
     finally:
         with db.begin() as conn:
             conn.execute(text(f'DROP OWNED BY "{role}"'))
