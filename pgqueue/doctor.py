@@ -540,16 +540,11 @@ def retention_findings(rows: list[dict[str, Any]]) -> Iterator[Finding]:
 
 def _retention(conn: Connection) -> Iterator[Finding]:
     """Finished jobs that the workers should have pruned a day ago (pgqueue_0016)."""
-    readable = conn.execute(retention_reads.RETENTION_READABLE).scalar_one()
-    if readable is None:
-        return  # before pgqueue_0016: the revision check says so
-    if not readable:
-        yield Finding(
-            "retention",
-            "info",
-            "this role cannot read jobs_retention: finished jobs past their retention not checked",
-            "grant it SELECT on jobs_retention (see `pgqueue grants --role-monitor`)",
-        )
+    skipped = _unreadable(
+        conn, reads.RETENTION_READABLE, "retention", "finished jobs past their retention"
+    )
+    if skipped is not None:
+        yield from skipped
         return
     rows = conn.execute(retention_reads.overdue_statement())
     yield from retention_findings([dict(row._mapping) for row in rows])

@@ -39,7 +39,6 @@ from sqlalchemy import (
     not_,
     or_,
     select,
-    text,
     true,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -233,12 +232,6 @@ ONE_RETENTION: Select[Any] = select(
 #: How far past its retention a finished job must be before ``pgqueue doctor`` says the
 #: workers are not pruning (they visit every queue once a minute).
 OVERDUE_MARGIN_DAYS = 1
-
-# to_regclass() and has_table_privilege() on a table that may be missing (before pgqueue_0016).
-RETENTION_READABLE = text(
-    "SELECT CASE WHEN to_regclass('jobs_retention') IS NULL THEN NULL "
-    "ELSE has_table_privilege(to_regclass('jobs_retention'), 'SELECT') END"
-)
 
 
 def overdue_statement() -> Select[Any]:
