@@ -6,9 +6,10 @@ components share (one lock, the window, how a job ends); ``claimer`` is the main
 replayed on the driver by ``replay``); ``threads`` (one lane per mode: lease, and transaction with
 its tickets) and ``event_loop`` are the handler lanes, running handlers through ``executors``;
 ``completer`` batches outcomes; ``heartbeat`` keeps the leases; ``reaper`` requeues expired jobs;
-``scheduler`` fires periodic ticks; ``transient`` retries short transactions; ``pulse`` tells
-``/livez`` each loop's liveness; ``signals`` installs the stop handlers; ``outcomes`` is the table
-that counts, logs and names the hook of each outcome.
+``scheduler`` fires periodic ticks; ``pruner`` deletes finished jobs past their retention;
+``transient`` retries short transactions; ``pulse`` tells ``/livez`` each loop's liveness;
+``signals`` installs the stop handlers; ``outcomes`` is the table that counts, logs and names the
+hook of each outcome.
 
 May import: the concept modules below the worker (:mod:`pgqueue.jobs`, :mod:`pgqueue.hooks`,
 :mod:`pgqueue.repository`, :mod:`pgqueue.retry_policy`, :mod:`pgqueue.results`,
