@@ -20,6 +20,7 @@ from sqlalchemy import Connection, TextClause
 import pgqueue.migrations
 from pgqueue import admin, periodic, repository
 from pgqueue._base.connections import WORKER_PREFIX
+from pgqueue._base.readable import decoded
 from pgqueue._base.validation import MAX_PRIORITY, MIN_PRIORITY
 from pgqueue._sql import reads
 from pgqueue._sql import retention_statements as retention_reads
@@ -525,17 +526,24 @@ def retention_findings(rows: list[dict[str, Any]]) -> Iterator[Finding]:
         by_queue.setdefault(row["queue"], []).append(row)
     for queue, kinds in by_queue.items():
         counts = ", ".join(f"{r['jobs']} {r['kind']}" for r in kinds)
-        oldest = min(r["oldest"] for r in kinds)
+        times = [r["oldest"] for r in kinds]
+        # A time Python cannot hold (written by SQL) is shown as stored, and is the oldest.
+        odd = [t for t in times if not isinstance(t, datetime)]
+        oldest = str(odd[0]) if odd else min(times).isoformat(timespec="seconds")
         yield Finding(
             "retention",
             "warning",
             f"queue {queue!r}: {counts} job(s) more than a day past their retention (oldest "
-            f"finished {oldest.isoformat(timespec='seconds')}): no worker prunes it",
+            f"finished {oldest}): no worker prunes it",
             f"run a worker that serves queue {queue!r} with pruning on (not --no-prune; its role "
             "needs DELETE on jobs, `pgqueue grants --role-worker`); `pgqueue retention "
             f"{queue}` shows its retention",
-            [{**r, "oldest": r["oldest"].isoformat()} for r in kinds],
+            [{**r, "oldest": _iso(r["oldest"])} for r in kinds],
         )
+
+
+def _iso(value: object) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
 def _retention(conn: Connection) -> Iterator[Finding]:
@@ -547,7 +555,7 @@ def _retention(conn: Connection) -> Iterator[Finding]:
         yield from skipped
         return
     rows = conn.execute(retention_reads.overdue_statement())
-    yield from retention_findings([dict(row._mapping) for row in rows])
+    yield from retention_findings([decoded(row) for row in rows])
 
 
 def _periodic(conn: Connection) -> Iterator[Finding]:

@@ -96,7 +96,8 @@ class Worker:
     Args:
         engine: Used for short transactions (claims, batched completions, heartbeats, reaping):
             lease mode needs 3 connections (claimer, completer, heartbeat/reaper), transaction
-            mode ``concurrency + 2``; add what the handlers themselves take from the same engine.
+            mode ``concurrency + 2``; add what the handlers themselves take from the same engine,
+            and one the pruner takes for a moment once a minute (``prune``).
         handlers: ``{queue: handler}``, or a :class:`Registry` of handlers and tasks; the
             worker claims from these queues (and those of the registry's tasks) only. A handler
             takes one :class:`JobContext`; a task its arguments. Sync and ``async def`` ones mix
@@ -478,7 +479,7 @@ class Worker:
                 )
             claimer.run(until_empty)
             if pruner is not None and until_empty and runtime.failure is None:
-                pruner.prune_all()
+                pruner.prune_once()
         finally:
             self._shutdown(runtime, threads, coroutines, completer, heartbeat)
             if listener is not None:

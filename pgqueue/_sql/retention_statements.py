@@ -43,6 +43,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from pgqueue._base.readable import readable
 from pgqueue.models import (
     DEFAULT_DONE_RETENTION,
     DEFAULT_FAILED_RETENTION,
@@ -249,7 +250,8 @@ def overdue_statement() -> Select[Any]:
             jobs.c.queue,
             kind.label("kind"),
             func.count().label("jobs"),
-            func.min(jobs.c.finished_at).label("oldest"),
+            # A time written by SQL outside Python's years ('-infinity') still loads.
+            *readable([func.min(jobs.c.finished_at).label("oldest")]),
         )
         .select_from(jobs.outerjoin(queue_row, queue_row.c.queue == jobs.c.queue))
         .where(

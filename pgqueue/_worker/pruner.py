@@ -86,14 +86,22 @@ class Pruner:
     def _loop(self) -> None:
         while not self._stop.is_set() and not self.missing_table:
             if not self._idle():
-                try:
-                    self.prune_all()
-                except Exception as exc:
-                    # A prune that fails costs no job its truth: logged, tried again later.
-                    self._stop.wait(self._faults.failed(exc))
+                pause = self.prune_once()
+                if pause is not None:
+                    self._stop.wait(pause)
                     continue
-                self._faults.succeeded()
             self._stop.wait(self.interval)
+
+    def prune_once(self) -> float | None:
+        """:meth:`prune_all`, an error it did not expect logged with its traceback (a prune that
+        fails costs no job its truth): ``None``, or the seconds to pause before the next try.
+        What ``run(until_empty=True)`` calls after its drain."""
+        try:
+            self.prune_all()
+        except Exception as exc:
+            return self._faults.failed(exc)
+        self._faults.succeeded()
+        return None
 
     def prune_all(self) -> int:
         """Visit each queue once (:meth:`prune`); how many rows were deleted. Without the

@@ -144,3 +144,19 @@ def test_doctor_warns_per_queue_and_says_ok_without_rows() -> None:
     assert warning.message.startswith("queue 'mail': 3 done, 1 failed job(s) more than a day")
     assert "2025-12-31T00:00:00+00:00" in warning.message
     assert "serves queue 'mail' with pruning on" in warning.fix
+
+
+def test_doctor_shows_an_oldest_time_python_cannot_hold_as_stored() -> None:
+    from datetime import datetime, timezone
+
+    from pgqueue._base.readable import Unreadable
+
+    odd = Unreadable("-infinity", "outside the years 1 to 9999 of Python's datetime")
+    at = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    rows = [
+        {"queue": "q", "kind": "done", "jobs": 1, "oldest": at},
+        {"queue": "q", "kind": "failed", "jobs": 1, "oldest": odd},
+    ]
+    (warning,) = retention_findings(rows)
+    assert "oldest finished unreadable (outside the years 1 to 9999" in warning.message
+    assert [d["oldest"] for d in warning.details] == ["2026-01-01T00:00:00+00:00", str(odd)]
