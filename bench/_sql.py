@@ -11,6 +11,7 @@ from sqlalchemy import Connection, Engine, event
 
 from bench._db import QUEUE
 from pgqueue import repository
+from pgqueue._worker import store
 
 
 @dataclass(frozen=True)
@@ -60,5 +61,5 @@ def complete_many_sql(engine: Engine) -> Captured:
     """The completer's statement, with the lock timeout a worker sends (5 s, its default)."""
     return capture(
         engine,
-        lambda c: repository.complete_many(c, [(0, 0)], lock_timeout_ms=5000),
+        lambda c: store.complete_many(c, [(0, 0)], lock_timeout_ms=5000),
     )

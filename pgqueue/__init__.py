@@ -2,11 +2,31 @@
 
 Enqueue in the same transaction as your data, claim with ``FOR UPDATE SKIP LOCKED``, hold jobs by
 lease, and finish them with updates guarded by the claimed attempt number.
+
+This module is the public API (:data:`__all__`). The modules beside it, one concept each:
+``repository`` (the users' functions, in the caller's transaction) and ``aio`` (their asyncio
+twins), which take their options from ``enqueue_options`` (:class:`EnqueueOptions`: every
+enqueue option and its default, once); ``models`` (the table), ``schema`` (where it lives),
+``storage`` (its storage parameters), ``results`` and ``errors`` (the values returned and
+raised); ``jobs`` (what a handler gets), ``tasks`` (typed tasks), ``workflows`` (chains and
+groups), ``periodic``, ``retry_policy``, ``retention_policy`` (how long finished jobs are kept),
+``flow`` (pauses and limits) and ``hooks``; ``worker`` (the facade over
+``_worker``), ``listener`` (its LISTEN connection), ``health`` (its probes) and ``pooler``
+(running behind PgBouncer); ``waiting`` (:func:`wait_for`); ``testing`` (helpers for users'
+tests); the operator's ``admin``, ``doctor``, ``grants`` and ``demo``; ``statements``, the old
+path of the ``jobs`` table's statements (a re-export of ``_sql.statements``); ``__main__``
+(``python -m pgqueue``).
+
+The folders: ``_base`` (helpers that know nothing of jobs), ``_sql`` (every statement and call,
+no I/O), ``_worker`` (the worker's machinery), ``migrations`` (the Alembic revisions), ``cli``
+(the command line), ``web`` (the dashboard) and ``contrib`` (optional integrations); each
+``__init__`` names what lives in it and what it may import.
 """
 
 from __future__ import annotations
 
 from pgqueue._base.validation import MAX_DURATION, MAX_JSON_DEPTH, MAX_PRIORITY, MIN_PRIORITY
+from pgqueue.enqueue_options import EnqueueOptions
 from pgqueue.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -79,6 +99,7 @@ __all__ = [
     "CancelReport",
     "CancelledJob",
     "ClaimedJob",
+    "EnqueueOptions",
     "EnqueuedJob",
     "FailResult",
     "GroupIds",

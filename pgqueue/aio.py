@@ -23,13 +23,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
-from datetime import datetime, timedelta
-from typing import Any, TypeAlias, TypeVar, Union
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, Union
 
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from pgqueue import waiting as _waiting
@@ -38,13 +36,13 @@ from pgqueue._sql import calls as _calls
 from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue._sql import retention_calls as _retention_calls
-from pgqueue._sql.options import DependencyFailure, EnqueueOptions
+from pgqueue._sql.runners import adrive, arun
+from pgqueue.enqueue_options import EnqueueOptions, batch_options, enqueue_door
 from pgqueue.flow import QueueSettings, Rate
 from pgqueue.models import JobStatus
 from pgqueue.repository import (
     DEFAULT_LEASE,
     DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_PRIORITY,
     DEFAULT_PURGE_AGE,
     DEFAULT_PURGE_BATCH,
     DEFAULT_QUEUE,
@@ -65,6 +63,11 @@ from pgqueue.retention_policy import Retention, RetentionValue
 from pgqueue.schema import channel_of
 from pgqueue.tasks import Signature
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from pgqueue.enqueue_options import BatchKeywords, EnqueueKeywords
+
 #: What every async function accepts: an async Core connection or an async ORM session.
 AsyncExecutor: TypeAlias = Union[AsyncConnection, AsyncSession]  # noqa: UP007 (runtime alias on 3.10)
 
@@ -73,8 +76,6 @@ T = TypeVar("T")
 __all__ = [
     "AsyncExecutor",
     "cancel",
-    "cancel_jobs",
-    "cancel_report",
     "chain",
     "claim",
     "complete",
@@ -99,84 +100,33 @@ __all__ = [
     "retry_failed",
     "set_queue_limits",
     "set_retention",
-    "snooze",
     "unblock",
     "wait_for",
 ]
 
 
-async def enqueue(
-    conn: AsyncExecutor,
-    payload: Any,
-    *,
-    queue: str = DEFAULT_QUEUE,
-    run_at: datetime | None = None,
-    delay: timedelta | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    headers: Mapping[str, str] | None = None,
-    priority: int = DEFAULT_PRIORITY,
-    unique_key: str | None = None,
-    concurrency_key: str | None = None,
-    depends_on: Iterable[int] | None = None,
-    on_dependency_failure: DependencyFailure = "fail",
-) -> int:
+@enqueue_door()
+async def enqueue(conn: AsyncExecutor, payload: Any, **options: Unpack[EnqueueKeywords]) -> int:
     """Insert one job in the caller's transaction; see :func:`pgqueue.repository.enqueue`."""
-    options = EnqueueOptions(
-        queue=queue,
-        run_at=run_at,
-        delay=delay,
-        max_attempts=max_attempts,
-        headers=headers,
-        priority=priority,
-        unique_key=unique_key,
-        concurrency_key=concurrency_key,
-        depends_on=depends_on,
-        on_dependency_failure=on_dependency_failure,
-    )
-    return await _drive(conn, _calls.enqueue(payload, options))
+    return await adrive(conn, _calls.enqueue(payload, EnqueueOptions.of(options)))
 
 
+@enqueue_door()
 async def enqueue_unique(
-    conn: AsyncExecutor,
-    payload: Any,
-    *,
-    unique_key: str,
-    queue: str = DEFAULT_QUEUE,
-    run_at: datetime | None = None,
-    delay: timedelta | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    headers: Mapping[str, str] | None = None,
-    priority: int = DEFAULT_PRIORITY,
-    concurrency_key: str | None = None,
-    depends_on: Iterable[int] | None = None,
-    on_dependency_failure: DependencyFailure = "fail",
+    conn: AsyncExecutor, payload: Any, *, unique_key: str, **options: Unpack[BatchKeywords]
 ) -> EnqueuedJob:
     """Insert unless the key is held; see :func:`pgqueue.repository.enqueue_unique`."""
-    options = EnqueueOptions(
-        queue=queue,
-        run_at=run_at,
-        delay=delay,
-        max_attempts=max_attempts,
-        headers=headers,
-        priority=priority,
-        unique_key=unique_key,
-        concurrency_key=concurrency_key,
-        depends_on=depends_on,
-        on_dependency_failure=on_dependency_failure,
-    )
-    return await _drive(conn, _calls.enqueue_unique(payload, options))
+    checked = EnqueueOptions.of({**options, "unique_key": unique_key})
+    return await adrive(conn, _calls.enqueue_unique(payload, checked))
 
 
 async def chain(conn: AsyncExecutor, /, *signatures: Signature) -> list[int]:
-    """:func:`pgqueue.chain` on an ``AsyncConnection`` or ``AsyncSession`` (its transaction).
-
-    The same enqueues, run by SQLAlchemy's ``run_sync`` on the connection the async one wraps,
-    as :meth:`pgqueue.Task.aenqueue` runs them.
+    """:func:`pgqueue.chain` on an ``AsyncConnection`` or ``AsyncSession`` (its transaction):
+    the same plan, run by the runner of this module's other functions.
 
     .. versionadded:: 0.1.0
     """
-    ids: list[int] = await conn.run_sync(_workflows.chain, *signatures)
-    return ids
+    return await adrive(conn, _workflows.chain_plan(signatures))
 
 
 async def group(
@@ -186,37 +136,21 @@ async def group(
 
     .. versionadded:: 0.1.0
     """
-    found: _workflows.GroupIds = await conn.run_sync(_workflows.group, members, then=then)
-    return found
+    return await adrive(conn, _workflows.group_plan(members, then))
 
 
+@enqueue_door(leave_out=["unique_key"])
 async def enqueue_many(
     conn: AsyncExecutor,
     payloads: Iterable[Any],
     *,
-    queue: str = DEFAULT_QUEUE,
-    run_at: datetime | None = None,
-    delay: timedelta | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    headers: Mapping[str, str] | None = None,
-    priority: int = DEFAULT_PRIORITY,
     unique_keys: Iterable[str | None] | None = None,
-    concurrency_key: str | Iterable[str | None] | None = None,
-    depends_on: Iterable[int] | None = None,
-    on_dependency_failure: DependencyFailure = "fail",
+    concurrency_keys: Iterable[str | None] | None = None,
+    **options: Unpack[BatchKeywords],
 ) -> list[int]:
     """Insert a batch in one round trip; see :func:`pgqueue.repository.enqueue_many`."""
-    options = EnqueueOptions(
-        queue=queue,
-        run_at=run_at,
-        delay=delay,
-        max_attempts=max_attempts,
-        headers=headers,
-        priority=priority,
-        depends_on=depends_on,
-        on_dependency_failure=on_dependency_failure,
-    )
-    return await _drive(conn, _calls.enqueue_many(payloads, options, unique_keys, concurrency_key))
+    checked, keys = batch_options(options, concurrency_keys)
+    return await adrive(conn, _calls.enqueue_many(payloads, checked, unique_keys, keys))
 
 
 async def claim(
@@ -224,28 +158,28 @@ async def claim(
     *,
     queue: str = DEFAULT_QUEUE,
     limit: int = 10,
-    lease: timedelta = DEFAULT_LEASE,
+    lease: timedelta | float = DEFAULT_LEASE,
     locked_by: str | None = None,
 ) -> list[ClaimedJob]:
     """Claim up to ``limit`` ready jobs; see :func:`pgqueue.repository.claim`."""
-    return await _run(conn, _calls.claim(queue, limit, lease, locked_by))
+    return await arun(conn, _calls.claim(queue, limit, lease, locked_by))
 
 
 async def complete(conn: AsyncExecutor, job_id: int, attempts: int) -> bool:
     """Mark a job ``done`` if still ours; see :func:`pgqueue.repository.complete`."""
-    return await _run(conn, _calls.complete(job_id, attempts))
+    return await arun(conn, _calls.complete(job_id, attempts))
 
 
 async def fetch_result(conn: AsyncExecutor, job_id: int) -> JobResult | None:
     """A job's status, result, progress and error; see :func:`pgqueue.repository.fetch_result`."""
-    return await _run(conn, _calls.fetch_result(job_id))
+    return await arun(conn, _calls.fetch_result(job_id))
 
 
 async def extend_lease(
-    conn: AsyncExecutor, job_id: int, attempts: int, lease: timedelta = DEFAULT_LEASE
+    conn: AsyncExecutor, job_id: int, attempts: int, lease: timedelta | float = DEFAULT_LEASE
 ) -> bool:
     """Push a running job's lease; see :func:`pgqueue.repository.extend_lease`."""
-    return await _run(conn, _calls.extend_lease(job_id, attempts, lease))
+    return await arun(conn, _calls.extend_lease(job_id, attempts, lease))
 
 
 async def fail(
@@ -255,58 +189,58 @@ async def fail(
     error: str,
     *,
     retry: bool = True,
-    base: timedelta = DEFAULT_RETRY_BASE,
-    cap: timedelta = DEFAULT_RETRY_CAP,
+    base: timedelta | float = DEFAULT_RETRY_BASE,
+    cap: timedelta | float = DEFAULT_RETRY_CAP,
     traceback: str | None = None,
 ) -> FailResult | None:
     """Record a failed attempt; see :func:`pgqueue.repository.fail`."""
-    return await _run(conn, _calls.fail(job_id, attempts, error, retry, base, cap, traceback))
+    return await arun(conn, _calls.fail(job_id, attempts, error, retry, base, cap, traceback))
 
 
 async def snooze(
     conn: AsyncExecutor, job_id: int, attempts: int, delay: timedelta | float = 0
 ) -> bool:
     """Give a running job back for later; see :func:`pgqueue.repository.snooze`."""
-    return await _run(conn, _calls.snooze(job_id, attempts, delay))
+    return await arun(conn, _calls.snooze(job_id, attempts, delay))
 
 
 async def reap_expired(conn: AsyncExecutor) -> list[ReapedJob]:
     """Requeue or fail jobs whose lease expired; see :func:`pgqueue.repository.reap_expired`."""
-    return await _run(conn, _calls.reap_expired())
+    return await arun(conn, _calls.reap_expired())
 
 
 async def purge_done(
     conn: AsyncExecutor,
     *,
-    older_than: timedelta = DEFAULT_PURGE_AGE,
+    older_than: timedelta | float = DEFAULT_PURGE_AGE,
     batch_size: int = DEFAULT_PURGE_BATCH,
 ) -> int:
     """Delete one batch of old ``done`` jobs; see :func:`pgqueue.repository.purge_done`."""
-    return await _run(conn, _calls.purge_done(older_than, batch_size))
+    return await arun(conn, _calls.purge_done(older_than, batch_size))
 
 
 async def purge(
     conn: AsyncExecutor,
     *,
     status: JobStatus = JobStatus.DONE,
-    older_than: timedelta = DEFAULT_PURGE_AGE,
+    older_than: timedelta | float = DEFAULT_PURGE_AGE,
     batch_size: int = DEFAULT_PURGE_BATCH,
     queue: str | None = None,
 ) -> int:
     """Delete one batch of old finished jobs; see :func:`pgqueue.repository.purge`."""
-    return await _run(conn, _calls.purge_done(older_than, batch_size, status, queue))
+    return await arun(conn, _calls.purge_done(older_than, batch_size, status, queue))
 
 
 async def retry(
     conn: AsyncExecutor, job_ids: Iterable[int], *, attempts: int = DEFAULT_MAX_ATTEMPTS
 ) -> list[int]:
     """Requeue failed or queued jobs now; see :func:`pgqueue.repository.retry`."""
-    return await _drive(conn, _calls.retry(job_ids, attempts))
+    return await adrive(conn, _calls.retry(job_ids, attempts))
 
 
 async def unblock(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[int]:
     """Free waiting jobs from deleted dependencies; see :func:`pgqueue.repository.unblock`."""
-    return await _drive(conn, _calls.unblock(job_ids))
+    return await adrive(conn, _calls.unblock(job_ids))
 
 
 async def retry_failed(
@@ -318,7 +252,7 @@ async def retry_failed(
 ) -> list[int]:
     """Requeue every failed job (not cancelled ones unless ``include_cancelled``); see
     :func:`pgqueue.repository.retry_failed`."""
-    return await _run(conn, _calls.retry_failed(queue, attempts, include_cancelled))
+    return await arun(conn, _calls.retry_failed(queue, attempts, include_cancelled))
 
 
 async def cancel(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[int]:
@@ -333,29 +267,29 @@ async def cancel_jobs(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[Cance
 
 async def cancel_report(conn: AsyncExecutor, job_ids: Iterable[int]) -> CancelReport:
     """Cancel, naming the jobs skipped; see :func:`pgqueue.repository.cancel_report`."""
-    return await _drive(conn, _calls.cancel(job_ids, channel_of(conn)))
+    return await adrive(conn, _calls.cancel(job_ids, channel_of(conn)))
 
 
 async def periodic_states(
     conn: AsyncExecutor, names: Iterable[str] | None = None
 ) -> list[PeriodicRow]:
     """The periodic definitions in the database; see :func:`pgqueue.repository.periodic_states`."""
-    return await _run(conn, _periodic_calls.states(names))
+    return await arun(conn, _periodic_calls.states(names))
 
 
 async def remove_periodic(conn: AsyncExecutor, name: str) -> bool:
     """Delete a definition's row; see :func:`pgqueue.repository.remove_periodic`."""
-    return await _run(conn, _periodic_calls.remove(name))
+    return await arun(conn, _periodic_calls.remove(name))
 
 
 async def pause(conn: AsyncExecutor, queue: str) -> bool:
     """Pause a queue; see :func:`pgqueue.repository.pause`."""
-    return await _drive(conn, _flow_calls.pause(queue, channel_of(conn)))
+    return await adrive(conn, _flow_calls.pause(queue, channel_of(conn)))
 
 
 async def resume(conn: AsyncExecutor, queue: str) -> bool:
     """Take a paused queue up again; see :func:`pgqueue.repository.resume`."""
-    return await _run(conn, _flow_calls.resume(queue, channel_of(conn)))
+    return await arun(conn, _flow_calls.resume(queue, channel_of(conn)))
 
 
 async def set_queue_limits(
@@ -368,17 +302,17 @@ async def set_queue_limits(
 ) -> QueueSettings:
     """Set a queue's limits; see :func:`pgqueue.repository.set_queue_limits`."""
     plan = _flow_calls.set_limits(queue, concurrency, per_key, rate, channel_of(conn))
-    return await _drive(conn, plan)
+    return await adrive(conn, plan)
 
 
 async def forget_queue_settings(conn: AsyncExecutor, queue: str) -> bool:
     """Drop a queue's settings row; see :func:`pgqueue.repository.forget_queue_settings`."""
-    return await _run(conn, _flow_calls.forget(queue, channel_of(conn)))
+    return await arun(conn, _flow_calls.forget(queue, channel_of(conn)))
 
 
 async def queue_settings(conn: AsyncExecutor, queue: str | None = None) -> list[QueueSettings]:
     """The stored pause and limits of queues; see :func:`pgqueue.repository.queue_settings`."""
-    return await _run(conn, _flow_calls.settings(queue))
+    return await arun(conn, _flow_calls.settings(queue))
 
 
 async def set_retention(
@@ -390,12 +324,12 @@ async def set_retention(
     **unknown: object,
 ) -> Retention:
     """Set a queue's retention; see :func:`pgqueue.repository.set_retention`."""
-    return await _drive(conn, _retention_calls.set_retention(queue, done, failed, unknown))
+    return await adrive(conn, _retention_calls.set_retention(queue, done, failed, unknown))
 
 
 async def retention(conn: AsyncExecutor) -> list[Retention]:
     """How long finished jobs are kept; see :func:`pgqueue.repository.retention`."""
-    return await _drive(conn, _retention_calls.retention())
+    return await adrive(conn, _retention_calls.retention())
 
 
 async def wait_for(
@@ -436,37 +370,3 @@ async def wait_for(
                 return found
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(woken.wait(), pause)
-
-
-async def _run(conn: AsyncExecutor, call: _calls.Call[T]) -> T:
-    if call.statement is None:
-        return call.finish(None)
-    if call.on_lock_refused is not None:
-        return await _run_in_savepoint(conn, call, call.on_lock_refused)
-    with _calls.translated_errors():
-        result = await conn.execute(call.statement, call.params)
-    return call.finish(result)
-
-
-async def _run_in_savepoint(
-    conn: AsyncExecutor, call: _calls.Call[T], refused: Callable[[], T]
-) -> T:
-    """``call`` inside a savepoint; a row lock the database gave up on rolls back to it."""
-    try:
-        async with conn.begin_nested():
-            return await _run(conn, replace(call, on_lock_refused=None))
-    except DBAPIError as exc:
-        if not _calls.lock_refused(exc):
-            raise
-        return refused()
-
-
-async def _drive(conn: AsyncExecutor, plan: _calls.Plan[T]) -> T:
-    """Run a plan's statements in turn, sending each result back into it."""
-    call = next(plan)
-    while True:
-        result = await _run(conn, call)
-        try:
-            call = plan.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]

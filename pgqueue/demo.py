@@ -45,8 +45,8 @@ from pgqueue import repository
 from pgqueue._base.embedded import embedded_server
 from pgqueue._base.text import psql_table
 from pgqueue._base.urls import mask_url, to_libpq_url, to_sqlalchemy_url
-from pgqueue.models import JobStatus, jobs_table
-from pgqueue.statements import status_literal
+from pgqueue._sql.statements import status_literal
+from pgqueue.models import JobStatus, is_live, jobs_table
 
 #: THE BROKEN CLAIM of R4, kept only to reproduce the double-claim bug. Never use it.
 #: ``UPDATE ... WHERE id = (SELECT id ... LIMIT 1)`` without a lock: under READ COMMITTED two
@@ -399,7 +399,7 @@ def worker_step(demo: Demo) -> None:
     started = time.monotonic()
     thread = threading.Thread(target=worker.run, name="pgqueue-demo-worker", daemon=True)
     thread.start()
-    unfinished = jobs_table.c.status.in_(["queued", "running"])
+    unfinished = is_live(jobs_table.c.status)
     try:
         while time.monotonic() - started < WORKER_TIMEOUT:
             with demo.engine.connect() as conn:

@@ -33,16 +33,17 @@ from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 _RATE_TEXT = re.compile(r"\s*([0-9]+)\s*/\s*(\S+)\s*")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Rate:
     """At most ``limit`` jobs of a queue start in any one window of ``period``.
 
     Checked when built, so a bad rate raises before any SQL: ``limit`` is an ``int`` of at least
-    1 (a ``bool`` is not one), ``period`` a positive ``timedelta`` of at most
-    :data:`pgqueue.MAX_DURATION`.
+    1 (a ``bool`` is not one), ``period`` a positive ``timedelta`` or number of
+    seconds (kept as a ``timedelta``) of at most :data:`pgqueue.MAX_DURATION`.
 
     Raises:
-        InvalidArgumentTypeError: ``limit`` is not an ``int`` or ``period`` not a ``timedelta``.
+        InvalidArgumentTypeError: ``limit`` is not an ``int``, or ``period`` neither a
+            ``timedelta`` nor seconds.
         InvalidArgumentError: ``limit`` below 1, or ``period`` zero or negative.
 
     .. versionadded:: 0.1.0
@@ -51,9 +52,9 @@ class Rate:
     limit: int
     period: timedelta
 
-    def __post_init__(self) -> None:
-        check_positive_int("rate.limit", self.limit)
-        check_duration("rate.period", self.period, allow_zero=False)
+    def __init__(self, limit: int, period: timedelta | float) -> None:
+        object.__setattr__(self, "limit", check_positive_int("rate.limit", limit))
+        object.__setattr__(self, "period", check_duration("rate.period", period, allow_zero=False))
 
     @classmethod
     def parse(cls, text: str) -> Rate:

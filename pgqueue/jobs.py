@@ -20,8 +20,10 @@ from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
 from sqlalchemy import Connection, Engine
 
+from pgqueue import repository
 from pgqueue._base.events import stopping_event
 from pgqueue._base.validation import check_queue, check_snooze_delay, encode_payload
+from pgqueue.enqueue_options import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from pgqueue.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -31,7 +33,7 @@ from pgqueue.errors import (
 from pgqueue.periodic import Periodic
 from pgqueue.results import ClaimedJob, JobResult
 from pgqueue.retry_policy import RetryPolicy
-from pgqueue.tasks import Task, is_async_callable, the_producer
+from pgqueue.tasks import Task, is_async_callable
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -40,6 +42,40 @@ R = TypeVar("R")
 #: in ``jobs.result`` when it is JSON (any other is ignored, with a log line). An ``async def``
 #: handler (a coroutine function) runs on the worker's event loop instead of a thread.
 Handler = Callable[["JobContext"], object]
+
+
+class JobMarks:
+    """The worker's bookkeeping of one job it holds, beside the :class:`JobContext` its handler
+    gets (reached with :func:`marks_of`; not public API).
+
+    Who writes what: the runtime, under its lock, marks a job ``lease_lost`` or ``cancelled``
+    (the handler reads both through the context's read-only properties); the heartbeat, the
+    completer and the executors each record the progress they wrote (:meth:`written`), from
+    their own threads. The progress the handler set is kept here too, one tuple assigned at
+    once, so another thread reads a number and its text together.
+    """
+
+    __slots__ = ("cancelled", "lease_lost", "progress", "progress_written")
+
+    def __init__(self) -> None:
+        self.lease_lost = False
+        self.cancelled = False
+        #: ``(number, JSON text)`` of the last :meth:`JobContext.set_progress`, ``None`` before.
+        self.progress: tuple[int, str] | None = None
+        #: The number of the last progress written to the row (by a heartbeat or the completion).
+        self.progress_written = 0
+
+    def pending_progress(self) -> tuple[int, str] | None:
+        """The last progress set and not yet written, as ``(number, JSON text)``, else ``None``."""
+        progress = self.progress
+        if progress is None or progress[0] <= self.progress_written:
+            return None
+        return progress
+
+    def written(self, number: int) -> None:
+        """The progress numbered ``number`` (from :meth:`pending_progress`) is on the row now."""
+        if number > self.progress_written:
+            self.progress_written = number
 
 
 @dataclass(eq=False)
@@ -60,9 +96,10 @@ class JobContext:
             gives the job back (returning would record the unfinished job as done); an async
             handler's task is also cancelled (``asyncio.CancelledError``) on a lost lease or a
             cancel.
-        lease_lost: True once a heartbeat found the job no longer ours; its outcome is dropped.
+        lease_lost: True once a heartbeat found the job no longer ours; its outcome is dropped
+            (read-only: the worker sets it).
         cancelled: True once the worker learnt that the job was cancelled while it held it; its
-            outcome is dropped (the row already says ``failed`` / ``'cancelled'``).
+            outcome is dropped (the row already says ``failed`` / ``'cancelled'``; read-only).
         connection: In ``mode="transaction"`` only, the connection whose open transaction
             holds the job: write through it and your writes commit together with the completion.
         headers: What the producer passed as ``enqueue(..., headers=...)`` (for example a trace
@@ -83,18 +120,24 @@ class JobContext:
     payload: Any
     attempts: int
     stopping: threading.Event = field(default_factory=stopping_event)
-    lease_lost: bool = False
-    cancelled: bool = False
     connection: Connection | None = None
     headers: Mapping[str, str] | None = None
-    priority: int = 0
+    priority: int = DEFAULT_PRIORITY
     task: str | None = None
     engine: Engine | None = None
-    #: ``(number, JSON text)`` of the last :meth:`set_progress`, ``None`` before the first. One
-    #: tuple assigned at once, so the heartbeat's thread reads a number and its text together.
-    _progress: tuple[int, str] | None = field(default=None, init=False, repr=False)
-    #: The number of the last progress written to the row (by a heartbeat or the completion).
-    _progress_written: int = field(default=0, init=False, repr=False)
+    #: The worker's bookkeeping of this job (:class:`JobMarks`), beside what the handler uses.
+    _marks: JobMarks = field(default_factory=JobMarks, init=False, repr=False)
+
+    @property
+    def lease_lost(self) -> bool:
+        """True once a heartbeat found the job no longer ours; its outcome is dropped."""
+        return self._marks.lease_lost
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the worker learnt that the job was cancelled while it held it; its outcome
+        is dropped (the row already says ``failed`` / ``'cancelled'``)."""
+        return self._marks.cancelled
 
     def __repr__(self) -> str:
         task = "" if self.task is None else f", task={self.task!r}"
@@ -118,20 +161,9 @@ class JobContext:
         .. versionadded:: 0.1.0
         """
         text = encode_payload(value, argument="progress")
-        previous = self._progress
-        self._progress = (1 if previous is None else previous[0] + 1, text)
-
-    def pending_progress(self) -> tuple[int, str] | None:
-        """The last progress set and not yet written, as ``(number, JSON text)``, else ``None``."""
-        progress = self._progress
-        if progress is None or progress[0] <= self._progress_written:
-            return None
-        return progress
-
-    def progress_written(self, number: int) -> None:
-        """The progress numbered ``number`` (from :meth:`pending_progress`) is on the row now."""
-        if number > self._progress_written:
-            self._progress_written = number
+        marks = self._marks
+        previous = marks.progress
+        marks.progress = (1 if previous is None else previous[0] + 1, text)
 
     def dependency_results(self) -> dict[int, JobResult]:
         """``{job_id: JobResult}`` of every job this one depends on (``depends_on``, or the
@@ -164,7 +196,10 @@ class JobContext:
                 f"job {self.id} has no database to read its dependencies from "
                 "(a JobContext built without connection= or engine=)"
             )
-        return the_producer().dependency_results(source, self.id)
+        if isinstance(source, Connection):
+            return repository.dependency_results(source, self.id)
+        with source.connect() as conn:  # the engine: a read in its own short transaction
+            return repository.dependency_results(conn, self.id)
 
     @classmethod
     def of(
@@ -186,6 +221,17 @@ class JobContext:
             task=claimed.task,
             engine=engine,
         )
+
+
+def marks_of(job: JobContext) -> JobMarks:
+    """The worker's bookkeeping of ``job``: for the worker's components, never for handlers."""
+    return job._marks
+
+
+def end_transaction(job: JobContext) -> None:
+    """Transaction mode: the transaction that held ``job`` ended, so :attr:`JobContext.connection`
+    is no longer the handler's to write through (the lane that ran it calls this)."""
+    job.connection = None
 
 
 #: The job whose handler or task runs in this thread or coroutine: set around each call by the
@@ -388,9 +434,9 @@ class Registry(Mapping[str, Handler]):
         self,
         name: str | Callable[..., Any] | None = None,
         *,
-        queue: str = "default",
-        priority: int = 0,
-        max_attempts: int = 5,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         retry: RetryPolicy | None = None,
     ) -> Task[..., Any] | Callable[[Callable[..., Any]], Task[..., Any]]:
         """Register the decorated function (sync or ``async def``) as a :class:`pgqueue.Task`.
@@ -530,6 +576,7 @@ class WorkerView(Protocol):
 __all__ = [
     "Handler",
     "JobContext",
+    "JobMarks",
     "Outcome",
     "Registry",
     "Snooze",
@@ -537,5 +584,7 @@ __all__ = [
     "WorkerView",
     "check_handlers",
     "current_job",
+    "end_transaction",
     "is_async_handler",
+    "marks_of",
 ]

@@ -1,7 +1,7 @@
 """The declarative ``Job`` model: the same table the Alembic revisions create.
 
 The model is for reading jobs, for autogenerate comparisons and for users' foreign keys. The queue's
-hot paths use the Core statements of :mod:`pgqueue.statements`, built on ``Job.__table__``.
+hot paths use the Core statements of :mod:`pgqueue._sql.statements`, built on ``Job.__table__``.
 """
 
 from __future__ import annotations
@@ -56,6 +56,16 @@ class JobStatus(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+#: The stored statuses of a live job, written once: it holds its ``unique_key``, may be cancelled,
+#: and is not finished (a dependency that is live still counts in its dependents' ``waiting_on``).
+LIVE_STATUSES: tuple[JobStatus, ...] = (JobStatus.QUEUED, JobStatus.RUNNING)
+#: :data:`LIVE_STATUSES` as SQL text: ``status IN ('queued', 'running')``.
+LIVE_SQL = "status IN (" + ", ".join(f"'{status.value}'" for status in LIVE_STATUSES) + ")"
+#: The predicate of ``jobs_unique_key_idx``, spelled as the index spells it: the arbiter of an
+#: enqueue's ``ON CONFLICT`` and the key lookups must match it for the planner to use the index.
+LIVE_KEY_SQL = f"unique_key IS NOT NULL AND {LIVE_SQL}"
 
 
 class JobState(str, enum.Enum):
@@ -133,7 +143,7 @@ class Job(Base):
     #: ``None`` while queued or running, and for jobs finished before pgqueue_0009.
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     #: The last failed attempts, oldest first: ``[{"attempt", "at", "error", "traceback"}, ...]``
-    #: (pgqueue_0010), at most :data:`pgqueue.statements.MAX_ERRORS_KEPT`; ``last_error`` holds
+    #: (pgqueue_0010), at most :data:`pgqueue._sql.statements.MAX_ERRORS_KEPT`; ``last_error`` holds
     #: the newest one-line error.
     errors: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
     #: How often a handler gave the job back with :class:`pgqueue.Snooze` (pgqueue_0010).
@@ -156,7 +166,7 @@ class Job(Base):
     concurrency_key: Mapped[str | None] = mapped_column(Text)
     #: How many of the job's dependencies (``depends_on``) are not finished yet (pgqueue_0013). A
     #: job with ``waiting_on > 0`` is ``queued`` but not ready: its ``run_at`` is
-    #: :data:`pgqueue.statements.WAITING_RUN_AT` until the last dependency finishes.
+    #: :data:`pgqueue.enqueue_options.WAITING_RUN_AT` until the last dependency finishes.
     waiting_on: Mapped[int] = mapped_column(Integer, server_default=text("0"))
     #: Some job depends on this one (pgqueue_0013): its completion releases them.
     has_dependents: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
@@ -182,7 +192,7 @@ class Job(Base):
             "queue",
             "unique_key",
             unique=True,
-            postgresql_where=text("unique_key IS NOT NULL AND status IN ('queued', 'running')"),
+            postgresql_where=text(LIVE_KEY_SQL),
         ),
         # Leases of running jobs only: the reaper never scans finished history.
         Index("jobs_lease_idx", "locked_until", postgresql_where=text("status = 'running'")),
@@ -230,6 +240,12 @@ def status_literal(status: JobStatus) -> ColumnClause[Any]:
     Here, beside the table, so that every statement module shares it without importing another.
     """
     return literal_column(f"'{status.value}'", Text)
+
+
+def is_live(status: ColumnElement[Any]) -> ColumnElement[bool]:
+    """``status IN ('queued', 'running')`` of a ``status`` column (:data:`LIVE_STATUSES`), with
+    the statuses inline as :func:`status_literal` renders them."""
+    return status.in_([status_literal(s) for s in LIVE_STATUSES])
 
 
 def in_state(state: JobState | JobStatus | str) -> ColumnElement[bool]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from pgqueue._base import schedule as schedules
 from pgqueue._base.validation import (
@@ -22,11 +22,25 @@ from pgqueue._base.validation import (
     check_unique_key,
     encode_payload,
 )
+from pgqueue.enqueue_options import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.results import PeriodicRow
 
-if TYPE_CHECKING:  # a task is only read here (its name, queue, defaults and payload_of)
-    from pgqueue.tasks import Task
+
+class PeriodicTask(Protocol):
+    """What a definition reads of a :class:`pgqueue.Task`: its name, queue and defaults, and the
+    payload of a call (a definition never enqueues through the task: the worker's scheduler
+    does, for every definition alike)."""
+
+    name: str
+    queue: str
+    priority: int
+    max_attempts: int
+
+    def payload_of(self, args: Any, kwargs: Any) -> dict[str, Any]:
+        """The payload of a call, once it binds to the task's signature."""
+        ...
+
 
 #: ``catch_up=True`` enqueues at most this many missed ticks (the most recent ones).
 CATCH_UP_LIMIT = 1000
@@ -86,8 +100,8 @@ class Periodic:
     queue: str
     payload: Any = field(default_factory=dict)
     timezone: str = "UTC"
-    priority: int = 0
-    max_attempts: int = 5
+    priority: int = DEFAULT_PRIORITY
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     catch_up: bool = False
     skip_if_running: bool = False
     #: The name of the task each tick calls, or ``None`` for a queue-keyed job.
@@ -102,7 +116,7 @@ class Periodic:
         queue: str | None = None,
         payload: Any = None,
         *,
-        task: Task[..., Any] | None = None,
+        task: PeriodicTask | None = None,
         args: Iterable[Any] = (),
         kwargs: Mapping[str, Any] | None = None,
         timezone: str = "UTC",
@@ -140,9 +154,9 @@ class Periodic:
             "queue": check_queue(queue),
             "payload": payload,
             "timezone": timezone,
-            "priority": check_priority(0 if priority is None else priority),
+            "priority": check_priority(DEFAULT_PRIORITY if priority is None else priority),
             "max_attempts": check_positive_int(
-                "max_attempts", 5 if max_attempts is None else max_attempts
+                "max_attempts", DEFAULT_MAX_ATTEMPTS if max_attempts is None else max_attempts
             ),
             "catch_up": _check_flag("catch_up", catch_up),
             "skip_if_running": _check_flag("skip_if_running", skip_if_running),

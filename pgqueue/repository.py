@@ -1,51 +1,90 @@
-"""Repository functions: run the Core statements in the caller's transaction.
+"""Repository functions: the users' door, running the Core statements in the caller's transaction.
 
 None of them commits. The caller owns the transaction, which is what lets a service enqueue a job
 in the same transaction as the data change it is about, and lets a handler complete its job
-together with its own writes.
+together with its own writes. The worker's batched statements and its own row are the worker's
+door, :mod:`pgqueue._worker.store`; both run their calls on :mod:`pgqueue._sql.runners`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
-from datetime import datetime, timedelta
-from typing import Any, TypeAlias, TypeVar, Union
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.orm import Session
-
+from pgqueue import enqueue_options as _options
 from pgqueue import retry_policy
-from pgqueue import tasks as _tasks
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import flow_calls as _flow_calls
-from pgqueue._sql import options as _options
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue._sql import retention_calls as _retention_calls
-from pgqueue._sql.options import DependencyFailure, EnqueueOptions
-from pgqueue.errors import InvalidArgumentError
+from pgqueue._sql.runners import Executor
+from pgqueue._sql.runners import drive as _drive
+from pgqueue._sql.runners import run as _run
+from pgqueue.enqueue_options import EnqueueOptions, batch_options, enqueue_door
 from pgqueue.flow import QueueSettings, Rate
 from pgqueue.models import JobStatus
-from pgqueue.periodic import Periodic
 from pgqueue.results import (
     CancelledJob,
     CancelReport,
     ClaimedJob,
     EnqueuedJob,
     FailResult,
-    Fired,
     JobResult,
     PeriodicRow,
     ReapedJob,
-    Settled,
 )
 from pgqueue.retention_policy import Retention, RetentionValue
 from pgqueue.schema import channel_of
 
-#: What every repository function accepts: a Core connection or an ORM session.
-Executor: TypeAlias = Union[Connection, Session]  # noqa: UP007 (runtime alias on 3.10)
+__all__ = [
+    "CANCEL_LOCK_TIMEOUT_MS",
+    "DEFAULT_LEASE",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_PRIORITY",
+    "DEFAULT_PURGE_AGE",
+    "DEFAULT_PURGE_BATCH",
+    "DEFAULT_QUEUE",
+    "DEFAULT_RETRY_BASE",
+    "DEFAULT_RETRY_CAP",
+    "Executor",
+    "cancel",
+    "cancel_jobs",
+    "cancel_report",
+    "claim",
+    "complete",
+    "dependency_results",
+    "enqueue",
+    "enqueue_many",
+    "enqueue_unique",
+    "enqueue_with",
+    "extend_lease",
+    "fail",
+    "fetch_result",
+    "forget_queue_settings",
+    "lock_queue_settings",
+    "pause",
+    "periodic_states",
+    "purge",
+    "purge_done",
+    "queue_settings",
+    "reap_expired",
+    "remove_periodic",
+    "resume",
+    "retention",
+    "retry",
+    "retry_failed",
+    "set_queue_limits",
+    "set_retention",
+    "snooze",
+    "unblock",
+]
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from pgqueue.enqueue_options import BatchKeywords, EnqueueKeywords
+
 
 T = TypeVar("T")
 
@@ -61,28 +100,20 @@ DEFAULT_PURGE_BATCH = 10_000
 CANCEL_LOCK_TIMEOUT_MS = _calls.CANCEL_LOCK_TIMEOUT_MS
 
 
-def enqueue(
-    conn: Executor,
-    payload: Any,
-    *,
-    queue: str = DEFAULT_QUEUE,
-    run_at: datetime | None = None,
-    delay: timedelta | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    headers: Mapping[str, str] | None = None,
-    priority: int = DEFAULT_PRIORITY,
-    unique_key: str | None = None,
-    concurrency_key: str | None = None,
-    depends_on: Iterable[int] | None = None,
-    on_dependency_failure: DependencyFailure = "fail",
-) -> int:
+@enqueue_door()
+def enqueue(conn: Executor, payload: Any, **options: Unpack[EnqueueKeywords]) -> int:
     """Insert one job in the caller's transaction and return its id.
+
+    The options are :class:`pgqueue.EnqueueOptions`' fields, as keywords with its defaults
+    (``inspect.signature`` lists them; type checkers read :class:`~pgqueue.enqueue_options.
+    EnqueueKeywords`).
 
     Args:
         payload: Any JSON value (object, array, string, number, bool or ``None``).
         queue: The job's queue, which is also its kind: workers map queues to handlers.
         run_at: Timezone-aware time before which the job is not ready. Default: now.
-        delay: Alternatively, a delay from the transaction's ``now()``; not with ``run_at``.
+        delay: Alternatively, a delay from the transaction's ``now()``, a ``timedelta`` or
+            seconds (``int`` or ``float``); not with ``run_at``.
         max_attempts: Attempts before the job fails for good (default 5).
         headers: Metadata about the job, stored beside the payload in ``jobs.headers`` and
             handed to the handler as ``job.headers``: ``{str: str}`` of at most 8 KiB as JSON,
@@ -116,105 +147,62 @@ def enqueue(
 
     Raises:
         InvalidArgumentError: before any SQL, for a bad payload, queue, schedule, priority,
-            key or dependency list.
+            key or dependency list, or a keyword that is no enqueue option.
         UnknownDependencyError: ``depends_on`` names an id no job has (checked in the same
             transaction before anything is inserted: nothing is written).
     """
-    options = EnqueueOptions(
-        queue=queue,
-        run_at=run_at,
-        delay=delay,
-        max_attempts=max_attempts,
-        headers=headers,
-        priority=priority,
-        unique_key=unique_key,
-        concurrency_key=concurrency_key,
-        depends_on=depends_on,
-        on_dependency_failure=on_dependency_failure,
-    )
-    return _drive(conn, _calls.enqueue(payload, options))
+    return _drive(conn, _calls.enqueue(payload, EnqueueOptions.of(options)))
 
 
+@enqueue_door()
 def enqueue_unique(
-    conn: Executor,
-    payload: Any,
-    *,
-    unique_key: str,
-    queue: str = DEFAULT_QUEUE,
-    run_at: datetime | None = None,
-    delay: timedelta | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    headers: Mapping[str, str] | None = None,
-    priority: int = DEFAULT_PRIORITY,
-    concurrency_key: str | None = None,
-    depends_on: Iterable[int] | None = None,
-    on_dependency_failure: DependencyFailure = "fail",
+    conn: Executor, payload: Any, *, unique_key: str, **options: Unpack[BatchKeywords]
 ) -> EnqueuedJob:
     """:func:`enqueue` with a ``unique_key``, saying whether it inserted a job or found the live
     job holding the key (``EnqueuedJob(id, inserted)``).
 
     .. versionadded:: 0.1.0
     """
-    options = EnqueueOptions(
-        queue=queue,
-        run_at=run_at,
-        delay=delay,
-        max_attempts=max_attempts,
-        headers=headers,
-        priority=priority,
-        unique_key=unique_key,
-        concurrency_key=concurrency_key,
-        depends_on=depends_on,
-        on_dependency_failure=on_dependency_failure,
-    )
-    return _drive(conn, _calls.enqueue_unique(payload, options))
+    checked = EnqueueOptions.of({**options, "unique_key": unique_key})
+    return _drive(conn, _calls.enqueue_unique(payload, checked))
 
 
+@enqueue_door(leave_out=["unique_key"])
 def enqueue_many(
     conn: Executor,
     payloads: Iterable[Any],
     *,
-    queue: str = DEFAULT_QUEUE,
-    run_at: datetime | None = None,
-    delay: timedelta | None = None,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    headers: Mapping[str, str] | None = None,
-    priority: int = DEFAULT_PRIORITY,
     unique_keys: Iterable[str | None] | None = None,
-    concurrency_key: str | Iterable[str | None] | None = None,
-    depends_on: Iterable[int] | None = None,
-    on_dependency_failure: DependencyFailure = "fail",
+    concurrency_keys: Iterable[str | None] | None = None,
+    **options: Unpack[BatchKeywords],
 ) -> list[int]:
     """Insert a batch of jobs in one round trip; return their ids in input order.
 
     Every payload (and key) is checked before the statement runs: one bad one rejects the whole
-    batch. ``headers`` and ``priority`` (one value for the batch) are stored on every job; see
-    :func:`enqueue`. ``unique_keys`` gives one key or ``None`` per payload: a payload whose key a
-    live job holds gets that job's id, and equal keys within the batch collapse into one job
-    (equal keys, equal ids). Still one round trip, plus one lookup when some key was held.
-    ``concurrency_key`` is one key for every job, or one key or ``None`` per payload (a list
-    aligned with the payloads; another length is refused and nothing is written).
+    batch. The options (one value for the batch) are :func:`enqueue`'s but ``unique_key``, and
+    are stored on every job. ``unique_keys`` gives one key or ``None`` per payload: a payload
+    whose key a live job holds gets that job's id, and equal keys within the batch collapse into
+    one job (equal keys, equal ids). Still one round trip, plus one lookup when some key was
+    held. ``concurrency_keys`` likewise gives one concurrency key or ``None`` per payload (a
+    list aligned with the payloads; another length is refused and nothing is written).
     ``depends_on`` (one list for every job of the batch) and ``on_dependency_failure`` as for
     :func:`enqueue`: two more statements, the check of the ids and one that records the edges of
     the whole batch.
+
+    ``concurrency_key=`` (one key for every job, or one per payload) still works but is
+    deprecated here, with a :class:`DeprecationWarning`: give ``concurrency_keys``
+    (``.. deprecated:: 0.1.0``).
     """
-    options = EnqueueOptions(
-        queue=queue,
-        run_at=run_at,
-        delay=delay,
-        max_attempts=max_attempts,
-        headers=headers,
-        priority=priority,
-        depends_on=depends_on,
-        on_dependency_failure=on_dependency_failure,
-    )
-    return _drive(conn, _calls.enqueue_many(payloads, options, unique_keys, concurrency_key))
+    checked, keys = batch_options(options, concurrency_keys)
+    return _drive(conn, _calls.enqueue_many(payloads, checked, unique_keys, keys))
 
 
 def enqueue_with(conn: Executor, payload: Any, options: EnqueueOptions) -> EnqueuedJob:
-    """:func:`enqueue` with its options already built and checked: the inserted job, or the live
-    one holding ``options.unique_key``. For pgqueue's own callers (``pgqueue enqueue``):
-    :class:`~pgqueue._sql.options.EnqueueOptions` is not public API.
+    """:func:`enqueue` with its options already built and checked (a
+    :class:`pgqueue.EnqueueOptions`): the inserted job, or the live one holding
+    ``options.unique_key``. What ``pgqueue enqueue`` runs.
+
+    .. versionadded:: 0.1.0
     """
     return _drive(conn, _calls.enqueue_job(payload, options))
 
@@ -224,7 +212,7 @@ def claim(
     *,
     queue: str = DEFAULT_QUEUE,
     limit: int = 10,
-    lease: timedelta = DEFAULT_LEASE,
+    lease: timedelta | float = DEFAULT_LEASE,
     locked_by: str | None = None,
 ) -> list[ClaimedJob]:
     """Claim up to ``limit`` ready jobs of one queue with ``FOR UPDATE SKIP LOCKED`` (R6, R7).
@@ -243,19 +231,6 @@ def claim(
 def complete(conn: Executor, job_id: int, attempts: int) -> bool:
     """Mark a job ``done`` (R10). False when the job is no longer ours (R13): change nothing."""
     return _run(conn, _calls.complete(job_id, attempts))
-
-
-def complete_with_result(
-    conn: Executor,
-    job_id: int,
-    attempts: int,
-    result_json: str | None,
-    progress_json: str | None = None,
-) -> bool:
-    """:func:`complete` that also stores the job's result and last progress, JSON texts the
-    worker encoded and checked (``None``: no result; keep the stored progress). For the worker's
-    one-job writes (transaction mode, ``pgqueue.testing.drain``)."""
-    return _run(conn, _calls.complete_with_result(job_id, attempts, result_json, progress_json))
 
 
 def fetch_result(conn: Executor, job_id: int) -> JobResult | None:
@@ -282,7 +257,7 @@ def dependency_results(conn: Executor, job_id: int) -> dict[int, JobResult]:
 
 
 def extend_lease(
-    conn: Executor, job_id: int, attempts: int, lease: timedelta = DEFAULT_LEASE
+    conn: Executor, job_id: int, attempts: int, lease: timedelta | float = DEFAULT_LEASE
 ) -> bool:
     """Push a running job's lease to ``now() + lease`` (R14). False: the job is lost, stop work."""
     return _run(conn, _calls.extend_lease(job_id, attempts, lease))
@@ -295,8 +270,8 @@ def fail(
     error: str,
     *,
     retry: bool = True,
-    base: timedelta = DEFAULT_RETRY_BASE,
-    cap: timedelta = DEFAULT_RETRY_CAP,
+    base: timedelta | float = DEFAULT_RETRY_BASE,
+    cap: timedelta | float = DEFAULT_RETRY_CAP,
     traceback: str | None = None,
 ) -> FailResult | None:
     """Record a failed attempt (R11) and schedule the retry, or fail the job for good.
@@ -305,7 +280,7 @@ def fail(
     80 s, 160 s with the defaults. Once ``attempts >= max_attempts``, or with ``retry=False``
     (a non-retryable error), the job becomes ``failed``. ``error`` becomes ``last_error``; the
     same statement appends ``{"attempt", "at", "error", "traceback"}`` to the job's ``errors``
-    (the last :data:`~pgqueue.statements.MAX_ERRORS_KEPT` are kept). ``traceback``: text, kept
+    (the last :data:`~pgqueue._sql.statements.MAX_ERRORS_KEPT` are kept). ``traceback``: text, kept
     to its last :data:`~pgqueue.retry_policy.MAX_TRACEBACK_LENGTH` characters; default none.
     Returns ``None`` when the guard matched no row (the job is no longer ours).
     """
@@ -333,7 +308,7 @@ def reap_expired(conn: Executor) -> list[ReapedJob]:
 def purge_done(
     conn: Executor,
     *,
-    older_than: timedelta = DEFAULT_PURGE_AGE,
+    older_than: timedelta | float = DEFAULT_PURGE_AGE,
     batch_size: int = DEFAULT_PURGE_BATCH,
 ) -> int:
     """Delete at most one batch of ``done`` jobs created before ``now() - older_than`` (R20).
@@ -344,43 +319,11 @@ def purge_done(
     return _run(conn, _calls.purge_done(older_than, batch_size))
 
 
-def _run(conn: Executor, call: _calls.Call[T]) -> T:
-    if call.statement is None:
-        return call.finish(None)
-    if call.on_lock_refused is not None:
-        return _run_in_savepoint(conn, call, call.on_lock_refused)
-    with _calls.translated_errors():
-        result = conn.execute(call.statement, call.params)
-    return call.finish(result)
-
-
-def _run_in_savepoint(conn: Executor, call: _calls.Call[T], refused: Callable[[], T]) -> T:
-    """``call`` inside a savepoint; a row lock the database gave up on rolls back to it."""
-    try:
-        with conn.begin_nested():
-            return _run(conn, replace(call, on_lock_refused=None))
-    except DBAPIError as exc:
-        if not _calls.lock_refused(exc):
-            raise
-        return refused()
-
-
-def _drive(conn: Executor, plan: _calls.Plan[T]) -> T:
-    """Run a plan's statements in turn, sending each result back into it."""
-    call = next(plan)
-    while True:
-        result = _run(conn, call)
-        try:
-            call = plan.send(result)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-
-
 def purge(
     conn: Executor,
     *,
     status: JobStatus = JobStatus.DONE,
-    older_than: timedelta = DEFAULT_PURGE_AGE,
+    older_than: timedelta | float = DEFAULT_PURGE_AGE,
     batch_size: int = DEFAULT_PURGE_BATCH,
     queue: str | None = None,
 ) -> int:
@@ -499,88 +442,6 @@ def cancel_report(conn: Executor, job_ids: Iterable[int]) -> CancelReport:
     return _drive(conn, _calls.cancel(job_ids, channel_of(conn)))
 
 
-def set_local_lock_timeout(conn: Executor, milliseconds: int) -> None:
-    """``SET LOCAL lock_timeout`` for the rest of the caller's transaction (nothing outlives it)."""
-    _run(conn, _calls.set_local_lock_timeout(milliseconds))
-
-
-# -- batched lifecycle, for the worker: ``held`` is ``[(job_id, claimed_attempts), ...]`` -------
-
-
-def complete_many(
-    conn: Executor, held: Sequence[tuple[int, int]], *, lock_timeout_ms: int | None = None
-) -> set[int]:
-    """R10 for a batch: the ids that were still ours and are now ``done``.
-
-    ``lock_timeout_ms``: wait at most that long for a row lock (the statement sets it for its own
-    transaction: in autocommit, for itself alone). Default: the session's.
-    """
-    return _run(conn, _calls.complete_many(held, lock_timeout_ms))
-
-
-def complete_many_with_results(
-    conn: Executor,
-    completions: Sequence[_calls.BatchCompletion],
-    *,
-    lock_timeout_ms: int | None = None,
-) -> set[int]:
-    """:func:`complete_many` for ``(job_id, attempts, result_json, progress_json)``: each job's
-    result and last progress written by the same one statement (``lock_timeout_ms`` likewise)."""
-    return _run(conn, _calls.complete_many_with_results(completions, lock_timeout_ms))
-
-
-def fail_many(
-    conn: Executor,
-    failures: Sequence[_calls.BatchFailure],
-    *,
-    base: timedelta = DEFAULT_RETRY_BASE,
-    cap: timedelta = DEFAULT_RETRY_CAP,
-    lock_timeout_ms: int | None = None,
-) -> dict[int, FailResult]:
-    """R11 for a batch of ``(job_id, attempts, error, retry[, traceback])`` sharing one backoff,
-    by id, in one statement (``lock_timeout_ms`` as for :func:`complete_many`)."""
-    return _run(conn, _calls.fail_many(failures, base, cap, lock_timeout_ms))
-
-
-def snooze_many(
-    conn: Executor,
-    snoozes: Sequence[tuple[int, int, timedelta]],
-    *,
-    lock_timeout_ms: int | None = None,
-) -> set[int]:
-    """Snoozes for a batch of ``(job_id, attempts, delay)``: the ids that were still ours and are
-    queued again (``lock_timeout_ms`` as for :func:`complete_many`)."""
-    return _run(conn, _calls.snooze_many(snoozes, lock_timeout_ms))
-
-
-def extend_leases(
-    conn: Executor, held: Sequence[tuple[int, int]], lease: timedelta = DEFAULT_LEASE
-) -> set[int]:
-    """R14 for a batch: the ids whose lease now ends at ``now() + lease``; the rest are lost."""
-    return _run(conn, _calls.extend_leases(held, lease))
-
-
-def extend_leases_with_progress(
-    conn: Executor,
-    held: Sequence[tuple[int, int, str | None]],
-    lease: timedelta = DEFAULT_LEASE,
-) -> set[int]:
-    """:func:`extend_leases` for ``(job_id, attempts, progress_json)``: the heartbeat's one
-    statement also writes the progress each job set since the last beat (``None``: keep it)."""
-    return _run(conn, _calls.extend_leases_with_progress(held, lease))
-
-
-def release_many(conn: Executor, held: Sequence[tuple[int, int]]) -> set[int]:
-    """Give claimed jobs that never started back to ``queued`` without charging the attempt."""
-    return _run(conn, _calls.release_many(held))
-
-
-def settled_among(conn: Executor, held: Sequence[tuple[int, int]]) -> dict[int, Settled]:
-    """Of jobs no longer ``running`` under these attempts: which were completed by their
-    handler's own transaction and which were cancelled (the others are lost)."""
-    return _run(conn, _calls.settled_among(held))
-
-
 # -- periodic jobs (``jobs_periodic``) -----------------------------------------------------------
 
 
@@ -599,70 +460,6 @@ def remove_periodic(conn: Executor, name: str) -> bool:
     .. versionadded:: 0.1.0
     """
     return _run(conn, _periodic_calls.remove(name))
-
-
-def declare_periodic(
-    conn: Executor, definitions: Sequence[Periodic], now: datetime
-) -> list[PeriodicRow]:
-    """A worker's start: upsert its definitions; a changed schedule counts from ``now``."""
-    return _run(conn, _periodic_calls.declare(definitions, now))
-
-
-def refresh_periodic(conn: Executor, names: Sequence[str]) -> None:
-    """``declared_at = now()``: a running worker still declares these."""
-    _run(conn, _periodic_calls.refresh(names))
-
-
-def fire_periodic(
-    conn: Executor, definition: Periodic, prev: datetime | None, ticks: Sequence[datetime]
-) -> Fired:
-    """Enqueue ``ticks`` of ``definition`` in one statement if its ``last_tick`` is still ``prev``
-    (and its stored schedule is the definition's); otherwise insert nothing."""
-    return _run(conn, _periodic_calls.fire(definition, prev, ticks))
-
-
-class TaskProducer:
-    """How :class:`pgqueue.Task` writes its jobs: :func:`enqueue` and :func:`enqueue_many` with the
-    task's options (its name in ``jobs.task``), handed to :mod:`pgqueue.tasks` below.
-
-    The task module stands below the repository in the import graph (the worker imports it), so
-    the repository gives it this object instead of being imported by it.
-    """
-
-    #: The options a task may bind: the enqueue keywords, and the task's name.
-    _NAMES = frozenset(f.name for f in dataclasses.fields(EnqueueOptions) if f.init)
-
-    def options(self, settings: Mapping[str, Any]) -> EnqueueOptions:
-        unknown = sorted(set(settings) - self._NAMES)
-        if unknown:
-            raise InvalidArgumentError(
-                "options",
-                f"unknown enqueue option {unknown[0]!r}; the options are "
-                + ", ".join(sorted(self._NAMES - {"task"})),
-            )
-        return EnqueueOptions(**settings)
-
-    def enqueue(self, conn: Executor, options: object, payload: dict[str, Any]) -> int:
-        return _drive(conn, _calls.enqueue(payload, _task_options(options)))
-
-    def enqueue_many(
-        self, conn: Executor, options: object, payloads: Sequence[dict[str, Any]]
-    ) -> list[int]:
-        return _drive(conn, _calls.enqueue_many(payloads, _task_options(options)))
-
-    def dependency_results(self, source: Any, job_id: int) -> dict[int, JobResult]:
-        if isinstance(source, (Connection, Session)):
-            return dependency_results(source, job_id)
-        with source.connect() as conn:  # an Engine: a read in its own short transaction
-            return dependency_results(conn, job_id)
-
-
-def _task_options(options: object) -> EnqueueOptions:
-    assert isinstance(options, EnqueueOptions), options  # built by TaskProducer.options
-    return options
-
-
-_tasks.produce_with(TaskProducer())
 
 
 # -- flow control (``jobs_queues``, pgqueue_0012) -----------------------------------------------
@@ -811,26 +608,3 @@ def retention(conn: Executor) -> list[Retention]:
     .. versionadded:: 0.1.0
     """
     return _drive(conn, _retention_calls.retention())
-
-
-def ensure_retention_row(conn: Executor, queue: str) -> bool:
-    """The worker's: give ``queue`` a ``jobs_retention`` row to lock while pruning it; False
-    when it had one (then nothing is written, and nothing waits)."""
-    if _run(conn, _retention_calls.has_row(queue)):
-        return False
-    _run(conn, _retention_calls.ensure_row(queue))
-    return True
-
-
-def take_prune(
-    conn: Executor, queue: str, worker: str, interval: timedelta, *, continuing: bool
-) -> dict[str, timedelta | None] | None:
-    """The worker's: lock ``queue``'s row for this transaction's prune when it is due (or still
-    ``worker``'s with ``continuing``); its retention by kind, or ``None``: skip the queue."""
-    return _run(conn, _retention_calls.take(queue, worker, interval, continuing=continuing))
-
-
-def prune_finished(conn: Executor, queue: str, kind: str, kept: timedelta) -> int:
-    """The worker's: delete one batch (at most 1,000) of ``queue``'s jobs of ``kind`` finished
-    more than ``kept`` ago; how many were deleted."""
-    return _run(conn, _retention_calls.prune(queue, kind, kept))

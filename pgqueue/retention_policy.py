@@ -20,7 +20,7 @@ from datetime import timedelta
 from types import EllipsisType
 
 from pgqueue._base.durations import format_duration
-from pgqueue._base.validation import check_queue, check_seconds
+from pgqueue._base.validation import check_duration, check_queue
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.models import (
     DEFAULT_DONE_RETENTION,
@@ -124,12 +124,7 @@ def check_retention(
     for kind, value in (("done", done), ("failed", failed)):
         if value is Ellipsis:
             continue
-        kinds[kind] = None if value is None else _duration(kind, value)
+        kinds[kind] = None if value is None else check_duration(kind, value, allow_zero=False)
     if not kinds:
         raise InvalidArgumentError("done", "give done=, failed= or both (None keeps for ever)")
     return RetentionChange(row, kinds)
-
-
-def _duration(kind: str, value: object) -> timedelta:
-    seconds = check_seconds(kind, value)
-    return value if isinstance(value, timedelta) else timedelta(seconds=seconds)

@@ -23,7 +23,7 @@ MAX_ERROR_LENGTH = 2000
 __all__ = ["MAX_ERROR_LENGTH", "MAX_TRACEBACK_LENGTH", "RetryPolicy", "describe_error"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RetryPolicy:
     """The backoff of R11 and the exceptions that must not be retried.
 
@@ -33,28 +33,35 @@ class RetryPolicy:
     one of ``non_retryable`` (a bad payload will not get better by waiting).
 
     Attributes:
-        base: First unit of the backoff. Default 10 seconds (20 s after the first failure, then
-            40 s, 80 s, 160 s).
-        cap: Longest wait between two attempts. Default one hour.
+        base: First unit of the backoff, given as a ``timedelta`` or seconds (kept as a
+            ``timedelta``). Default 10 seconds (20 s after the first failure, then 40 s, 80 s,
+            160 s).
+        cap: Longest wait between two attempts (likewise). Default one hour.
         non_retryable: Exception types (and their subclasses) that fail the job at once.
             Default: none.
 
     .. versionadded:: 0.1.0
     """
 
-    base: timedelta = DEFAULT_RETRY_BASE
-    cap: timedelta = DEFAULT_RETRY_CAP
-    non_retryable: tuple[type[BaseException], ...] = ()
+    base: timedelta
+    cap: timedelta
+    non_retryable: tuple[type[BaseException], ...]
 
-    def __post_init__(self) -> None:
-        check_duration("base", self.base, allow_zero=True)
-        check_duration("cap", self.cap, allow_zero=True)
-        if not isinstance(self.non_retryable, tuple) or not all(
-            isinstance(t, type) and issubclass(t, BaseException) for t in self.non_retryable
+    def __init__(
+        self,
+        base: timedelta | float = DEFAULT_RETRY_BASE,
+        cap: timedelta | float = DEFAULT_RETRY_CAP,
+        non_retryable: tuple[type[BaseException], ...] = (),
+    ) -> None:
+        if not isinstance(non_retryable, tuple) or not all(
+            isinstance(t, type) and issubclass(t, BaseException) for t in non_retryable
         ):
             raise InvalidArgumentTypeError(
-                "non_retryable", "a tuple of exception types", self.non_retryable
+                "non_retryable", "a tuple of exception types", non_retryable
             )
+        object.__setattr__(self, "base", check_duration("base", base, allow_zero=True))
+        object.__setattr__(self, "cap", check_duration("cap", cap, allow_zero=True))
+        object.__setattr__(self, "non_retryable", non_retryable)
 
     def should_retry(self, exc: BaseException) -> bool:
         """False when ``exc`` is one of the non-retryable types."""

@@ -10,13 +10,11 @@ A task's call is stored as the job's payload, ``{"args": [...], "kwargs": {...}}
 (:func:`encode_call`); the worker reads it back with :func:`decode_call` and calls
 ``task.func(*args, **kwargs)``.
 
-This module stands low in the package: the worker imports it through :mod:`pgqueue.jobs`, and
-the longest import chain leaves no room below it for the repository (function-level imports count
-too). So a task does not import what writes its jobs: :mod:`pgqueue.repository` hands it its
-:class:`Producer` when it is imported (a callback instead of an import, as the completer's), and
-``import pgqueue`` (which any ``import pgqueue.<module>`` runs first) imports the repository
-before a task can be enqueued. The checks that need no database, the binding of a call to the
-signature and the payload's shape, happen here, before the producer runs any SQL.
+A task writes its jobs as every other door does: it holds its checked
+:class:`~pgqueue.EnqueueOptions` and runs the enqueue plans of :mod:`pgqueue._sql.calls` on the
+runners of :mod:`pgqueue._sql.runners` (the blocking one for :meth:`Task.enqueue`, the awaiting
+one, as :mod:`pgqueue.aio`'s, for :meth:`Task.aenqueue`). The checks that need no database, the
+binding of a call to the signature and the payload's shape, happen here, before any SQL.
 
 .. versionadded:: 0.1.0
 """
@@ -28,22 +26,18 @@ import functools
 import inspect
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Generic, Literal, ParamSpec, Protocol, TypedDict, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
-from pgqueue._base.validation import (
-    check_positive_int,
-    check_priority,
-    check_queue,
-    check_task_name,
-    encode_payload,
+from pgqueue._base.validation import check_task_name, encode_payload
+from pgqueue._sql import calls
+from pgqueue._sql.runners import adrive, drive
+from pgqueue.enqueue_options import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+    EnqueueOptions,
 )
-from pgqueue.errors import (
-    InvalidArgumentError,
-    InvalidArgumentTypeError,
-    InvalidPayloadError,
-    PgQueueError,
-)
+from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError, InvalidPayloadError
 from pgqueue.retry_policy import RetryPolicy
 
 if TYPE_CHECKING:
@@ -52,7 +46,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
     from typing_extensions import Unpack
 
-    from pgqueue.results import JobResult
+    from pgqueue.enqueue_options import EnqueueKeywords
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -114,101 +108,11 @@ def _describe(value: object) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-class EnqueueKeywords(TypedDict, total=False):
-    """The enqueue options :meth:`Task.options` binds: the keywords of :func:`pgqueue.enqueue`.
-
-    (Typing only: at run time every option of the enqueue functions flows through, those later
-    issues add too; a test keeps this list equal to theirs.)
-    """
-
-    queue: str
-    run_at: datetime | None
-    delay: timedelta | None
-    max_attempts: int
-    headers: Mapping[str, str] | None
-    priority: int
-    unique_key: str | None
-    concurrency_key: str | None
-    depends_on: Iterable[int] | None
-    on_dependency_failure: Literal["fail", "run"]
-
-
-class Producer(Protocol):
-    """What turns a task's calls into jobs: the repository's, given to :func:`produce_with`.
-
-    ``options`` are the checked enqueue options (the repository's own value, opaque here);
-    ``conn`` a ``Connection`` or a ``Session`` in the caller's transaction.
-    """
-
-    def options(self, settings: Mapping[str, Any]) -> object:
-        """The checked options of ``settings`` (enqueue keywords and ``task``).
-
-        Raises:
-            InvalidArgumentError: a bad or an unknown option.
-        """
-
-    def enqueue(self, conn: Any, options: object, payload: dict[str, Any]) -> int:
-        """Insert one job (or find the live holder of ``options``' unique key); its id."""
-
-    def enqueue_many(
-        self, conn: Any, options: object, payloads: Sequence[dict[str, Any]]
-    ) -> list[int]:
-        """Insert the jobs in one round trip; their ids in input order."""
-
-    def dependency_results(self, source: Any, job_id: int) -> dict[int, JobResult]:
-        """``{id: JobResult}`` of the jobs ``job_id`` depends on; ``source`` an ``Engine``, a
-        ``Connection`` or a ``Session`` (for :meth:`pgqueue.JobContext.dependency_results`)."""
-
-
-_producer: Producer | None = None
-
-
-def produce_with(producer: Producer) -> None:
-    """Give tasks what writes their jobs (:mod:`pgqueue.repository` calls it when imported)."""
-    global _producer
-    _producer = producer
-
-
-def _the_producer() -> Producer:
-    if _producer is None:  # only while pgqueue itself is half imported
-        raise PgQueueError("pgqueue.repository is not imported yet: import pgqueue first")
-    return _producer
-
-
-def the_producer() -> Producer:
-    """What writes tasks' jobs (for :mod:`pgqueue.workflows`, which enqueues signatures)."""
-    return _the_producer()
-
-
-@dataclass(frozen=True, eq=False)
-class TaskCall:
-    """One packed call of a task (:meth:`Task.args`), for :meth:`Task.enqueue_many`.
-
-    Attributes:
-        task: The task called.
-        args: The positional arguments.
-        kwargs: The keyword arguments.
-
-    .. versionadded:: 0.1.0
-    """
-
-    task: Task[..., Any]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-
-    @property
-    def payload(self) -> dict[str, Any]:
-        """The job's payload for this call (:func:`encode_call`)."""
-        return encode_call(self.args, self.kwargs)
-
-    def __repr__(self) -> str:
-        return f"TaskCall({self.task.name!r}, args={self.args!r}, kwargs={self.kwargs!r})"
-
-
 @dataclass(frozen=True, eq=False)
 class Signature:
-    """A task call not yet enqueued (:meth:`Task.s`): the task with its bound options, and the
-    checked arguments. :func:`pgqueue.chain` and :func:`pgqueue.group` enqueue signatures.
+    """A task call not yet enqueued (:meth:`Task.s`, :meth:`Task.args`): the task with its bound
+    options, and the checked arguments. :func:`pgqueue.chain` and :func:`pgqueue.group` enqueue
+    signatures; :meth:`Task.enqueue_many` takes a batch of them.
 
     Attributes:
         task: The task called, with the options bound when the signature was made (or by
@@ -242,8 +146,8 @@ class Signature:
 
     @property
     def settings(self) -> Mapping[str, Any]:
-        """The enqueue options bound to the task (and its name), as given."""
-        return self.task._settings
+        """The enqueue options bound to the task (and its name), as checked."""
+        return {**self.task.bound_options.keywords(), "task": self.task.name}
 
     def __repr__(self) -> str:
         return f"Signature({self.task.name!r}, args={self.args!r}, kwargs={self.kwargs!r})"
@@ -304,9 +208,9 @@ class Task(Generic[P, R]):
         func: Callable[P, R],
         *,
         name: str | None = None,
-        queue: str = "default",
-        priority: int = 0,
-        max_attempts: int = 5,
+        queue: str = DEFAULT_QUEUE,
+        priority: int = DEFAULT_PRIORITY,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
         retry: RetryPolicy | None = None,
     ) -> None:
         if not callable(func):
@@ -315,22 +219,18 @@ class Task(Generic[P, R]):
             raise InvalidArgumentTypeError("retry", "a pgqueue.RetryPolicy or None", retry)
         self.func = func
         self.name = check_task_name(default_name(func) if name is None else name, name="name")
-        self.queue = check_queue(queue)
-        self.priority = check_priority(priority)
-        self.max_attempts = check_positive_int("max_attempts", max_attempts)
+        self._options = EnqueueOptions(
+            queue=queue, priority=priority, max_attempts=max_attempts, task=self.name
+        )
+        self.queue = self._options.queue
+        self.priority = self._options.priority
+        self.max_attempts = self._options.max_attempts
         self.retry = retry
         self.is_async = is_async_callable(func)
         try:
             self._signature: inspect.Signature | None = inspect.signature(func)
         except (TypeError, ValueError):  # a builtin without one: calls are not checked
             self._signature = None
-        self._settings: dict[str, Any] = {
-            "queue": self.queue,
-            "priority": self.priority,
-            "max_attempts": self.max_attempts,
-            "task": self.name,
-        }
-        self._options = _the_producer().options(self._settings)
         functools.update_wrapper(self, func, updated=())
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -354,34 +254,28 @@ class Task(Generic[P, R]):
         """
         if "task" in options:
             raise InvalidArgumentError("task", "a task's name is not an enqueue option")
-        settings: dict[str, Any] = {**self._settings, **options}
-        given = settings.get("depends_on")
-        if isinstance(given, Iterable) and not isinstance(given, (str, bytes, Mapping)):
-            # Kept as a list: a generator would be spent by this check, and the ids lost to a
-            # further ``options`` (or a chain that adds its own).
-            settings["depends_on"] = list(given)
-        checked = _the_producer().options(settings)
+        checked = EnqueueOptions.of({**self._options.keywords(), **options}, task=self.name)
         bound = copy.copy(self)
-        bound._settings = settings
         bound._options = checked
-        bound.queue = settings["queue"]
-        bound.priority = settings["priority"]
-        bound.max_attempts = settings["max_attempts"]
+        bound.queue = checked.queue
+        bound.priority = checked.priority
+        bound.max_attempts = checked.max_attempts
         return bound
 
     @property
-    def bound_options(self) -> object:
-        """The checked enqueue options of this task (the producer's value, opaque here)."""
+    def bound_options(self) -> EnqueueOptions:
+        """The checked enqueue options of this task's jobs (its name in ``task``)."""
         return self._options
 
-    def args(self, *args: P.args, **kwargs: P.kwargs) -> TaskCall:
-        """Pack one call for :meth:`enqueue_many`; a call that does not bind is refused here.
+    def args(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
+        """Pack one call for :meth:`enqueue_many`; a call that does not bind is refused here
+        (its JSON is checked by the batch, which names the call's index).
 
         Raises:
             InvalidArgumentError: the arguments do not bind to the function's signature.
         """
         self.check_call(args, kwargs)
-        return TaskCall(self, args, kwargs)
+        return Signature(self, args, kwargs)
 
     def s(self, *args: P.args, **kwargs: P.kwargs) -> Signature:
         """A signature: this call of the task with its bound options, not yet enqueued, for
@@ -416,22 +310,18 @@ class Task(Generic[P, R]):
         """
         payload = self.payload_of(args, kwargs)
         with self._named_payload_errors():
-            return _the_producer().enqueue(conn, self._options, payload)
+            return drive(conn, calls.enqueue(payload, self._options))
 
     async def aenqueue(
         self, conn: AsyncConnection | AsyncSession, /, *args: P.args, **kwargs: P.kwargs
     ) -> int:
-        """:meth:`enqueue` on an ``AsyncConnection`` or ``AsyncSession`` (its transaction).
-
-        The same statement, run by SQLAlchemy's ``run_sync`` on the connection the async one
-        wraps (greenlet, from the ``pgqueue-sa[asyncio]`` extra).
-        """
+        """:meth:`enqueue` on an ``AsyncConnection`` or ``AsyncSession`` (its transaction): the
+        same plan, on the runner of :mod:`pgqueue.aio`."""
         payload = self.payload_of(args, kwargs)
         with self._named_payload_errors():
-            found: int = await conn.run_sync(_the_producer().enqueue, self._options, payload)
-        return found
+            return await adrive(conn, calls.enqueue(payload, self._options))
 
-    def enqueue_many(self, conn: Connection | Session, calls: Iterable[TaskCall], /) -> list[int]:
+    def enqueue_many(self, conn: Connection | Session, batch: Iterable[Signature], /) -> list[int]:
         """Enqueue a batch of calls (:meth:`args`) in one round trip; their ids in input order.
 
         Every call is checked first: one that does not bind, is not JSON or is another task's
@@ -441,20 +331,17 @@ class Task(Generic[P, R]):
             InvalidArgumentError: a bad call (its index says which), or a bound ``unique_key``.
             InvalidPayloadError: a call's arguments are not JSON.
         """
-        payloads = self._batch(calls)
+        payloads = self._batch(batch)
         with self._named_payload_errors():
-            return _the_producer().enqueue_many(conn, self._options, payloads)
+            return drive(conn, calls.enqueue_many(payloads, self._options))
 
     async def aenqueue_many(
-        self, conn: AsyncConnection | AsyncSession, calls: Iterable[TaskCall], /
+        self, conn: AsyncConnection | AsyncSession, batch: Iterable[Signature], /
     ) -> list[int]:
         """:meth:`enqueue_many` on an ``AsyncConnection`` or ``AsyncSession``."""
-        payloads = self._batch(calls)
+        payloads = self._batch(batch)
         with self._named_payload_errors():
-            found: list[int] = await conn.run_sync(
-                _the_producer().enqueue_many, self._options, payloads
-            )
-        return found
+            return await adrive(conn, calls.enqueue_many(payloads, self._options))
 
     def check_call(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> None:
         """Refuse a call that does not bind to the function's signature, before any SQL.
@@ -481,16 +368,16 @@ class Task(Generic[P, R]):
         self.check_call(args, kwargs)
         return encode_call(args, kwargs)
 
-    def _batch(self, calls: Iterable[TaskCall]) -> list[dict[str, Any]]:
-        if self._settings.get("unique_key") is not None:
+    def _batch(self, batch: Iterable[Signature]) -> list[dict[str, Any]]:
+        if self._options.unique_key is not None:
             raise InvalidArgumentError(
                 "unique_key", "a batch takes no unique_key: enqueue keyed calls one by one"
             )
-        if isinstance(calls, (str, bytes, Mapping, TaskCall)):
-            raise InvalidArgumentTypeError("calls", "an iterable of task.args(...)", calls)
+        if isinstance(batch, (str, bytes, Mapping, Signature)):
+            raise InvalidArgumentTypeError("calls", "an iterable of task.args(...)", batch)
         payloads = []
-        for index, call in enumerate(calls):
-            if not isinstance(call, TaskCall):
+        for index, call in enumerate(batch):
+            if not isinstance(call, Signature):
                 raise InvalidArgumentTypeError(f"calls[{index}]", "task.args(...)", call)
             if call.task.name != self.name:
                 raise InvalidArgumentError(
@@ -524,15 +411,10 @@ class _NamedPayloadErrors:
 
 
 __all__ = [
-    "EnqueueKeywords",
-    "Producer",
     "Signature",
     "Task",
-    "TaskCall",
     "decode_call",
     "default_name",
     "encode_call",
     "is_async_callable",
-    "produce_with",
-    "the_producer",
 ]

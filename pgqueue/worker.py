@@ -1,9 +1,18 @@
 """The worker: a facade over the components that claim, run, heartbeat, reap and complete jobs.
 
 Options and wiring live here; each concern is a private module of its own in
-:mod:`pgqueue._worker`: the claim window (``window``), the claiming loop (``claimer``), the handler
-lanes (``threads``, ``event_loop``), the completer (``completer``), the heartbeat (``heartbeat``),
-the reaper (``reaper``) and the outcome table (``outcomes``), meeting in ``runtime``.
+:mod:`pgqueue._worker`: the claim window (``window``), the claiming loop (``claimer``, with its
+claim replayed on the driver by ``replay`` and its queues' pauses and limits followed by
+``flow``), the handler lanes (``threads``, ``event_loop``) running handlers through
+``executors`` (which code runs a job: ``dispatch``), the completer (``completer``, which
+``culprits`` helps when one row breaks a batch), the heartbeat (``heartbeat``), the reaper
+(``reaper``), the periodic scheduler (``scheduler``), the pruner of finished jobs past their
+retention (``pruner``), the retried short transaction
+(``transient``), what a loop does with an unexpected error (``faults``), the liveness pulses
+(``pulse``), the stop signals (``signals``), the worker's row (``registration``) and the outcome
+table (``outcomes``), meeting in ``runtime``. Every statement the components send goes through
+the worker's door, ``store``, or the users' functions it shares with them (claim, complete,
+fail, snooze, reap).
 
 .. versionadded:: 0.1.0
 """
@@ -22,7 +31,7 @@ from typing import Literal
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
-from pgqueue import pooler, repository
+from pgqueue import pooler
 from pgqueue._base.connections import worker_name
 from pgqueue._base.urls import mask_url
 from pgqueue._base.validation import (
@@ -35,6 +44,7 @@ from pgqueue._base.validation import (
     check_seconds,
     check_threads,
 )
+from pgqueue._worker import store
 from pgqueue._worker.claimer import Claimer, ClaimerOptions, Intake
 from pgqueue._worker.completer import FLUSH_SIZE, Completer
 from pgqueue._worker.dispatch import Dispatch, registry_tasks
@@ -622,7 +632,6 @@ class Worker:
             idle_after=self.idle_after,
             lock_timeout_ms=int(self.lock_timeout * 1000),
             worker_name=name,
-            enforces_limits=self.mode == "lease",
         )
 
     # -- signals ----------------------------------------------------------------------------------
@@ -688,7 +697,7 @@ class Worker:
     def _release(self, runtime: Runtime, held: list[Held], deadline: float) -> None:
         released = short_transaction(
             self.engine,
-            lambda conn: repository.release_many(conn, keys(held)),
+            lambda conn: store.release_many(conn, keys(held)),
             what="release",
             keep_trying=lambda: time.monotonic() < deadline,
             lock_timeout_ms=int(self.lock_timeout * 1000),

@@ -11,8 +11,9 @@ A later job reads what the earlier ones returned with
 results are never passed as arguments (a signature's arguments are fixed, and checked, when it is
 made).
 
-This module imports only :mod:`pgqueue.tasks` (which writes through the repository's producer),
-so it adds one module to no import chain but its own.
+Each is a plan of :mod:`pgqueue._sql.calls` (:func:`chain_plan`, :func:`group_plan`) that the
+blocking runner drives here and the awaiting one in :func:`pgqueue.aio.chain` and
+:func:`pgqueue.aio.group`: the logic exists once, and the async twins need no greenlet.
 
 .. versionadded:: 0.1.0
 """
@@ -21,10 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from pgqueue._sql import calls
+from pgqueue._sql.runners import drive
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
-from pgqueue.tasks import Signature, Task, the_producer
+from pgqueue.tasks import Signature, Task
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+    from sqlalchemy.orm import Session
 
 #: A stand-in dependency for checking, before any SQL, that a signature's options accept one.
 _PROBE = 1
@@ -52,8 +59,7 @@ def _check_signature(value: object, name: str) -> Signature:
 
 
 def _own_dependencies(sig: Signature) -> list[int]:
-    given = sig.settings.get("depends_on")
-    return [] if given is None else list(given)
+    return list(sig.task.bound_options.depends_on or ())
 
 
 def _with_dependencies(sig: Signature, ids: Sequence[int], name: str) -> Task[..., Any]:
@@ -64,7 +70,7 @@ def _with_dependencies(sig: Signature, ids: Sequence[int], name: str) -> Task[..
         raise InvalidArgumentError(name, str(exc)) from None
 
 
-def chain(conn: Any, /, *signatures: Signature) -> list[int]:
+def chain(conn: Connection | Session, /, *signatures: Signature) -> list[int]:
     """Enqueue task calls that run one after another: each job depends on the previous one.
 
     The first job is ready at once (or waits for its own ``depends_on``); each later one waits
@@ -89,20 +95,28 @@ def chain(conn: Any, /, *signatures: Signature) -> list[int]:
 
     .. versionadded:: 0.1.0
     """
+    return drive(conn, chain_plan(signatures))
+
+
+def chain_plan(signatures: Sequence[Signature]) -> calls.Plan[list[int]]:
+    """The statements of :func:`chain`, for either runner; everything is checked before the
+    first one."""
     if not signatures:
         raise InvalidArgumentError("signatures", "a chain needs at least one task.s(...)")
     checked = [_check_signature(s, f"signatures[{i}]") for i, s in enumerate(signatures)]
     for index, sig in enumerate(checked[1:], start=1):
         _with_dependencies(sig, [_PROBE], f"signatures[{index}]")
-    producer = the_producer()
     ids: list[int] = []
     for index, sig in enumerate(checked):
         task = _with_dependencies(sig, ids[-1:], f"signatures[{index}]") if ids else sig.task
-        ids.append(producer.enqueue(conn, task.bound_options, sig.payload))
+        new_id = yield from calls.enqueue(sig.payload, task.bound_options)
+        ids.append(new_id)
     return ids
 
 
-def group(conn: Any, members: Iterable[Signature], /, *, then: Signature | None = None) -> GroupIds:
+def group(
+    conn: Connection | Session, members: Iterable[Signature], /, *, then: Signature | None = None
+) -> GroupIds:
     """Enqueue task calls that run in parallel, and optionally one that runs after all of them.
 
     The members go through the bulk path: one batch (one round trip) for the members of each
@@ -128,39 +142,44 @@ def group(conn: Any, members: Iterable[Signature], /, *, then: Signature | None 
 
     .. versionadded:: 0.1.0
     """
+    return drive(conn, group_plan(members, then))
+
+
+def group_plan(members: Iterable[Signature], then: Signature | None) -> calls.Plan[GroupIds]:
+    """The statements of :func:`group`, for either runner; everything is checked before the
+    first one."""
     if isinstance(members, (str, bytes, Signature)) or not isinstance(members, Iterable):
         raise InvalidArgumentTypeError("members", "an iterable of task.s(...)", members)
     checked = [_check_signature(s, f"members[{i}]") for i, s in enumerate(members)]
     if not checked:
         raise InvalidArgumentError("members", "a group needs at least one task.s(...)")
     for index, sig in enumerate(checked):
-        if sig.settings.get("unique_key") is not None:
+        if sig.task.bound_options.unique_key is not None:
             raise InvalidArgumentError(
                 f"members[{index}]", "a group's members are enqueued in batches: no unique_key"
             )
     if then is not None:
         _with_dependencies(_check_signature(then, "then"), [_PROBE], "then")
-    # Members of one task with equal options share a batch (settings may hold unhashable values,
+    # Members of one task with equal options share a batch (options may hold unhashable values,
     # so batches are found by equality).
     batches: list[tuple[Signature, list[int]]] = []
     for index, sig in enumerate(checked):
         for first, positions in batches:
-            if first.task.name == sig.task.name and first.settings == sig.settings:
+            if first.task.bound_options == sig.task.bound_options:
                 positions.append(index)
                 break
         else:
             batches.append((sig, [index]))
-    producer = the_producer()
     ids = [0] * len(checked)
     for first, positions in batches:
         payloads = [checked[i].payload for i in positions]
-        found = producer.enqueue_many(conn, first.task.bound_options, payloads)
+        found = yield from calls.enqueue_many(payloads, first.task.bound_options)
         for position, job_id in zip(positions, found, strict=True):
             ids[position] = job_id
     then_id = None
     if then is not None:
         task = _with_dependencies(then, ids, "then")
-        then_id = producer.enqueue(conn, task.bound_options, then.payload)
+        then_id = yield from calls.enqueue(then.payload, task.bound_options)
     return GroupIds(ids, then_id)
 
 

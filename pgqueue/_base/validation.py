@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime, timedelta, timezone
 from itertools import accumulate, chain, compress
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError
@@ -330,32 +330,36 @@ def check_dependency_failure(value: object) -> bool:
     return value == "run"
 
 
-def check_seconds(
-    name: str, value: object, *, allow_zero: bool = False, numbers: bool = True
-) -> float:
-    """A duration in seconds, given as a ``timedelta`` or (``numbers``) a number of seconds: never
-    negative, and zero only with ``allow_zero``. Every duration pgqueue takes is checked here."""
+def check_duration(
+    name: str, value: object, *, allow_zero: bool, most: timedelta = MAX_DURATION
+) -> timedelta:
+    """The one rule of every duration pgqueue takes: a ``timedelta`` or a number of seconds
+    (``int`` or ``float``, never a ``bool``), finite, never negative, zero only with
+    ``allow_zero``, at most ``most`` (default :data:`MAX_DURATION`). Returned as a ``timedelta``.
+
+    Raises:
+        InvalidArgumentTypeError: neither a ``timedelta`` nor a number.
+        InvalidArgumentError: NaN or infinite, negative (or zero), or longer than ``most``.
+    """
     if isinstance(value, timedelta):
         seconds = value.total_seconds()
-    elif numbers and isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise InvalidArgumentError(name, f"must be a finite number of seconds, got {value}")
         seconds = float(value)
     else:
-        expected = "datetime.timedelta or seconds" if numbers else "datetime.timedelta"
-        raise InvalidArgumentTypeError(name, expected, value)
-    if math.isnan(seconds):
-        raise InvalidArgumentError(name, f"must be a number of seconds, got {value}")
+        raise InvalidArgumentTypeError(name, "datetime.timedelta or seconds", value)
     if seconds < 0 or (seconds == 0 and not allow_zero):
         bound = "negative" if allow_zero else "zero or negative"
-        raise InvalidArgumentError(name, f"must not be {bound}, got {value}")
-    if seconds > MAX_DURATION.total_seconds():
-        raise InvalidArgumentError(name, _too_long(value))
-    return seconds
+        raise InvalidArgumentError(name, f"must not be {bound}, got {value!r}")
+    if seconds > most.total_seconds():
+        raise InvalidArgumentError(name, _too_long(value, most))
+    return value if isinstance(value, timedelta) else timedelta(seconds=seconds)
 
 
-def check_duration(name: str, value: object, *, allow_zero: bool) -> timedelta:
-    """:func:`check_seconds` for the SQL functions' durations, which are ``timedelta`` only."""
-    check_seconds(name, value, allow_zero=allow_zero, numbers=False)
-    return cast(timedelta, value)
+def check_seconds(name: str, value: object, *, allow_zero: bool = False) -> float:
+    """:func:`check_duration` in seconds, for the durations that are waited on in Python."""
+    return check_duration(name, value, allow_zero=allow_zero).total_seconds()
 
 
 #: The highest TCP port.
@@ -376,24 +380,14 @@ MAX_SNOOZE = timedelta(days=365)
 
 
 def check_snooze_delay(delay: object) -> timedelta:
-    """A snooze's delay: a ``timedelta`` or seconds (int or float), from 0 to a year."""
-    if isinstance(delay, timedelta):
-        seconds = delay.total_seconds()
-    elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
-        if not math.isfinite(delay):
-            raise InvalidArgumentError("delay", f"must be a finite number of seconds, got {delay}")
-        seconds = float(delay)
-    else:
-        raise InvalidArgumentTypeError("delay", "datetime.timedelta or seconds", delay)
-    if seconds < 0:
-        raise InvalidArgumentError("delay", f"must not be negative, got {delay!r}")
-    if seconds > MAX_SNOOZE.total_seconds():
-        raise InvalidArgumentError("delay", f"must be at most {MAX_SNOOZE}, got {delay!r}")
-    return delay if isinstance(delay, timedelta) else timedelta(seconds=seconds)
+    """A snooze's delay (:func:`check_duration`), from 0 to :data:`MAX_SNOOZE`."""
+    return check_duration("delay", delay, allow_zero=True, most=MAX_SNOOZE)
 
 
-def _too_long(value: object) -> str:
-    return f"must be at most {MAX_DURATION.days} days (100 years, MAX_DURATION), got {value}"
+def _too_long(value: object, most: timedelta) -> str:
+    if most == MAX_DURATION:
+        return f"must be at most {MAX_DURATION.days} days (100 years, MAX_DURATION), got {value}"
+    return f"must be at most {most}, got {value!r}"
 
 
 def check_run_at(run_at: object) -> datetime:
@@ -417,9 +411,7 @@ def check_run_at(run_at: object) -> datetime:
     return run_at
 
 
-def check_schedule(
-    run_at: datetime | None, delay: timedelta | None
-) -> tuple[datetime | None, timedelta]:
+def check_schedule(run_at: object, delay: object) -> tuple[datetime | None, timedelta]:
     """Return ``(run_at, delay)`` for ``coalesce(:run_at, now() + :delay)``."""
     if run_at is not None and delay is not None:
         raise InvalidArgumentError("run_at", "give run_at or delay, not both")

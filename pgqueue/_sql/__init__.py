@@ -1,17 +1,29 @@
 """Each database operation written once, as data: its validated parameters, statement and rows.
 
-``calls`` builds a :class:`~pgqueue._sql.calls.Call` for every operation on ``jobs``,
-``periodic_calls`` for ``jobs_periodic`` (whose statements live in ``periodic_statements``; those
-of ``jobs`` in :mod:`pgqueue.statements`). The thin runners execute them: :mod:`pgqueue.repository`
-(sync), :mod:`pgqueue.aio` (``await``) and the worker's claim replay. No I/O here.
-``options`` holds an enqueue's options as one checked value
-(:class:`~pgqueue._sql.options.EnqueueOptions`), which the enqueue calls take whole;
-``driver_errors`` says what a driver's exception means (retry it, a unique key's conflict, a
-missing schema ...), once for the worker, the repository and the command line. ``reads`` holds
-the read queries of the operator side (admin, doctor, testing, hence the dashboard), executed
-where they are used.
+One shape for every table: ``<table>_statements`` holds the pure Core builders of the table, and
+``<table>_calls`` turns them into :class:`~pgqueue._sql.calls.Call` values (parameters checked,
+statement, row mapping) that a runner executes. ``jobs``: ``statements`` and ``calls`` (the
+names without a prefix, the queue's own table), with ``workflow_statements`` for the
+dependencies of ``jobs_dependencies`` and ``limited_claim`` for the claim of a queue with limits;
+``jobs_periodic``: ``periodic_statements`` and ``periodic_calls``; ``jobs_queues``:
+``flow_statements`` and ``flow_calls``; ``jobs_workers`` (a worker's row):
+``worker_statements`` and ``worker_calls``; ``jobs_retention`` (how long finished jobs are kept,
+and the prune that deletes them): ``retention_statements`` and ``retention_calls``. The enqueue
+calls take the options whole, as one checked :class:`pgqueue.EnqueueOptions`.
 
-May import: :mod:`pgqueue.statements`, :mod:`pgqueue.models`, :mod:`pgqueue.schema`,
-:mod:`pgqueue.results`, :mod:`pgqueue.periodic` (the definition), :mod:`pgqueue.errors` and
-:mod:`pgqueue._base`. Never the runners, the worker, the CLI or the dashboard.
+``runners`` executes them, the only I/O here: ``run`` and ``drive`` on a connection or session,
+``arun`` and ``adrive`` awaited, for every door: :mod:`pgqueue.repository` and
+:mod:`pgqueue.aio` (the users'), tasks, chains and groups, and :mod:`pgqueue._worker.store` (the
+worker's); the worker's claim replay runs the same calls on the driver. ``driver_errors`` says
+what a driver's exception means (retry it, a unique key's conflict, a missing schema ...), once
+for the worker, the repository and the command line. ``reads`` holds the read queries of the
+operator side (admin, doctor, testing, hence the dashboard), executed where they are used. Rules
+the database enforces are written once: what "live" means is
+:data:`pgqueue.models.LIVE_STATUSES`; the text a failed dependency leaves its dependents is the
+SQL function ``jobs_dependency_error`` (pgqueue_0014).
+
+May import: :mod:`pgqueue.models`, :mod:`pgqueue.schema`, :mod:`pgqueue.results`,
+:mod:`pgqueue.flow` and :mod:`pgqueue.periodic` (the definitions),
+:mod:`pgqueue.enqueue_options`, :mod:`pgqueue.errors` and :mod:`pgqueue._base`; no I/O except
+in ``runners``. Never the repository, the worker, the CLI or the dashboard.
 """

@@ -17,7 +17,6 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import Executable, Result
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from pgqueue import statements
 from pgqueue._base.storable import storable
 from pgqueue._base.tracebacks import check_traceback, trim_traceback
 from pgqueue._base.validation import (
@@ -34,9 +33,9 @@ from pgqueue._base.validation import (
     encode_payload,
     encode_payloads,
 )
-from pgqueue._sql import workflow_statements
+from pgqueue._sql import statements, workflow_statements
 from pgqueue._sql.driver_errors import DriverError, classify, unique_key_error
-from pgqueue._sql.options import EnqueueOptions
+from pgqueue.enqueue_options import EnqueueOptions
 from pgqueue.errors import (
     InvalidArgumentError,
     InvalidArgumentTypeError,
@@ -272,7 +271,7 @@ def _concurrency_keys(
         )
     if isinstance(keys, str):
         return [check_unique_key(keys, name="concurrency_key")] * count
-    checked = check_unique_keys(keys, count, name="concurrency_key")
+    checked = check_unique_keys(keys, count, name="concurrency_keys")
     return checked if any(k is not None for k in checked) else None
 
 
@@ -322,7 +321,7 @@ def _holders_call(queue: str, keys: list[str]) -> Call[dict[str, int]]:
 
 
 def claim(
-    queue: str, limit: int, lease: timedelta, locked_by: str | None = None
+    queue: str, limit: int, lease: timedelta | float, locked_by: str | None = None
 ) -> Call[list[ClaimedJob]]:
     stmt = statements.claim_statement(check_positive_int("limit", limit))
     params = {
@@ -357,7 +356,7 @@ def dependency_results(job_id: int) -> Call[dict[int, JobResult]]:
     )
 
 
-def extend_lease(job_id: int, attempts: int, lease: timedelta) -> Call[bool]:
+def extend_lease(job_id: int, attempts: int, lease: timedelta | float) -> Call[bool]:
     lease = check_duration("lease", lease, allow_zero=False)
     return Call(
         statements.EXTEND_LEASE, {**_guard_params(job_id, attempts), "lease": lease}, _matched
@@ -369,8 +368,8 @@ def fail(
     attempts: int,
     error: str,
     retry: bool,
-    base: timedelta,
-    cap: timedelta,
+    base: timedelta | float,
+    cap: timedelta | float,
     traceback: str | None = None,
 ) -> Call[FailResult | None]:
     params = {
@@ -393,7 +392,7 @@ def reap_expired() -> Call[list[ReapedJob]]:
 
 
 def purge_done(
-    older_than: timedelta,
+    older_than: timedelta | float,
     batch_size: int,
     status: JobStatus = JobStatus.DONE,
     queue: str | None = None,

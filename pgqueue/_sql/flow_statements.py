@@ -29,11 +29,13 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.dml import ReturningDelete
 
-from pgqueue.models import JobStatus, jobs_table, queues_table, status_literal
+from pgqueue.models import LIVE_STATUSES, JobStatus, jobs_table, queues_table, status_literal
 
 queues = queues_table
 
-_SETTINGS_COLUMNS = (
+#: A ``jobs_queues`` row as every reader takes it, the worker's and the users'
+#: (:func:`pgqueue._sql.flow_calls.settings_row` reads it into :class:`pgqueue.QueueSettings`).
+SETTINGS_COLUMNS = (
     queues.c.queue,
     queues.c.paused,
     queues.c.concurrency,
@@ -87,14 +89,14 @@ SET_LIMITS: Insert = (
     .on_conflict_do_update(
         index_elements=[queues.c.queue], set_={**_LIMITS, "updated_at": func.now()}
     )
-    .returning(*_SETTINGS_COLUMNS, _notify())
+    .returning(*SETTINGS_COLUMNS, _notify())
 )
 
 #: Every queue's settings row, by name.
-ALL_SETTINGS: Select[Any] = select(*_SETTINGS_COLUMNS).order_by(queues.c.queue)
+ALL_SETTINGS: Select[Any] = select(*SETTINGS_COLUMNS).order_by(queues.c.queue)
 
 #: One queue's settings row (none when it was never paused or limited).
-SETTINGS: Select[Any] = select(*_SETTINGS_COLUMNS).where(
+SETTINGS: Select[Any] = select(*SETTINGS_COLUMNS).where(
     queues.c.queue == bindparam("queue_name", type_=Text)
 )
 
@@ -105,7 +107,7 @@ LOCK_SETTINGS: Insert = (
     pg_insert(queues)
     .values(queue=bindparam("queue_name", type_=Text))
     .on_conflict_do_update(index_elements=[queues.c.queue], set_={"queue": queues.c.queue})
-    .returning(*_SETTINGS_COLUMNS)
+    .returning(*SETTINGS_COLUMNS)
 )
 
 #: The queue's row is deleted: unpaused and unlimited, its rate window forgotten (``pgqueue limit
@@ -132,7 +134,6 @@ def _live_job(status: JobStatus) -> Any:
 QUEUE_KNOWN: Select[Any] = select(
     or_(
         exists().where(queues.c.queue == bindparam("queue_name", type_=Text)),
-        _live_job(JobStatus.QUEUED),
-        _live_job(JobStatus.RUNNING),
+        *(_live_job(status) for status in LIVE_STATUSES),
     ).label("known")
 )

@@ -1,9 +1,9 @@
 """The worker's side of flow control (#23): its queues' settings, and the claim of a limited queue.
 
-A queue without limits keeps :func:`pgqueue.statements.claim_statement` untouched (one statement,
-no join, no lock of ``jobs_queues``). A queue with a ``concurrency``, ``per_key`` or ``rate``
-limit is claimed in one short transaction of three statements, sent in one round trip (a psycopg
-pipeline, :meth:`pgqueue._worker.replay.Replay.run_locked`):
+A queue without limits keeps :func:`pgqueue._sql.statements.claim_statement` untouched (one
+statement, no join, no lock of ``jobs_queues``). A queue with a ``concurrency``, ``per_key`` or
+``rate`` limit is claimed in one short transaction of three statements, sent in one round trip
+(a psycopg pipeline, :meth:`pgqueue._worker.replay.Replay.run_locked`):
 
 1. :data:`LOCK_QUEUE` locks the queue's ``jobs_queues`` row (``FOR UPDATE``): every limited claim
    of the queue, on any worker, waits here for the one before it to commit.
@@ -48,15 +48,18 @@ from sqlalchemy import (
 )
 
 from pgqueue._sql.calls import Call, claim
-from pgqueue.models import JobStatus, jobs_table, queues_table
-from pgqueue.results import ClaimedJob
-from pgqueue.statements import (
-    _ready_ids,
-    _statement_lock_timeout,
+from pgqueue._sql.flow_calls import settings_row
+from pgqueue._sql.flow_statements import SETTINGS_COLUMNS
+from pgqueue._sql.statements import (
     claim_statement,
     claim_values,
+    ready_ids,
+    statement_lock_timeout,
     status_literal,
 )
+from pgqueue.flow import QueueSettings
+from pgqueue.models import JobStatus, jobs_table, queues_table
+from pgqueue.results import ClaimedJob
 
 jobs = jobs_table
 
@@ -89,32 +92,25 @@ def _window_open() -> Any:
 
 
 #: The flow settings of the worker's queues (``queue_names``): read at start and about every
-#: second after. A queue without a row has no settings. Returns ``queue, paused, concurrency,
-#: per_key, rate_limit``.
-QUEUE_SETTINGS: Select[Any] = select(
-    queues.c.queue,
-    queues.c.paused,
-    queues.c.concurrency,
-    queues.c.per_key,
-    queues.c.rate_limit,
-).where(queues.c.queue == func.any(bindparam("queue_names", type_=ARRAY(Text))))
+#: second after. A queue without a row has no settings. Returns the settings columns
+#: (:data:`pgqueue._sql.flow_statements.SETTINGS_COLUMNS`), read into the users' type.
+QUEUE_SETTINGS: Select[Any] = select(*SETTINGS_COLUMNS).where(
+    queues.c.queue == func.any(bindparam("queue_names", type_=ARRAY(Text)))
+)
 
 #: Step 1: the queue's row, locked until the claim's transaction ends. ``lock_timeout``
 #: (milliseconds as text) bounds the wait, set before the lock is taken (a one-time filter).
 LOCK_QUEUE: Select[Any] = (
     select(queues.c.queue)
-    .where(queues.c.queue == _queue(), _statement_lock_timeout())
+    .where(queues.c.queue == _queue(), statement_lock_timeout())
     .with_for_update()
 )
 
-#: Step 3: what the claim left. Returns ``paused, concurrency, per_key, rate_limit, running,
-#: window_count`` (of the window still open, else 0), ``window_left`` (its seconds to go, NULL
-#: when none is open) and ``ready`` (a ready job remains). No row: the queue has no settings.
+#: Step 3: what the claim left. Returns the settings columns, ``running, window_count`` (of the
+#: window still open, else 0), ``window_left`` (its seconds to go, NULL when none is open) and
+#: ``ready`` (a ready job remains). No row: the queue has no settings.
 QUEUE_STATE: Select[Any] = select(
-    queues.c.paused,
-    queues.c.concurrency,
-    queues.c.per_key,
-    queues.c.rate_limit,
+    *SETTINGS_COLUMNS,
     _running().scalar_subquery().label("running"),
     case((_window_open(), queues.c.window_count), else_=0).label("window_count"),
     case(
@@ -135,7 +131,7 @@ QUEUE_STATE: Select[Any] = select(
 def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
     """Step 2: claim up to ``limit`` ready jobs of a limited queue, within its limits.
 
-    Parameters as :func:`pgqueue.statements.claim_statement` (``queue_name``, ``lease``,
+    Parameters as :func:`pgqueue._sql.statements.claim_statement` (``queue_name``, ``lease``,
     ``locked_by``); returns the same columns. The budget is ``least(limit, concurrency -
     running, rate_limit - window_count)`` (a missing limit drops out of ``least``), 0 when the
     queue is paused or has no settings row. ``per_key`` (the variant for a queue with that
@@ -173,7 +169,7 @@ def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
     if per_key:
         picked_ids = _per_key_ids(settings, take)
     else:
-        picked_ids = select(_ready_ids(limit, skip_locked=True, take=take).subquery().c.id)
+        picked_ids = select(ready_ids(limit, skip_locked=True, take=take).subquery().c.id)
     picked = picked_ids.cte("picked").prefix_with("MATERIALIZED")
     claimed = (
         jobs.update()
@@ -264,29 +260,10 @@ def _per_key_ids(settings: Any, take: Any) -> Select[Any]:
 
 
 @dataclass(frozen=True)
-class QueueFlow:
-    """One queue's flow settings as a worker follows them (no row: :data:`UNLIMITED`)."""
-
-    paused: bool = False
-    concurrency: int | None = None
-    per_key: int | None = None
-    rate_limit: int | None = None
-
-    @property
-    def limited(self) -> bool:
-        """Claims of this queue take the limited path (lock, count, claim)."""
-        limits = (self.concurrency, self.per_key, self.rate_limit)
-        return any(limit is not None for limit in limits)
-
-
-UNLIMITED = QueueFlow()
-
-
-@dataclass(frozen=True)
 class ClaimState:
     """What a limited claim left: the queue's settings then, and whether it is at a limit."""
 
-    flow: QueueFlow
+    flow: QueueSettings
     #: The claim stopped at a limit while ready jobs remain: wait for a job to finish (or
     #: ``wait`` seconds, for a spent rate window) rather than for a new job.
     at_limit: bool
@@ -294,7 +271,7 @@ class ClaimState:
     wait: float | None = None
 
 
-def queue_settings(queues_of_worker: Sequence[str]) -> Call[dict[str, QueueFlow]]:
+def queue_settings(queues_of_worker: Sequence[str]) -> Call[dict[str, QueueSettings]]:
     """The settings of ``queues_of_worker`` (a queue without a row is absent: unlimited)."""
     return Call(
         QUEUE_SETTINGS,
@@ -304,10 +281,8 @@ def queue_settings(queues_of_worker: Sequence[str]) -> Call[dict[str, QueueFlow]
     )
 
 
-def _settings(rows: Iterable[Any]) -> dict[str, QueueFlow]:
-    return {
-        r.queue: QueueFlow(bool(r.paused), r.concurrency, r.per_key, r.rate_limit) for r in rows
-    }
+def _settings(rows: Iterable[Any]) -> dict[str, QueueSettings]:
+    return {r.queue: settings_row(r) for r in rows}
 
 
 def lock_queue(queue: str, lock_timeout_ms: int) -> Call[None]:
@@ -333,19 +308,22 @@ def limited_claim(
 
 
 def queue_state(queue: str) -> Call[ClaimState]:
+    def state(rows: Iterable[Any]) -> ClaimState:
+        return _state(queue, rows)
+
     return Call(
         QUEUE_STATE,
         {"queue_name": queue},
-        lambda result: _state(result.all() if result is not None else []),
-        from_rows=_state,
+        lambda result: state(result.all() if result is not None else []),
+        from_rows=state,
     )
 
 
-def _state(rows: Iterable[Any]) -> ClaimState:
+def _state(queue: str, rows: Iterable[Any]) -> ClaimState:
     row = next(iter(rows), None)
     if row is None:
-        return ClaimState(UNLIMITED, at_limit=False)
-    flow = QueueFlow(bool(row.paused), row.concurrency, row.per_key, row.rate_limit)
+        return ClaimState(QueueSettings(queue), at_limit=False)
+    flow = settings_row(row)
     rate_spent = row.rate_limit is not None and row.window_count >= row.rate_limit
     full = row.concurrency is not None and row.running >= row.concurrency
     # per_key: ready jobs left after a claim that took fewer than asked are of keys at their limit.

@@ -30,8 +30,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
+from pgqueue._sql.statements import LIVE_KEY
 from pgqueue.models import jobs_table, periodic_table
-from pgqueue.statements import LIVE_KEY
 
 periodic = periodic_table
 jobs = jobs_table

@@ -4,14 +4,14 @@ What :mod:`pgqueue.admin` (``pgqueue list/show/stats``, the dashboard's pages an
 :mod:`pgqueue.doctor` and :mod:`pgqueue.testing` run, built here once and executed there: pure
 builders and constants, no I/O (a builder may check its arguments, raising before any SQL). The
 queue's own statements (claim, lifecycle, enqueue, the worker's row) live in
-:mod:`pgqueue.statements`.
+:mod:`pgqueue._sql.statements`.
 
 Core is used wherever it can say the query. Raw ``text()`` stays where it cannot, each with a
 comment saying why: the catalog views and functions without models (``pg_stat_activity``,
 ``pg_class``, ``pg_index`` ...), a recursive skip scan whose shape its plan depends on, and the
 doctor's counts, which must run on a schema older than the models (before pgqueue_0010).
 
-May import: :mod:`pgqueue.models`, :mod:`pgqueue.statements`, :mod:`pgqueue.errors` and
+May import: :mod:`pgqueue.models`, :mod:`pgqueue._sql.statements`, :mod:`pgqueue.errors` and
 :mod:`pgqueue._base` (like the rest of :mod:`pgqueue._sql`). Never admin, doctor, the runners,
 the worker, the CLI or the dashboard.
 """
@@ -51,6 +51,7 @@ from pgqueue._base.connections import WORKER_PREFIX
 from pgqueue._base.readable import READABLE_FROM, STORED_SUFFIX, readable
 from pgqueue._base.storable import unstorable
 from pgqueue._base.validation import check_unique_key, encode_payload
+from pgqueue._sql.statements import status_literal
 from pgqueue._sql.workflow_statements import MISSING_DEPENDENCY, PENDING_EDGES, waiting_for
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.models import (
@@ -59,11 +60,11 @@ from pgqueue.models import (
     JobStatus,
     dependencies_table,
     in_state,
+    is_live,
     jobs_table,
     queues_table,
     workers_table,
 )
-from pgqueue.statements import status_literal
 
 jobs = jobs_table
 
@@ -237,7 +238,6 @@ def key_holders_statement(job_ids: list[int]) -> Select[Any]:
     """``id, unique_key, holder_id`` for each of ``job_ids`` whose unique key another queued or
     running job of its queue holds (:func:`pgqueue.admin.key_holders`)."""
     holder = jobs.alias("holder")
-    live = [status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)]
     return (
         select(jobs.c.id, jobs.c.unique_key, holder.c.id.label("holder_id"))
         .select_from(jobs)
@@ -247,7 +247,7 @@ def key_holders_statement(job_ids: list[int]) -> Select[Any]:
                 holder.c.queue == jobs.c.queue,
                 holder.c.unique_key == jobs.c.unique_key,
                 holder.c.unique_key.is_not(None),
-                holder.c.status.in_(live),
+                is_live(holder.c.status),
                 holder.c.id != jobs.c.id,
             ),
         )
@@ -307,9 +307,7 @@ def queue_overview_statement() -> Select[Any]:
             _count(in_state(JobState.QUEUED), jobs.c.run_at <= func.now()).label("ready"),
             _count(in_state(JobState.RUNNING)).label("running"),
         )
-        .where(
-            jobs.c.status.in_([status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)])
-        )
+        .where(is_live(jobs.c.status))
         .group_by(jobs.c.queue)
         .subquery("live")
     )

@@ -51,6 +51,7 @@ from pgqueue.models import (
     RETENTION_KINDS,
     JobStatus,
     dependencies_table,
+    is_live,
     jobs_table,
     retention_table,
     status_literal,
@@ -183,9 +184,7 @@ def _unneeded() -> ColumnElement[bool]:
         .where(
             dependencies_table.c.depends_on == jobs.c.id,
             waiting.c.id == dependencies_table.c.job_id,
-            waiting.c.status.in_(
-                [status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)]
-            ),
+            is_live(waiting.c.status),
         )
         .limit(literal_column("1"))
         .correlate(jobs)

@@ -1,7 +1,7 @@
 """Core statements of workflows (pgqueue_0013): dependencies between jobs. Pure builders, no I/O.
 
 A job enqueued with ``depends_on`` is inserted by the ordinary enqueue statements with ``run_at =
-WAITING_RUN_AT`` (:mod:`pgqueue._sql.options`; not ready: the claim's range scan of
+WAITING_RUN_AT`` (:mod:`pgqueue.enqueue_options`; not ready: the claim's range scan of
 ``jobs_ready_idx`` stops before it, as before a future job), then :data:`ATTACH` records its
 edges and its count of unfinished dependencies in the same transaction. The release is the
 ``jobs_release`` trigger of the revision, fired by whatever statement finishes a dependency.
@@ -30,11 +30,12 @@ from sqlalchemy import (
     case,
     cast,
     func,
-    literal_column,
     null,
     select,
     true,
 )
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
 
 from pgqueue.models import (
     JOB_RESULT_COLUMNS,
@@ -42,6 +43,7 @@ from pgqueue.models import (
     JobStatus,
     dependencies_table,
     in_state,
+    is_live,
     jobs_table,
     status_literal,
 )
@@ -50,12 +52,26 @@ jobs = jobs_table
 edges = dependencies_table
 
 
+class DependencyErrorText(FunctionElement[str]):
+    """``jobs_dependency_error(cause, cancelled)`` (pgqueue_0014): the ``last_error`` of a job
+    failed by its dependency ``cause``, written once in the database for the enqueue's
+    :data:`ATTACH` and the ``jobs_release`` trigger. Rendered in the schema of the ``jobs`` table
+    the statement runs against (``use_schema``'s translation applies to it as to the table)."""
+
+    type = Text()
+    inherit_cache = True
+    name = "jobs_dependency_error"
+
+
+@compiles(DependencyErrorText)
+def _render_dependency_error(element: DependencyErrorText, compiler: Any, **kw: Any) -> str:
+    schema = compiler.preparer.schema_for_object(jobs)
+    name = f"{compiler.preparer.quote_schema(schema)}.{element.name}" if schema else element.name
+    return f"{name}({compiler.process(element.clauses, **kw)})"
+
+
 def _deps() -> Any:
     return bindparam("depends_on", type_=ARRAY(BigInteger))
-
-
-def _unfinished(status: Any) -> Any:
-    return status.in_([status_literal(JobStatus.QUEUED), status_literal(JobStatus.RUNNING)])
 
 
 #: Which of ``:depends_on`` exist. Returns ``id``. Run before anything is inserted, so an unknown
@@ -84,7 +100,7 @@ _edges = (
         select(
             _children.c.job_id,
             _parents.c.id,
-            _unfinished(_parents.c.status),
+            is_live(_parents.c.status),
             bindparam("run_on_failure", type_=Boolean),
         ).select_from(_children.join(_parents, true())),
     )
@@ -94,7 +110,7 @@ _edges = (
 _failed = _parents.c.status == status_literal(JobStatus.FAILED)
 _summary = (
     select(
-        func.count().filter(_unfinished(_parents.c.status)).label("unfinished"),
+        func.count().filter(is_live(_parents.c.status)).label("unfinished"),
         func.min(_parents.c.id).filter(_failed).label("broken"),
         func.bool_or(_parents.c.cancelled_at.is_not(None)).filter(_failed).label("cancelled"),
     )
@@ -114,11 +130,7 @@ _cancelled = _one(_summary.c.cancelled)
 # A dependency already failed for good (or cancelled) fails the new job at once, unless it runs
 # on dependency failure: the same outcome as if it had failed after the enqueue.
 _doomed = _broken.is_not(None) & ~bindparam("run_on_failure", type_=Boolean)
-_why = (
-    literal_column("'dependency '", Text)
-    + cast(_broken, Text)
-    + case((_cancelled, literal_column("' was cancelled'", Text)), else_=" failed")
-)
+_why = DependencyErrorText(_broken, _cancelled)
 
 #: Record that each of ``:job_ids`` (just inserted, ``run_at = WAITING_RUN_AT``) waits for each of
 #: ``:depends_on`` (which exist, checked by :data:`DEPENDENCIES_FOUND`); ``:run_on_failure``.
@@ -164,9 +176,9 @@ CANCELLED_DEPENDENTS: Select[Any] = (
 
 
 #: The outcome of every job ``:job_id`` depends on (:data:`pgqueue.models.JOB_RESULT_COLUMNS`,
-#: as :data:`pgqueue.statements.JOB_RESULT`), for :meth:`pgqueue.JobContext.dependency_results`:
-#: one index scan of the edges' primary key by ``job_id``'s index, one primary-key probe per
-#: dependency. Ordered by id.
+#: as :data:`pgqueue._sql.statements.JOB_RESULT`), for
+#: :meth:`pgqueue.JobContext.dependency_results`: one index scan of the edges' primary key by
+#: ``job_id``'s index, one primary-key probe per dependency. Ordered by id.
 DEPENDENCY_RESULTS: Select[Any] = (
     select(*JOB_RESULT_COLUMNS)
     .join(edges, edges.c.depends_on == jobs.c.id)

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from sqlalchemy import Engine
 
-from pgqueue._sql.limited_claim import ClaimState, QueueFlow
+from pgqueue._sql.limited_claim import ClaimState
 from pgqueue._worker.faults import Faults
 from pgqueue._worker.flow import REFRESH_INTERVAL, FlowGate
 from pgqueue._worker.pulse import Pulse
@@ -35,6 +35,7 @@ from pgqueue._worker.replay import (
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.transient import retrying
 from pgqueue._worker.window import Lane
+from pgqueue.flow import QueueSettings
 from pgqueue.results import ClaimedJob
 
 log = logging.getLogger("pgqueue.worker")
@@ -45,7 +46,7 @@ Claim = Callable[[str, int], list[ClaimedJob] | None]
 LimitedClaim = Callable[[str, int, bool], tuple[list[ClaimedJob], ClaimState] | None]
 #: ``read_settings(queues)``: the flow settings of the worker's queues, or ``None`` on a
 #: transient error (the last ones stay).
-ReadSettings = Callable[[list[str]], Mapping[str, QueueFlow] | None]
+ReadSettings = Callable[[list[str]], Mapping[str, QueueSettings] | None]
 
 
 class Intake(Protocol):
@@ -62,6 +63,13 @@ class Intake(Protocol):
     def take(self, queue: str, lane: Lane) -> int:
         """The claimer visits ``queue`` for ``lane``: how many jobs it claims now, or 0 when
         the lane claims for itself (it took ``queue`` as a ticket)."""
+        ...
+
+    def admits(self, settings: QueueSettings) -> bool:
+        """Whether this intake's claims can hold a queue's flow limits: the window's can (its
+        claims commit at once, so their jobs count as ``running``), the transaction lane's
+        cannot (its jobs are ``running`` only inside their open transaction, invisible to other
+        workers' counts), so it leaves queues with limits alone."""
         ...
 
 
@@ -86,11 +94,6 @@ class ClaimerOptions:
     lock_timeout_ms: int
     #: Recorded in ``jobs.locked_by`` by every claim (``_base.connections.worker_name``).
     worker_name: str | None = None
-    #: Whether this worker's claims can hold a queue's flow limits: lease mode's can (the
-    #: claim commits at once, so its jobs are counted as ``running``); transaction mode's
-    #: cannot (its jobs are ``running`` only inside their open transaction, invisible to other
-    #: workers' counts), so it leaves queues with limits alone.
-    enforces_limits: bool = True
 
 
 class Claimer:
@@ -127,9 +130,9 @@ class Claimer:
             read_settings = self._settings_replayed if claim is None else (lambda queues: {})
         self._read_settings = read_settings
         self._flow = FlowGate()  # under the runtime's lock
-        self._refresh_requested = False
         self._warned_limits: set[str] = set()
-        # All under the runtime's lock.
+        # All under the runtime's lock, read and reset there (set by the listener's thread).
+        self._refresh_requested = False
         self._ready: dict[str, None] = {}  # queues worth a claim, in round-robin order
         self._notified: dict[str, None] = {}
         self._poll_requested = False
@@ -225,15 +228,17 @@ class Claimer:
         # the settings only when told (a notification, a reconnect) and when it wakes up.
         idle = bool(self.idle_interval())
         woke, clock.was_idle = clock.was_idle and not idle, idle
-        if (now >= clock.next_refresh and not idle) or woke or self._refresh_requested:
-            self._refresh_requested = False
+        with rt.lock:  # a request set while the settings are read is kept for the next round
+            refresh_asked, self._refresh_requested = self._refresh_requested, False
+        if (now >= clock.next_refresh and not idle) or woke or refresh_asked:
             self._refresh_settings()
             clock.next_refresh = time.monotonic() + REFRESH_INTERVAL
             if not self._flow.known:
                 rt.stop.wait(1.0)  # never claim before knowing what is paused
                 return False
-        if now >= clock.next_poll or self._poll_requested:
-            self._poll_requested = False
+        with rt.lock:
+            poll_asked, self._poll_requested = self._poll_requested, False
+        if now >= clock.next_poll or poll_asked:
             if now >= clock.next_reap:
                 self._reap()
                 clock.next_reap = now + max(opts.reap_interval, self.idle_interval())
@@ -308,7 +313,7 @@ class Claimer:
         intake, flow = self._intake, self._flow
         for queue in self._ready:
             if flow.claimable(queue) and intake.worth_claim(self._lanes[queue]):
-                if not self._opts.enforces_limits and flow.settings(queue).limited:
+                if not intake.admits(flow.settings(queue)):
                     self._warn_limits(queue)
                     continue
                 return queue
@@ -388,7 +393,7 @@ class Claimer:
             what=f"claim on queue {queue}",
         )
 
-    def _settings_replayed(self, queues: list[str]) -> Mapping[str, QueueFlow]:
+    def _settings_replayed(self, queues: list[str]) -> Mapping[str, QueueSettings]:
         return settings_replayed(self._replay, queues)
 
     def _claim_replayed(self, queue: str, limit: int) -> list[ClaimedJob] | None:

@@ -23,15 +23,15 @@ from functools import partial
 
 from sqlalchemy import Connection, Engine
 
-from pgqueue import repository
 from pgqueue._base.urls import error_line
+from pgqueue._worker import store
 from pgqueue._worker.culprits import Rows
 from pgqueue._worker.faults import Fatal, Faults
 from pgqueue._worker.outcomes import after_complete, after_fail, after_snooze, unmatched
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.transient import short_transaction
 from pgqueue._worker.window import Held, keys
-from pgqueue.jobs import Outcome
+from pgqueue.jobs import Outcome, marks_of
 from pgqueue.results import FailResult
 from pgqueue.retry_policy import RetryPolicy
 
@@ -283,7 +283,7 @@ class Flush:
         ]
         if not missed:
             return decided
-        settled = repository.settled_among(conn, keys(missed))
+        settled = store.settled_among(conn, keys(missed))
         return [
             (held, *unmatched(settled.get(held.job.id), detail))
             if outcome is Outcome.LOST and id(held) not in gave_up
@@ -300,10 +300,10 @@ class Flush:
     def _complete(self, conn: Connection, done: list[Held]) -> set[int]:
         """Completions in one statement: with results and progress when one of its jobs has
         either, else the plain one (handlers that return ``None``: nothing more sent)."""
-        progress = [h.job.pending_progress() for h in done]
+        progress = [marks_of(h.job).pending_progress() for h in done]
         if all(h.result is None for h in done) and not any(progress):
-            return repository.complete_many(conn, keys(done), lock_timeout_ms=self._lock_timeout_ms)
-        matched = repository.complete_many_with_results(
+            return store.complete_many(conn, keys(done), lock_timeout_ms=self._lock_timeout_ms)
+        matched = store.complete_many_with_results(
             conn,
             [
                 (h.job.id, h.job.attempts, h.result, None if p is None else p[1])
@@ -313,13 +313,13 @@ class Flush:
         )
         for h, p in zip(done, progress, strict=True):
             if p is not None and h.job.id in matched:
-                h.job.progress_written(p[0])
+                marks_of(h.job).written(p[0])
         return matched
 
     def _fail(
         self, conn: Connection, failures: list[Failure], *, policy: RetryPolicy
     ) -> dict[int, FailResult]:
-        return repository.fail_many(
+        return store.fail_many(
             conn,
             [(f.held.job.id, f.held.job.attempts, f.error, f.retry, f.traceback) for f in failures],
             base=policy.base,
@@ -328,7 +328,7 @@ class Flush:
         )
 
     def _snooze(self, conn: Connection, snoozed: list[Held]) -> set[int]:
-        return repository.snooze_many(
+        return store.snooze_many(
             conn,
             [(h.job.id, h.job.attempts, h.snooze or timedelta(0)) for h in snoozed],
             lock_timeout_ms=self._lock_timeout_ms,
@@ -356,7 +356,7 @@ class Flush:
     def _fail_refused(self, conn: Connection, refused: list[Refusal]) -> dict[int, FailResult]:
         """A refused write's job fails for good (another try would write the same), saying why:
         a text of pgqueue's own, so the database that refused the job's values takes it."""
-        return repository.fail_many(
+        return store.fail_many(
             conn,
             [(r.held.job.id, r.held.job.attempts, r.text, False, None) for r in refused],
             lock_timeout_ms=self._lock_timeout_ms,

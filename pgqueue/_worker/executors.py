@@ -19,12 +19,13 @@ from dataclasses import dataclass, field
 from pgqueue import repository
 from pgqueue._base.tracebacks import format_traceback
 from pgqueue._base.validation import encode_payload
+from pgqueue._sql.runners import Executor
+from pgqueue._worker import store
 from pgqueue._worker.outcomes import Decision, after_complete, after_fail, after_snooze, unmatched
 from pgqueue._worker.window import Held
 from pgqueue.errors import InvalidPayloadError, InvalidResultError
 from pgqueue.hooks import HookDispatcher
-from pgqueue.jobs import Handler, JobContext, Outcome, Snooze, current_job_var
-from pgqueue.repository import Executor
+from pgqueue.jobs import Handler, JobContext, Outcome, Snooze, current_job_var, marks_of
 from pgqueue.retry_policy import RetryPolicy, describe_error
 
 log = logging.getLogger("pgqueue.worker")
@@ -169,15 +170,15 @@ def settle(
     """
     job = held.job
     if error is None:
-        progress = job.pending_progress()
+        progress = marks_of(job).pending_progress()
         if held.result is None and progress is None:
             matched = repository.complete(conn, job.id, job.attempts)
         else:
-            matched = repository.complete_with_result(
+            matched = store.complete_with_result(
                 conn, job.id, job.attempts, held.result, None if progress is None else progress[1]
             )
             if matched and progress is not None:
-                job.progress_written(progress[0])
+                marks_of(job).written(progress[0])
         decision = after_complete(matched)
     elif held.snooze is not None:
         matched = repository.snooze(conn, job.id, job.attempts, held.snooze)
@@ -198,7 +199,7 @@ def settle(
         decision = after_fail(row, detail)
     if decision[0] is not Outcome.LOST:
         return decision
-    return unmatched(repository.settled_among(conn, [held.key]).get(job.id), decision[1])
+    return unmatched(store.settled_among(conn, [held.key]).get(job.id), decision[1])
 
 
 def run_in_savepoint(

@@ -2,14 +2,14 @@
 
 Pure bookkeeping, no I/O and no lock of its own: the claimer calls it holding the worker's lock.
 
-The settings (:class:`pgqueue._sql.limited_claim.QueueFlow`) are read at the start of a run and
-refreshed about every :data:`REFRESH_INTERVAL` seconds, and at once on a notification: a paused
-queue is not claimed from, an unlimited one takes the plain claim, a limited one the limited
-claim. The limits themselves are enforced by that claim in the database, never here: what this
-keeps is only when a claim is worth sending. A limited claim that came back short at a limit
+The settings (:class:`pgqueue.QueueSettings`, the type users read them into) are read at the start
+of a run and refreshed about every :data:`REFRESH_INTERVAL` seconds, and at once on a notification:
+a paused queue is not claimed from, an unlimited one takes the plain claim, a limited one the
+limited claim. The limits themselves are enforced by that claim in the database, never here: what
+this keeps is only when a claim is worth sending. A limited claim that came back short at a limit
 (:class:`pgqueue._sql.limited_claim.ClaimState`) parks its queue until one of this worker's jobs
-finishes (a slot may be free), or :data:`LIMIT_POLL` seconds pass (another worker's may have), or
-a spent rate window ends: no claim is sent in a loop while a queue sits at its limit.
+finishes (a slot may be free), or :data:`LIMIT_POLL` seconds pass (another worker's may have), or a
+spent rate window ends: no claim is sent in a loop while a queue sits at its limit.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from pgqueue._sql.limited_claim import UNLIMITED, ClaimState, QueueFlow
+from pgqueue._sql.limited_claim import ClaimState
+from pgqueue.flow import QueueSettings
 
 #: Seconds between two reads of the settings (a notification reads them at once).
 REFRESH_INTERVAL = 1.0
@@ -38,20 +39,21 @@ class FlowGate:
     """Which of the worker's queues may be claimed now, and by which claim."""
 
     def __init__(self) -> None:
-        self._settings: dict[str, QueueFlow] = {}
+        self._settings: dict[str, QueueSettings] = {}
         self._parked: dict[str, _Parked] = {}
         self.known = False  # settings read at least once this run
 
-    def settings(self, queue: str) -> QueueFlow:
-        return self._settings.get(queue, UNLIMITED)
+    def settings(self, queue: str) -> QueueSettings:
+        """The queue's settings; a queue without a row is unpaused and unlimited."""
+        return self._settings.get(queue) or QueueSettings(queue)
 
-    def update(self, settings: Mapping[str, QueueFlow]) -> list[str]:
+    def update(self, settings: Mapping[str, QueueSettings]) -> list[str]:
         """New settings; returns the queues worth a claim because of the change (resumed,
         limits raised or removed)."""
         changed = [
             q
             for q in {*settings, *self._settings}
-            if settings.get(q, UNLIMITED) != self._settings.get(q, UNLIMITED)
+            if settings.get(q, QueueSettings(q)) != self._settings.get(q, QueueSettings(q))
         ]
         self._settings = dict(settings)
         self.known = True

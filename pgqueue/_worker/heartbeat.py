@@ -26,15 +26,16 @@ from typing import TypeAlias
 
 from sqlalchemy import Connection, Engine
 
-from pgqueue import repository
 from pgqueue._base.urls import error_line
 from pgqueue._sql.driver_errors import DriverError, classify
+from pgqueue._worker import store
 from pgqueue._worker.culprits import Rows
 from pgqueue._worker.faults import Faults
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.transient import short_transaction
 from pgqueue._worker.window import Held, keys
+from pgqueue.jobs import marks_of
 from pgqueue.results import Settled
 
 log = logging.getLogger("pgqueue.worker")
@@ -111,11 +112,11 @@ class Heartbeat:
     def beat(self, held: list[Held], deadline: float) -> None:
         # The progress jobs set since the last beat rides on the lease extension: the same
         # rows, the same one statement, however many set_progress calls there were.
-        progress = [h.job.pending_progress() for h in held]
+        progress = [marks_of(h.job).pending_progress() for h in held]
 
         def work(conn: Connection) -> Beat:
             if any(progress):
-                kept = repository.extend_leases_with_progress(
+                kept = store.extend_leases_with_progress(
                     conn,
                     [
                         (h.job.id, h.job.attempts, None if p is None else p[1])
@@ -124,13 +125,13 @@ class Heartbeat:
                     self._lease,
                 )
             else:
-                kept = repository.extend_leases(conn, keys(held), self._lease)
+                kept = store.extend_leases(conn, keys(held), self._lease)
             return kept, self._settled(conn, held, kept), []
 
         def isolating(conn: Connection) -> Beat:
             # The database refused one job's progress: every lease first, then the progress
             # in halves, each try in a savepoint, until the refused ones stand alone.
-            kept = repository.extend_leases(conn, keys(held), self._lease)
+            kept = store.extend_leases(conn, keys(held), self._lease)
             rows: Rows[tuple[Held, tuple[int, str]], set[int]] = Rows(
                 [(h, p) for h, p in zip(held, progress, strict=True) if p and h.job.id in kept]
             )
@@ -166,7 +167,7 @@ class Heartbeat:
             )
         for h, p in zip(held, progress, strict=True):
             if p is not None and h.job.id in kept:
-                h.job.progress_written(p[0])  # or refused: never sent again
+                marks_of(h.job).written(p[0])  # or refused: never sent again
         hooks = self._runtime.hooks
         if hooks is not None:
             hooks.lease_extended([h.job for h in held if h.job.id in kept])
@@ -175,12 +176,12 @@ class Heartbeat:
 
     def _settled(self, conn: Connection, held: list[Held], kept: set[int]) -> dict[int, Settled]:
         missed = [h for h in held if h.job.id not in kept]
-        return repository.settled_among(conn, keys(missed)) if missed else {}
+        return store.settled_among(conn, keys(missed)) if missed else {}
 
     def _extend_with_progress(
         self, conn: Connection, rows: list[tuple[Held, tuple[int, str]]]
     ) -> set[int]:
-        return repository.extend_leases_with_progress(
+        return store.extend_leases_with_progress(
             conn, [(h.job.id, h.job.attempts, p[1]) for h, p in rows], self._lease
         )
 

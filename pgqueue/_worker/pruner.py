@@ -23,10 +23,10 @@ from datetime import timedelta
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import ProgrammingError
 
-from pgqueue import repository
 from pgqueue._base.urls import error_line
 from pgqueue._sql.driver_errors import DriverError, classify
 from pgqueue._sql.retention_statements import PRUNE_BATCH
+from pgqueue._worker import store
 from pgqueue._worker.faults import Faults
 from pgqueue._worker.transient import short_transaction
 from pgqueue.retention_policy import KINDS
@@ -152,14 +152,14 @@ class Pruner:
         """One transaction: take the queue, delete one batch of each kind it does not keep for
         ever; ``None`` when the queue is not ours to prune now."""
         interval = timedelta(seconds=self.interval)
-        kept = repository.take_prune(conn, queue, self._worker, interval, continuing=continuing)
-        if kept is None and not continuing and repository.ensure_retention_row(conn, queue):
+        kept = store.take_prune(conn, queue, self._worker, interval, continuing=continuing)
+        if kept is None and not continuing and store.ensure_retention_row(conn, queue):
             # The queue's first visit: its row now exists, locked by this transaction.
-            kept = repository.take_prune(conn, queue, self._worker, interval, continuing=False)
+            kept = store.take_prune(conn, queue, self._worker, interval, continuing=False)
         if kept is None:
             return None
         return [
-            repository.prune_finished(conn, queue, kind, age)
+            store.prune_finished(conn, queue, kind, age)
             for kind in KINDS
             if (age := kept[kind]) is not None
         ]

@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from pgqueue._base.urls import error_line
-from pgqueue.statements import REGISTER_WORKER, UNREGISTER_WORKER
+from pgqueue._worker import store
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -29,35 +29,35 @@ class Registration:
 
     Both run on the caller's thread (the worker's ``run``) and never raise a database error: the
     first failure is logged as a warning, and a row that could not be written is not deleted.
-    Each is one statement in autocommit that does not wait for the disk to commit (see
-    ``pgqueue.statements.REGISTER_WORKER``): both are on the critical path of a ``run()``.
+    Each is one statement of :mod:`pgqueue._worker.store` in autocommit that does not wait for
+    the disk to commit (see ``pgqueue._sql.worker_statements.REGISTER_WORKER``): both are on the
+    critical path of a ``run()``.
     """
 
     def __init__(self, engine: Engine, name: str, queues: Sequence[str]) -> None:
         self._engine = engine
-        self._params = {
-            "worker_name": name,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "queues": list(queues),
-        }
+        self._name = name
+        self._host = socket.gethostname()
+        self._pid = os.getpid()
+        self._queues = list(queues)
         self._started_at: datetime | None = None
         self._warned = False
 
     def add(self) -> None:
         try:
             with self._autocommit() as conn:
-                self._started_at = conn.execute(REGISTER_WORKER, self._params).scalar_one()
+                self._started_at = store.register_worker(
+                    conn, self._name, self._host, self._pid, self._queues
+                )
         except SQLAlchemyError as exc:
             self._warn("not written", exc)
 
     def remove(self) -> None:
         if self._started_at is None:
             return
-        params = {"worker_name": self._params["worker_name"], "started_at": self._started_at}
         try:
             with self._autocommit() as conn:
-                conn.execute(UNREGISTER_WORKER, params)
+                store.unregister_worker(conn, self._name, self._started_at)
         except SQLAlchemyError as exc:
             self._warn("not deleted", exc)
         self._started_at = None
@@ -72,7 +72,7 @@ class Registration:
             log.warning(
                 "worker %s: its jobs_workers row was %s (%s); the worker runs on, and shows as "
                 "connected without its queues (pgqueue migrate, and see pgqueue grants)",
-                self._params["worker_name"],
+                self._name,
                 what,
                 error_line(getattr(exc, "orig", None) or exc),
             )

@@ -35,12 +35,12 @@ from pgqueue._base.urls import error_line
 from pgqueue._sql.calls import Call, claim
 from pgqueue._sql.limited_claim import (
     ClaimState,
-    QueueFlow,
     limited_claim,
     lock_queue,
     queue_settings,
     queue_state,
 )
+from pgqueue.flow import QueueSettings
 from pgqueue.results import ClaimedJob
 
 log = logging.getLogger("pgqueue.worker")
@@ -255,6 +255,6 @@ def limited_claim_replayed(
     )
 
 
-def settings_replayed(replay: Replay, queues: list[str]) -> dict[str, QueueFlow]:
+def settings_replayed(replay: Replay, queues: list[str]) -> dict[str, QueueSettings]:
     """The flow settings of the worker's queues, one statement."""
     return replay.read(queue_settings(queues))

@@ -18,12 +18,12 @@ from pgqueue._worker.executors import HandlerCancelled, retryable
 from pgqueue._worker.outcomes import OUTCOMES, count_and_log
 from pgqueue._worker.window import ClaimWindow, Held, Lane, State, busy
 from pgqueue.hooks import HookDispatcher
-from pgqueue.jobs import JobContext, Outcome, WorkerStats
+from pgqueue.jobs import JobContext, Outcome, WorkerStats, marks_of
 from pgqueue.results import ClaimedJob, Settled
 from pgqueue.retry_policy import RetryPolicy, describe_error
 
 if TYPE_CHECKING:  # the worker hands its completer over; the runtime only calls it
-    from sqlalchemy import Engine
+    from sqlalchemy import Connection, Engine
 
     from pgqueue._worker.completer import Completer
 
@@ -110,27 +110,40 @@ class Runtime:
     # -- claims -----------------------------------------------------------------------------------
 
     def accept(self, lane: Lane, claimed: Iterable[ClaimedJob]) -> int:
-        """Hold freshly claimed jobs and wake their lane; call with the lock held."""
+        """Hold freshly claimed jobs in the window and wake their lane; call with the lock held."""
         engine = self.engine
         jobs = [JobContext.of(c, engine=engine) for c in claimed]
         if not jobs:
             return 0
-        self.last_work = time.monotonic()
-        self.stats.claimed += len(jobs)
+        self._count_claimed(len(jobs))
         for to, some in [(lane, jobs)] if self._split is None else self._split(lane, jobs):
             self._accept(to, some)
         return len(jobs)
 
+    def accept_in_transaction(self, claimed: ClaimedJob, connection: Connection) -> Held:
+        """A job a handler thread claimed in its own open transaction (transaction mode): counted
+        and announced as :meth:`accept` does, and held by that thread, not the window (its row is
+        locked by the transaction, so the heartbeat must not extend it). Lock held."""
+        job = JobContext.of(claimed, connection=connection)
+        self._count_claimed(1)
+        held = Held(job, Lane.THREADS, self.last_work, State.RUNNING)
+        self._announce(held)
+        return held
+
+    def _count_claimed(self, n: int) -> None:
+        self.last_work = time.monotonic()
+        self.stats.claimed += n
+
+    def _announce(self, held: Held) -> None:
+        if self.hooks is not None:
+            self.hooks.claimed(held.job)
+        log.debug(
+            "job %d queue=%s attempt=%d: claimed", held.job.id, held.job.queue, held.job.attempts
+        )
+
     def _accept(self, lane: Lane, jobs: list[JobContext]) -> None:
         for held in self.window.accept(lane, jobs, self.last_work):
-            if self.hooks is not None:
-                self.hooks.claimed(held.job)
-            log.debug(
-                "job %d queue=%s attempt=%d: claimed",
-                held.job.id,
-                held.job.queue,
-                held.job.attempts,
-            )
+            self._announce(held)
         if lane is Lane.THREADS:
             self.work_ready.notify(len(jobs))
         else:
@@ -222,9 +235,9 @@ class Runtime:
         job = held.job
         what = "cancelled" if cancelled else "lease lost"
         if cancelled:
-            job.cancelled = True
+            marks_of(job).cancelled = True
         else:
-            job.lease_lost = True
+            marks_of(job).lease_lost = True
         job.stopping.set()
         if held.state is State.PENDING:
             self.window.drop_pending(held)

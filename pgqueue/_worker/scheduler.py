@@ -22,8 +22,8 @@ from typing import Protocol, TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import ProgrammingError
 
-from pgqueue import repository
 from pgqueue._base.urls import error_line
+from pgqueue._worker import store
 from pgqueue._worker.faults import Faults
 from pgqueue._worker.transient import short_transaction
 from pgqueue.periodic import Periodic
@@ -134,7 +134,7 @@ class Scheduler:
                 wake = self._fire_due(clock.now())
                 idle = self._idle()
                 if not idle and clock.now() >= next_refresh:
-                    self._run(lambda c: repository.refresh_periodic(c, self._names), "refresh")
+                    self._run(lambda c: store.refresh_periodic(c, self._names), "refresh")
                     next_refresh = clock.now() + refresh_every
             except Exception as exc:
                 # A tick that cannot be fired costs no job its truth: logged, tried again
@@ -167,9 +167,7 @@ class Scheduler:
         return wake
 
     def _fire(self, definition: Periodic, row: PeriodicRow, due: list[datetime]) -> _Firing:
-        fired = self._run(
-            lambda c: repository.fire_periodic(c, definition, row.last_tick, due), "fire"
-        )
+        fired = self._run(lambda c: store.fire_periodic(c, definition, row.last_tick, due), "fire")
         if fired is None:
             return _Firing.FAILED
         if not fired.advanced:
@@ -217,23 +215,21 @@ class Scheduler:
 
     def _declare(self) -> bool:
         now = self._clock.now()
-        rows = self._run(
-            lambda c: repository.declare_periodic(c, self._definitions, now), "declare"
-        )
+        rows = self._run(lambda c: store.declare_periodic(c, self._definitions, now), "declare")
         if rows is None:
             return False
         self._rows = {row.name: row for row in rows}
         return True
 
     def _reread(self) -> bool:
-        rows = self._run(lambda c: repository.periodic_states(c, self._names), "read")
+        rows = self._run(lambda c: store.periodic_states(c, self._names), "read")
         if rows is None:
             return False
         self._rows = {row.name: row for row in rows}
         missing = [d for d in self._definitions if d.name not in self._rows]
         if missing:
             now = self._clock.now()
-            declared = self._run(lambda c: repository.declare_periodic(c, missing, now), "declare")
+            declared = self._run(lambda c: store.declare_periodic(c, missing, now), "declare")
             self._rows.update({row.name: row for row in declared or []})
         return True
 

@@ -25,8 +25,9 @@ from pgqueue._sql.driver_errors import is_transient
 from pgqueue._worker.dispatch import Dispatch, as_dispatch
 from pgqueue._worker.executors import call_sync, run_in_savepoint
 from pgqueue._worker.runtime import Runtime
-from pgqueue._worker.window import Held, Lane, State
-from pgqueue.jobs import Handler, JobContext, Outcome
+from pgqueue._worker.window import Held, Lane
+from pgqueue.flow import QueueSettings
+from pgqueue.jobs import Handler, Outcome, end_transaction
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -119,6 +120,11 @@ class TransactionLane(_HandlerThreads):
         """Tickets waiting plus transactions open: zero once all is finished."""
         return len(self._tickets) + self._running
 
+    def admits(self, settings: QueueSettings) -> bool:
+        """Not a queue with limits: they count ``running`` jobs, and this lane's are running only
+        inside their open transaction, invisible to other workers."""
+        return not settings.limited
+
     def take(self, queue: str, lane: Lane) -> int:
         """Take ``queue`` as a ticket for the next free thread: the claimer claims nothing."""
         self._tickets.append(queue)
@@ -159,16 +165,11 @@ class TransactionLane(_HandlerThreads):
                 )
                 if not claimed:
                     return
-                job = JobContext.of(claimed[0], connection=conn)
                 with rt.lock:
-                    rt.last_work = time.monotonic()
-                    rt.stats.claimed += 1
+                    # Not in the window (counted as a running ticket instead).
+                    held = rt.accept_in_transaction(claimed[0], conn)
                     self._on_job(queue)
-                # Not in the window: its row is locked by this transaction, so the heartbeat
-                # must not try to extend it (it is counted as a running ticket instead).
-                held = Held(job, Lane.THREADS, rt.last_work, State.RUNNING)
-                if rt.hooks is not None:
-                    rt.hooks.claimed(job)
+                job = held.job
                 target = self._dispatch.target(job)
                 policy = target.retry if target.retry is not None else rt.policy(queue)
                 run = partial(call_sync, target, held, rt.hooks)
@@ -183,7 +184,7 @@ class TransactionLane(_HandlerThreads):
             outcome, detail = Outcome.LOST, f"transaction rolled back: {error_line(exc)}"
         finally:
             if held is not None:
-                held.job.connection = None
+                end_transaction(held.job)
         if held is not None:
             with rt.lock:
                 rt.record(held, outcome, detail)

@@ -14,9 +14,9 @@ from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
 
-from pgqueue import repository
 from pgqueue._base.urls import error_line
 from pgqueue._sql.driver_errors import is_transient
+from pgqueue._worker import store
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -52,7 +52,7 @@ def short_transaction(
                 return work(conn)
             with conn.begin():
                 if lock_timeout_ms is not None:
-                    repository.set_local_lock_timeout(conn, lock_timeout_ms)
+                    store.set_local_lock_timeout(conn, lock_timeout_ms)
                 return work(conn)
 
     return retrying(step, what=what, keep_trying=keep_trying)

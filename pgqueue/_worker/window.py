@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from pgqueue.flow import QueueSettings
 from pgqueue.jobs import JobContext
 from pgqueue.retry_policy import RetryPolicy
 
@@ -174,6 +175,10 @@ class ClaimWindow:
     def in_flight(self) -> int:
         """Jobs held: zero once all is finished."""
         return len(self._held)
+
+    def admits(self, settings: QueueSettings) -> bool:
+        """The window's claims commit at once: they hold any queue's limits."""
+        return True
 
     def __len__(self) -> int:
         return len(self._held)

@@ -5,9 +5,10 @@ command takes ``--url`` (before or after the subcommand) or reads ``PGQUEUE_DATA
 Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cancel``), 2 errors
 (bad arguments, no connection, no schema). Passwords are masked in every line printed.
 
-This module parses and dispatches; the commands live beside it in ``ops``, ``worker`` (with the
-process ``supervisor``), ``web`` and ``dev_db``, on the helpers of ``common``, and none of them
-imports this module back. ``python -m pgqueue`` and ``python -m pgqueue.cli`` run :func:`run`.
+This module parses and dispatches; the commands live beside it in ``ops``, ``flow`` (``queues``,
+``pause``, ``resume``, ``limit``), ``retention``, ``worker`` (with the process ``supervisor``),
+``web`` and ``dev_db``, on the helpers of ``common``, and none of them imports this module back.
+``python -m pgqueue`` and ``python -m pgqueue.cli`` (``__main__``) run :func:`run`.
 """
 
 from __future__ import annotations

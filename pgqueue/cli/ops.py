@@ -22,7 +22,6 @@ from pgqueue._base.validation import (
     MAX_PRIORITY,
     MIN_PRIORITY,
 )
-from pgqueue._sql.options import EnqueueOptions
 from pgqueue.cli.common import (
     UserError,
     cell,
@@ -39,6 +38,7 @@ from pgqueue.cli.common import (
     table,
     transaction,
 )
+from pgqueue.enqueue_options import EnqueueOptions
 from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobState, JobStatus
 from pgqueue.tasks import Task, encode_call

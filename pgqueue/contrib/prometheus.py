@@ -22,7 +22,7 @@ Metrics (prefix ``namespace``, default ``pgqueue``):
 - ``pgqueue_lease_extensions_total{queue}`` and ``pgqueue_jobs_reaped_total{status}``
 - ``pgqueue_queue_ready_jobs{queue}`` and ``pgqueue_queue_oldest_ready_age_seconds{queue}``:
   gauges of the worker's queues, from one cheap statement
-  (:func:`pgqueue.statements.queue_depth_statement`) every ``depth_interval`` seconds
+  (:func:`pgqueue._sql.statements.queue_depth_statement`) every ``depth_interval`` seconds
 
 .. versionadded:: 0.1.0
 """
@@ -41,9 +41,9 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     raise missing_extra("pgqueue.contrib.prometheus", "prometheus") from exc
 
-from pgqueue import statements
 from pgqueue._base.urls import error_line
 from pgqueue._base.validation import check_positive_int
+from pgqueue._sql import statements
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.hooks import WorkerHooks
 

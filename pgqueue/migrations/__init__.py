@@ -3,6 +3,11 @@
 Add :data:`VERSION_LOCATION` to your Alembic ``version_locations`` and run
 ``alembic upgrade heads``; or, without an Alembic environment of your own, call :func:`upgrade`
 (what ``pgqueue migrate`` does).
+
+``versions`` holds the revisions, frozen once released (they never import :mod:`pgqueue.models`);
+``options`` the settings they read at migration time (the target schema, the NOTIFY channels);
+``env`` is the Alembic entry point of the packaged revisions, whose body ``_env`` shares with the
+repository's own ``alembic/env.py``.
 """
 
 from __future__ import annotations

@@ -9,6 +9,14 @@ Every link and form follows the mount prefix. The pages are rendered on the serv
 without JavaScript); a small script of the package's own refreshes the overview, and the charts
 are inline SVG: nothing is loaded from a CDN. See ``docs/web.md``.
 
+The modules, all private: ``_app`` puts the app together (routes, middleware, settings); ``_pages``
+serves the GET pages and ``_actions`` the POST actions (retry, cancel, purge, pause, resume);
+``_db`` runs every database round off the event loop, ``_snapshot`` reads what the overview shows
+and ``_chart`` computes its charts' geometry; ``_render`` turns templates into responses. In front
+of every route: ``_auth`` (HTTP basic auth), ``_csrf`` (tokens bound to a cookie), ``_hosts`` (which
+``Host`` and ``Origin`` a request may name) and ``_headers`` (security headers), written against the
+ASGI types of ``_asgi``.
+
 .. versionadded:: 0.1.0
 """
 

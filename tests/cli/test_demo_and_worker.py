@@ -12,6 +12,7 @@ from sqlalchemy import Engine, text
 
 import pgqueue
 import pgqueue.repository
+from pgqueue._worker import store
 from tests.cli.conftest import Result, plain, run_pgqueue
 
 Cli = Callable[..., Result]
@@ -123,8 +124,8 @@ def test_worker_finds_a_registrys_periodic_definitions(
     digest = pgqueue.Periodic("hourly-digest", "0 * * * *", "emails", {"digest": True})
     top = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
     with db.begin() as conn:
-        pgqueue.repository.declare_periodic(conn, [digest], top - timedelta(hours=3))
-        pgqueue.repository.fire_periodic(conn, digest, None, [top - timedelta(hours=2)])
+        store.declare_periodic(conn, [digest], top - timedelta(hours=3))
+        store.fire_periodic(conn, digest, None, [top - timedelta(hours=2)])
         conn.execute(text("DELETE FROM jobs"))
     result = cli("worker", "cli_app:registry", "--burst", cwd=cwd)
     assert result.code == 0, result.err

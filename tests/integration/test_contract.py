@@ -22,6 +22,7 @@ from worker_helpers import row_locked
 
 import pgqueue.aio
 from pgqueue import InvalidArgumentError, InvalidArgumentTypeError, InvalidPayloadError, repository
+from pgqueue._worker import store
 from pgqueue.results import CancelledJob
 
 Op = tuple[str, Sequence[Any], dict[str, Any]]
@@ -130,9 +131,17 @@ def _sql(engine: Engine, sql: str, **params: Any) -> None:
 def test_same_public_names_and_signatures() -> None:
     import inspect
 
-    for name in pgqueue.aio.__all__:
-        if name == "AsyncExecutor":
-            continue
+    # Every coroutine function of the module, exported or not (#30 left out of its __all__ the
+    # twins of functions the package does not export).
+    twins = [
+        name
+        for name, value in vars(pgqueue.aio).items()
+        if not name.startswith("_")
+        and inspect.iscoroutinefunction(value)
+        and value.__module__ == "pgqueue.aio"
+    ]
+    assert set(pgqueue.aio.__all__) - {"AsyncExecutor"} <= set(twins)
+    for name in twins:
         # wait_for takes an engine, not a connection: its sync twin is pgqueue.wait_for; chain
         # and group (#24) are pgqueue.workflows', above the repository.
         others = {"wait_for": pgqueue.wait_for, "chain": pgqueue.chain, "group": pgqueue.group}
@@ -222,7 +231,7 @@ def test_enqueue_many_returns_ids_in_input_order(q: Runner) -> None:
         # #23: the one keyword the enqueue signatures gained, checked like a unique key.
         (op("enqueue", {}, concurrency_key=""), InvalidArgumentError),
         (op("enqueue_unique", {}, unique_key="k", concurrency_key=1), InvalidArgumentTypeError),
-        (op("enqueue_many", [1, 2], concurrency_key=["a"]), InvalidArgumentError),
+        (op("enqueue_many", [1, 2], concurrency_keys=["a"]), InvalidArgumentError),
         (op("set_queue_limits", "q", concurrency=0), InvalidArgumentError),
     ],
 )
@@ -494,7 +503,7 @@ def test_periodic_states_and_remove_periodic(q: Runner) -> None:
         pgqueue.Periodic("a-minutely", timedelta(minutes=1), "crm"),
     ]
     with q.engine.begin() as conn:
-        repository.declare_periodic(conn, definitions, datetime.now(timezone.utc))
+        store.declare_periodic(conn, definitions, datetime.now(timezone.utc))
     rows = q.run("periodic_states")
     assert [(r.name, r.schedule, r.timezone, r.queue, r.last_tick) for r in rows] == [
         ("a-minutely", "every 60s", "UTC", "crm", None),

@@ -17,6 +17,7 @@ from worker_helpers import claim_plan, row_locked, scalar
 
 import pgqueue
 from pgqueue import repository
+from pgqueue._worker import store
 from pgqueue.errors import InvalidArgumentError, UnknownDependencyError
 
 LEASE = timedelta(minutes=5)
@@ -250,7 +251,7 @@ def test_one_statement_finishing_several_dependencies_settles_them_together(
         partial = pgqueue.enqueue(conn, "partial", depends_on=[a, b, d])
     held = {j.id: j for j in _claim(engine)}
     with engine.begin() as conn:
-        done = repository.complete_many(conn, [(i, held[i].attempts) for i in (a, b, c)])
+        done = store.complete_many(conn, [(i, held[i].attempts) for i in (a, b, c)])
     assert done == {a, b, c}
     assert tuple(_row(engine, fan_in)) == ("queued", 0, True, None, False)
     assert tuple(_row(engine, partial)) == ("queued", 1, False, None, False)
@@ -340,7 +341,7 @@ def test_an_enqueue_that_locked_its_dependency_first_is_released_by_its_completi
 
     def complete() -> None:
         with engine.begin() as conn:
-            assert repository.complete_many(conn, [(job.id, job.attempts)]) == {job.id}
+            assert store.complete_many(conn, [(job.id, job.attempts)]) == {job.id}
         completed.set()
 
     worker = threading.Thread(target=complete)
@@ -357,7 +358,7 @@ def test_an_enqueue_that_locked_its_dependency_first_is_released_by_its_completi
     (job2,) = _claim(engine, "other")
     finisher = engine.connect()
     ftx = finisher.begin()
-    assert repository.complete_many(finisher, [(job2.id, job2.attempts)]) == {job2.id}
+    assert store.complete_many(finisher, [(job2.id, job2.attempts)]) == {job2.id}
     enqueued: list[int] = []
     producer_thread = threading.Thread(
         target=lambda: enqueued.append(_enqueue_child(engine, parent2))

@@ -7,6 +7,7 @@ from sqlalchemy import Engine, text
 
 import pgqueue
 from pgqueue import demo
+from pgqueue._worker import store
 
 
 def _finished(engine: Engine, job_id: int) -> tuple[str, bool]:
@@ -35,7 +36,7 @@ def test_complete_and_complete_many_set_it(engine: Engine) -> None:
     one, batch = _claimed(engine), _claimed(engine)
     with engine.begin() as conn:
         assert pgqueue.complete(conn, one.id, one.attempts)
-        assert pgqueue.repository.complete_many(conn, [(batch.id, batch.attempts)]) == {batch.id}
+        assert store.complete_many(conn, [(batch.id, batch.attempts)]) == {batch.id}
     assert _finished(engine, one.id) == ("done", True)
     assert _finished(engine, batch.id) == ("done", True)
 
@@ -45,7 +46,7 @@ def test_fail_sets_it_only_for_good(engine: Engine) -> None:
     with engine.begin() as conn:
         pgqueue.fail(conn, retried.id, retried.attempts, "boom")
         pgqueue.fail(conn, spent.id, spent.attempts, "boom")
-        pgqueue.repository.fail_many(conn, [(fatal.id, fatal.attempts, "bad", False)])
+        store.fail_many(conn, [(fatal.id, fatal.attempts, "bad", False)])
     assert _finished(engine, retried.id) == ("queued", False)
     assert _finished(engine, spent.id) == ("failed", True)
     assert _finished(engine, fatal.id) == ("failed", True)

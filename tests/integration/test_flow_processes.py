@@ -43,7 +43,8 @@ def spawn(db_url: URL) -> Iterator[Callable[..., subprocess.Popen[str]]]:
 
 def _enqueue(engine: Engine, payloads: list[Any], queue: str, key: str | None = None) -> list[int]:
     with engine.begin() as conn:
-        return pgqueue.enqueue_many(conn, payloads, queue=queue, concurrency_key=key)
+        keys = None if key is None else [key] * len(payloads)
+        return pgqueue.enqueue_many(conn, payloads, queue=queue, concurrency_keys=keys)
 
 
 def _done(engine: Engine, queue: str) -> int:

@@ -227,7 +227,7 @@ def test_flow_control_privileges_of_each_role(roles: dict[str, URL], engine: Eng
     try:
         with producer.begin() as conn:
             pgqueue.enqueue(conn, {}, queue="api", concurrency_key="tenant-1")
-            pgqueue.enqueue_many(conn, [1, 2], queue="api", concurrency_key=["t1", None])
+            pgqueue.enqueue_many(conn, [1, 2], queue="api", concurrency_keys=["t1", None])
         assert _denied(producer, "SELECT * FROM jobs_queues")
         assert _denied(producer, "SELECT concurrency_key FROM jobs")
         for reader in (worker, monitor):

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 import pgqueue
 from pgqueue import InvalidArgumentError, InvalidPayloadError
+from pgqueue._worker import store
 
 
 def _row(engine: Engine, job_id: int) -> dict[str, object]:
@@ -370,8 +371,6 @@ def test_batched_statements_set_their_own_lock_timeout_in_autocommit(
 
     from sqlalchemy.exc import OperationalError
 
-    from pgqueue import repository
-
     with engine.begin() as conn:
         pgqueue.enqueue(conn, {}, queue="locked")
         (job,) = pgqueue.claim(conn, queue="locked")
@@ -384,8 +383,8 @@ def test_batched_statements_set_their_own_lock_timeout_in_autocommit(
 
         def write() -> object:
             if call == "complete_many":
-                return repository.complete_many(conn, held, lock_timeout_ms=200)
-            return repository.fail_many(conn, failure, lock_timeout_ms=200)
+                return store.complete_many(conn, held, lock_timeout_ms=200)
+            return store.fail_many(conn, failure, lock_timeout_ms=200)
 
         with pytest.raises(OperationalError, match="lock timeout"):
             write()
@@ -423,7 +422,7 @@ def test_a_final_failure_keeps_run_at_when_its_last_attempt_was_due(
             assert result.retry_in is None
         elif how == "fail_many":
             failure = [(job.id, job.attempts, "boom", True)]
-            assert pgqueue.repository.fail_many(conn, failure)[job.id].status == "failed"
+            assert store.fail_many(conn, failure)[job.id].status == "failed"
         else:
             pgqueue.fail(conn, job.id, job.attempts, "bad input", retry=False)
     status, run_at, finished_at = _due_and_status(engine, job.id)

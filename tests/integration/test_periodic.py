@@ -27,6 +27,7 @@ from worker_helpers import running, scalar, statements_sent, until
 import pgqueue
 import pgqueue._worker.scheduler
 from pgqueue import repository
+from pgqueue._worker import store
 from pgqueue._worker.scheduler import Scheduler
 from tests.cli.conftest import Result, run_pgqueue
 
@@ -178,8 +179,8 @@ def test_many_workers_in_threads_share_each_tick(engine: Engine) -> None:
 def _seed(engine: Engine, definition: pgqueue.Periodic, last_tick: datetime) -> None:
     """State as if workers fired ``definition`` up to ``last_tick`` and then all stopped."""
     with engine.begin() as conn:
-        repository.declare_periodic(conn, [definition], last_tick - timedelta(hours=1))
-        fired = repository.fire_periodic(conn, definition, None, [last_tick])
+        store.declare_periodic(conn, [definition], last_tick - timedelta(hours=1))
+        fired = store.fire_periodic(conn, definition, None, [last_tick])
         assert fired.advanced
         conn.execute(text("DELETE FROM jobs"))
 
@@ -364,7 +365,7 @@ def test_cli_lists_and_removes_definitions(engine: Engine, db_url: URL) -> None:
     live = pgqueue.Periodic("live", "*/5 * * * *", "ticks", timezone="Europe/Paris")
     gone = pgqueue.Periodic("gone", timedelta(minutes=1), "ticks")
     with engine.begin() as conn:
-        repository.declare_periodic(conn, [live, gone], datetime.now(UTC))
+        store.declare_periodic(conn, [live, gone], datetime.now(UTC))
         conn.execute(
             text(
                 "UPDATE jobs_periodic SET declared_at = now() - interval '3 hours' "
@@ -400,7 +401,7 @@ def test_doctor_warns_when_a_declared_definition_is_not_fired(engine: Engine, db
 
     every = pgqueue.Periodic("forgotten", timedelta(minutes=1), "ticks")
     with engine.begin() as conn:
-        repository.declare_periodic(conn, [every], datetime.now(UTC) - timedelta(minutes=30))
+        store.declare_periodic(conn, [every], datetime.now(UTC) - timedelta(minutes=30))
     with engine.connect() as conn:
         findings = [
             f for f in doctor.run_checks(conn, idle_threshold=SECOND) if f.check == "periodic"

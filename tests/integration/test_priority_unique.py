@@ -15,6 +15,7 @@ from worker_helpers import captured_claim
 import pgqueue
 import pgqueue.testing
 from pgqueue._sql import calls as _calls
+from pgqueue._sql import runners
 from pgqueue.errors import UniqueKeyError
 
 
@@ -127,7 +128,7 @@ def test_failed_jobs_free_the_key_and_a_retry_keeps_it_or_yields(engine: Engine)
             text("UPDATE jobs SET status = 'queued' WHERE id = :id"), {"id": old}, lambda r: None
         )
         with pytest.raises(UniqueKeyError, match="unique key 'k' of queue 'r'"):
-            pgqueue.repository._run(conn, forced)
+            runners.run(conn, forced)
         conn.rollback()
 
 

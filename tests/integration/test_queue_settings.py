@@ -206,15 +206,15 @@ def test_every_enqueue_path_stores_the_concurrency_key(q: Runner) -> None:
     found = q.run("enqueue_unique", "again", unique_key="u1", concurrency_key="tenant-3")
     assert found.inserted is False  # the key's holder keeps its own concurrency key
     q.run("enqueue_unique", "u2", unique_key="u2", concurrency_key="tenant-3")
-    q.run("enqueue_many", ["m1", "m2"], concurrency_key="tenant-4")
-    q.run("enqueue_many", ["a1", "a2", "a3"], concurrency_key=["t-a", None, "t-b"])
+    q.run("enqueue_many", ["m1", "m2"], concurrency_keys=["tenant-4", "tenant-4"])
+    q.run("enqueue_many", ["a1", "a2", "a3"], concurrency_keys=["t-a", None, "t-b"])
     q.run(
         "enqueue_many",
         ["k1", "k2"],
         unique_keys=["uk1", None],
-        concurrency_key=["t-c", "t-d"],
+        concurrency_keys=["t-c", "t-d"],
     )
-    q.run("enqueue_many", ["s1"], unique_keys=["uk2"], concurrency_key="t-e")
+    q.run("enqueue_many", ["s1"], unique_keys=["uk2"], concurrency_keys=["t-e"])
     assert _keys(q.engine) == [
         ("plain", None, None),
         ("one", None, "tenant-1"),
@@ -232,12 +232,34 @@ def test_every_enqueue_path_stores_the_concurrency_key(q: Runner) -> None:
 
 
 def test_a_held_unique_key_in_a_keyed_batch_returns_its_holder(q: Runner) -> None:
-    (holder,) = q.run("enqueue_many", ["first"], unique_keys=["u"], concurrency_key=["t1"])
+    (holder,) = q.run("enqueue_many", ["first"], unique_keys=["u"], concurrency_keys=["t1"])
     ids = q.run(
-        "enqueue_many", ["dup", "new"], unique_keys=["u", "v"], concurrency_key=["t2", "t3"]
+        "enqueue_many", ["dup", "new"], unique_keys=["u", "v"], concurrency_keys=["t2", "t3"]
     )
     assert ids[0] == holder
     assert _keys(q.engine) == [("first", "u", "t1"), ("new", "v", "t3")]
+
+
+def test_a_batchs_concurrency_key_still_works_with_a_deprecation_warning(q: Runner) -> None:
+    """For one release: one key for every job, or one per payload, as before #30."""
+    with pytest.warns(DeprecationWarning, match=r"give concurrency_keys=\[\.\.\.\]"):
+        q.run("enqueue_many", ["m1", "m2"], concurrency_key="tenant-4")
+    with pytest.warns(DeprecationWarning, match=r"give concurrency_keys=\[\.\.\.\]"):
+        q.run("enqueue_many", ["a1", "a2"], unique_keys=["u", None], concurrency_key=["t", None])
+    assert _keys(q.engine) == [
+        ("m1", None, "tenant-4"),
+        ("m2", None, "tenant-4"),
+        ("a1", "u", "t"),
+        ("a2", None, None),
+    ]
+
+
+def test_the_batch_takes_its_keys_once(q: Runner) -> None:
+    twice = op("enqueue_many", [1], concurrency_key="a", concurrency_keys=["b"])
+    deprecated = pytest.warns(DeprecationWarning, match="concurrency_key")
+    with deprecated, pytest.raises(InvalidArgumentError, match="twice"):
+        q.tx([op("enqueue", {"first": True}), twice])
+    assert _keys(q.engine) == []
 
 
 @pytest.mark.parametrize(
@@ -252,29 +274,29 @@ def test_a_held_unique_key_in_a_keyed_batch_returns_its_holder(q: Runner) -> Non
             "concurrency_key",
         ),
         (
-            op("enqueue_many", [1, 2], concurrency_key=["a"]),
+            op("enqueue_many", [1, 2], concurrency_keys=["a"]),
             InvalidArgumentError,
-            "concurrency_key",
+            "concurrency_keys",
         ),
         (
-            op("enqueue_many", [1, 2], concurrency_key=["a", "b", "c"]),
+            op("enqueue_many", [1, 2], concurrency_keys=["a", "b", "c"]),
             InvalidArgumentError,
-            "concurrency_key",
+            "concurrency_keys",
         ),
         (
-            op("enqueue_many", [1, 2], concurrency_key=["a", ""]),
+            op("enqueue_many", [1, 2], concurrency_keys=["a", ""]),
             InvalidArgumentError,
-            "concurrency_key[1]",
+            "concurrency_keys[1]",
         ),
         (
-            op("enqueue_many", [1, 2], unique_keys=["u", "v"], concurrency_key=["a", 3]),
+            op("enqueue_many", [1, 2], unique_keys=["u", "v"], concurrency_keys=["a", 3]),
             InvalidArgumentTypeError,
-            "concurrency_key[1]",
+            "concurrency_keys[1]",
         ),
         (
-            op("enqueue_many", [1], concurrency_key=b"a"),
+            op("enqueue_many", [1], concurrency_keys=b"a"),
             InvalidArgumentTypeError,
-            "concurrency_key",
+            "concurrency_keys",
         ),
     ],
 )

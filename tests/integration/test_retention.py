@@ -24,6 +24,7 @@ from worker_helpers import running, scalar, until
 import pgqueue
 import pgqueue._worker.pruner as pruner_module
 from pgqueue import InvalidArgumentError, InvalidArgumentTypeError, Retention
+from pgqueue._worker import store
 from pgqueue._worker.pruner import Pruner
 
 DAY = timedelta(days=1)
@@ -232,11 +233,9 @@ def test_a_queue_another_transaction_prunes_is_skipped_and_then_not_due(engine: 
     after the first commits, the queue is not due again before the interval."""
     ids = _finished(engine, "mail", "done", 5, "8 days")
     with engine.begin() as conn:
-        pgqueue.repository.ensure_retention_row(conn, "mail")
+        store.ensure_retention_row(conn, "mail")
     with engine.begin() as first:
-        kept = pgqueue.repository.take_prune(
-            first, "mail", "w1", timedelta(seconds=60), continuing=False
-        )
+        kept = store.take_prune(first, "mail", "w1", timedelta(seconds=60), continuing=False)
         assert kept == {"done": timedelta(days=7), "failed": timedelta(days=30)}
         assert _pruner(engine, ["mail"], name="w2", interval=0.001).prune("mail") == 0
     assert _left(engine, ids) == 5

@@ -20,7 +20,8 @@ from test_contract import Transactions
 
 import pgqueue
 from pgqueue import InvalidArgumentError, InvalidPayloadError
-from pgqueue.tasks import TaskCall
+from pgqueue._worker import store
+from pgqueue.tasks import Signature
 from pgqueue.testing import assert_enqueued
 
 registry = pgqueue.Registry()
@@ -201,7 +202,7 @@ def test_a_bad_call_writes_nothing(
         q.one(send_email, *args, **kwargs)
     assert send_email.name in str(single.value)
     assert isinstance(single.value, pgqueue.PgQueueError)
-    bad = TaskCall(send_email, args, kwargs)
+    bad = Signature(send_email, args, kwargs)
     with pytest.raises(error, match=says) as batch:
         q.many(send_email, [send_email.args(1), send_email.args(2), bad])
     assert send_email.name in str(batch.value)
@@ -268,9 +269,9 @@ def test_a_periodic_tick_of_a_task_carries_its_name_and_arguments(engine: Engine
     plain = pgqueue.Periodic("plain", timedelta(hours=1), "emails", {"kind": "plain"})
     tick = datetime.now(timezone.utc).replace(minute=0, second=0, microsecond=0)
     with engine.begin() as conn:
-        pgqueue.repository.declare_periodic(conn, [nightly, plain], tick - timedelta(hours=1))
-        assert pgqueue.repository.fire_periodic(conn, nightly, None, [tick]).advanced
-        assert pgqueue.repository.fire_periodic(conn, plain, None, [tick]).advanced
+        store.declare_periodic(conn, [nightly, plain], tick - timedelta(hours=1))
+        assert store.fire_periodic(conn, nightly, None, [tick]).advanced
+        assert store.fire_periodic(conn, plain, None, [tick]).advanced
     task_job, plain_job = _rows(engine)
     assert (task_job.queue, task_job.task, task_job.max_attempts) == ("emails", send_email.name, 3)
     assert task_job.payload == {"args": [7], "kwargs": {"template": "d"}}

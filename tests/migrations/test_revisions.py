@@ -680,3 +680,64 @@ def test_dependencies_revision_round_trips_in_a_schema_with_rows(
         assert left == 0
         assert conn.execute(text("SELECT to_regclass('queue.jobs_dependencies')")).scalar() is None
         assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2
+
+
+def test_dependency_rule_revision_round_trips_in_a_schema(
+    empty_db_url: URL, empty_engine: Engine
+) -> None:
+    """pgqueue_0014 writes the dependency-failure text once, ``jobs_dependency_error``: the
+    trigger (a dependency failing after the enqueue) and ``ATTACH`` (one already failed or
+    cancelled at the enqueue) give the same ``last_error``, in a schema too. Its downgrade puts
+    pgqueue_0013's trigger function back exactly and drops the new one."""
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0013", schema="queue")
+
+    def release_source() -> str:
+        with empty_engine.connect() as conn:
+            source: str = conn.execute(
+                text(
+                    "SELECT prosrc FROM pg_proc WHERE proname = 'jobs_release' "
+                    "AND pronamespace = 'queue'::regnamespace"
+                )
+            ).scalar_one()
+        return source
+
+    def rule_functions() -> int:
+        with empty_engine.connect() as conn:
+            count: int = conn.execute(
+                text("SELECT count(*) FROM pg_proc WHERE proname = 'jobs_dependency_error'")
+            ).scalar_one()
+        return count
+
+    source_0013 = release_source()
+    assert "jobs_dependency_error" not in source_0013
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0014", schema="queue")
+    assert rule_functions() == 1
+    assert "queue.jobs_dependency_error(u.cause, p.cancelled_at IS NOT NULL)" in release_source()
+
+    engine = pgqueue.use_schema(empty_engine, "queue")
+    with engine.begin() as conn:
+        failed, cancelled = pgqueue.enqueue(conn, 1, queue="q"), pgqueue.enqueue(conn, 2, queue="q")
+        waiting = pgqueue.enqueue(conn, 3, queue="q", depends_on=[failed])
+        doomed_later = pgqueue.enqueue(conn, 4, queue="q", depends_on=[cancelled])
+        pgqueue.cancel(conn, [cancelled])
+        conn.execute(text("UPDATE queue.jobs SET status = 'failed' WHERE id = :i"), {"i": failed})
+        # ATTACH's path: dependencies already failed or cancelled when the job is enqueued.
+        at_once = pgqueue.enqueue(conn, 5, queue="q", depends_on=[failed])
+        at_once_cancelled = pgqueue.enqueue(conn, 6, queue="q", depends_on=[cancelled])
+    with engine.connect() as conn:
+        errors = dict(
+            conn.execute(
+                text("SELECT id, last_error FROM queue.jobs WHERE id = ANY(:ids)"),
+                {"ids": [waiting, doomed_later, at_once, at_once_cancelled]},
+            ).all()
+        )
+    assert errors == {
+        waiting: f"dependency {failed} failed",
+        at_once: f"dependency {failed} failed",
+        doomed_later: f"dependency {cancelled} was cancelled",
+        at_once_cancelled: f"dependency {cancelled} was cancelled",
+    }
+
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0013", schema="queue")
+    assert release_source() == source_0013
+    assert rule_functions() == 0

@@ -17,7 +17,7 @@ import pgqueue
 from pgqueue import InvalidArgumentError, Periodic, Rate, Worker
 from pgqueue._base.durations import parse_duration
 from pgqueue._base.validation import check_queue
-from pgqueue._sql.options import EnqueueOptions
+from pgqueue.enqueue_options import EnqueueOptions
 
 BLANKS = [" ", "   ", "\u00a0", "\u3000", " \u2003 "]
 

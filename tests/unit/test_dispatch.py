@@ -19,7 +19,7 @@ from pgqueue._worker.dispatch import Dispatch
 from pgqueue._worker.executors import Target, call_async, call_sync, keep_result, retryable
 from pgqueue._worker.window import Held, Lane
 from pgqueue.errors import InvalidResultError, NoHandlerError, UnknownTaskError
-from pgqueue.jobs import JobContext
+from pgqueue.jobs import JobContext, marks_of
 from pgqueue.tasks import encode_call
 
 
@@ -147,15 +147,29 @@ def test_current_job_is_set_around_each_call_on_its_own_thread_and_task() -> Non
 
 def test_set_progress_keeps_the_last_value_numbered_until_it_is_written() -> None:
     ctx = job()
-    assert ctx.pending_progress() is None
+    assert marks_of(ctx).pending_progress() is None
     for i in range(100):
         ctx.set_progress({"i": i})
-    assert ctx.pending_progress() == (100, '{"i":99}')
-    ctx.progress_written(100)
-    assert ctx.pending_progress() is None
+    assert marks_of(ctx).pending_progress() == (100, '{"i":99}')
+    marks_of(ctx).written(100)
+    assert marks_of(ctx).pending_progress() is None
     ctx.set_progress("again")
-    ctx.progress_written(50)  # an older write landing late changes nothing
-    assert ctx.pending_progress() == (101, '"again"')
+    marks_of(ctx).written(50)  # an older write landing late changes nothing
+    assert marks_of(ctx).pending_progress() == (101, '"again"')
     with pytest.raises(pgqueue.InvalidPayloadError, match=r"^progress: not storable as jsonb"):
         ctx.set_progress(object())
-    assert ctx.pending_progress() == (101, '"again"')  # a refused value leaves the last one
+    assert marks_of(ctx).pending_progress() == (101, '"again"')  # a refused value: the last stays
+
+
+def test_the_workers_marks_live_beside_the_context_the_handler_reads() -> None:
+    """A handler reads ``lease_lost`` and ``cancelled`` and cannot set them: the worker's
+    bookkeeping (those marks, the progress written) is :class:`pgqueue.jobs.JobMarks`."""
+    ctx = job()
+    assert (ctx.lease_lost, ctx.cancelled) == (False, False)
+    with pytest.raises(AttributeError):
+        ctx.lease_lost = True  # type: ignore[misc]
+    marks_of(ctx).cancelled = True
+    assert ctx.cancelled
+    assert not ctx.lease_lost
+    assert not hasattr(ctx, "pending_progress")
+    assert marks_of(job()) is not marks_of(ctx)

@@ -18,10 +18,9 @@ import pytest
 import pgqueue.aio
 from pgqueue import InvalidArgumentError, InvalidArgumentTypeError, repository, statements
 from pgqueue._sql import calls
-from pgqueue._sql.options import EnqueueOptions
 from pgqueue.cli.common import UserError
 from pgqueue.cli.ops import _enqueue_options
-from pgqueue.tasks import EnqueueKeywords
+from pgqueue.enqueue_options import BatchKeywords, EnqueueKeywords, EnqueueOptions
 
 AWARE = datetime(2030, 1, 1, tzinfo=timezone.utc)
 
@@ -57,6 +56,7 @@ def test_the_fields_are_the_public_keywords_with_their_defaults(module: Any) -> 
     assert unique == {k: v for k, v in fields.items() if k != "unique_key"}
     many = _keywords(module.enqueue_many)
     assert many.pop("unique_keys") is None  # one key per payload instead
+    assert many.pop("concurrency_keys") is None  # likewise
     assert many == {k: v for k, v in fields.items() if k != "unique_key"}
 
 
@@ -95,6 +95,7 @@ def test_task_options_types_every_public_keyword() -> None:
     (an option added to the enqueue functions is added there too, or mypy refuses it)."""
     assert set(EnqueueKeywords.__annotations__) == set(_fields())
     assert set(EnqueueKeywords.__annotations__) == set(_keywords(repository.enqueue))
+    assert set(BatchKeywords.__annotations__) == set(_fields()) - {"unique_key"}
 
 
 @pytest.mark.parametrize(
@@ -183,14 +184,14 @@ def test_a_concurrency_key_chooses_the_keyed_statements_and_no_key_keeps_the_old
 @pytest.mark.parametrize(
     ("keys", "error", "match"),
     [
-        (["a"], InvalidArgumentError, "concurrency_key: 1 keys for 2 payloads"),
-        (["a", "b", "c"], InvalidArgumentError, "concurrency_key: 3 keys for 2 payloads"),
-        (["a", ""], InvalidArgumentError, r"concurrency_key\[1\]: must not be empty"),
-        (["a", 7], InvalidArgumentTypeError, r"concurrency_key\[1\]: expected str"),
-        (["a", "k" * 1001], InvalidArgumentError, r"concurrency_key\[1\]: 1001 bytes"),
+        (["a"], InvalidArgumentError, "concurrency_keys: 1 keys for 2 payloads"),
+        (["a", "b", "c"], InvalidArgumentError, "concurrency_keys: 3 keys for 2 payloads"),
+        (["a", ""], InvalidArgumentError, r"concurrency_keys\[1\]: must not be empty"),
+        (["a", 7], InvalidArgumentTypeError, r"concurrency_keys\[1\]: expected str"),
+        (["a", "k" * 1001], InvalidArgumentError, r"concurrency_keys\[1\]: 1001 bytes"),
         ("", InvalidArgumentError, "concurrency_key: must not be empty"),
-        (7, InvalidArgumentTypeError, "concurrency_key: expected a sequence"),
-        ({"a": 1, "b": 2}, InvalidArgumentTypeError, "concurrency_key: expected a sequence"),
+        (7, InvalidArgumentTypeError, "concurrency_keys: expected a sequence"),
+        ({"a": 1, "b": 2}, InvalidArgumentTypeError, "concurrency_keys: expected a sequence"),
     ],
 )
 def test_a_batchs_concurrency_keys_are_checked_before_the_statement(
@@ -246,7 +247,7 @@ def test_the_command_line_names_its_flag_when_the_value_refuses_it(
 
 def test_depends_on_is_a_sorted_tuple_without_repeats_and_waits_far_ahead() -> None:
     """A waiting job's ``run_at`` is the far time the claim never reaches (pgqueue_0013)."""
-    from pgqueue._sql.options import WAITING_RUN_AT
+    from pgqueue.enqueue_options import WAITING_RUN_AT
 
     options = EnqueueOptions(depends_on=iter([9, 3, 9]), on_dependency_failure="run")
     assert options.depends_on == (3, 9)

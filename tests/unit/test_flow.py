@@ -36,7 +36,7 @@ def test_rate_is_a_frozen_checked_value() -> None:
         ("10", timedelta(seconds=1), InvalidArgumentTypeError, "rate.limit"),
         (10, timedelta(0), InvalidArgumentError, "rate.period"),
         (10, timedelta(seconds=-1), InvalidArgumentError, "rate.period"),
-        (10, 1, InvalidArgumentTypeError, "rate.period"),
+        (10, "1s", InvalidArgumentTypeError, "rate.period"),  # seconds are a number (#30)
         (10, timedelta(days=40_000), InvalidArgumentError, "rate.period"),
     ],
 )

@@ -2,28 +2,26 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from sqlalchemy.dialects import postgresql
 
-from pgqueue._sql.limited_claim import (
-    UNLIMITED,
-    ClaimState,
-    QueueFlow,
-    limited_claim_statement,
-)
+from pgqueue._sql.limited_claim import ClaimState, limited_claim_statement
 from pgqueue._worker.flow import LIMIT_POLL, FlowGate
+from pgqueue.flow import QueueSettings, Rate
 from pgqueue.statements import claim_statement
 
-LIMITED = QueueFlow(concurrency=4)
+LIMITED = QueueSettings("a", concurrency=4)
 
 
 def test_a_paused_queue_is_not_claimable_until_resumed() -> None:
     gate = FlowGate()
-    assert gate.update({"a": QueueFlow(paused=True)}) == []
+    assert gate.update({"a": QueueSettings("a", paused=True)}) == []
     assert not gate.claimable("a")
     assert gate.claimable("b")  # no row: unpaused, unlimited
     assert gate.update({}) == ["a"]  # resumed (its row gone): worth a claim now
     assert gate.claimable("a")
-    assert gate.settings("a") == UNLIMITED
+    assert gate.settings("a") == QueueSettings("a")
 
 
 def test_a_queue_at_its_limit_waits_for_a_finished_job_or_the_short_poll() -> None:
@@ -41,7 +39,7 @@ def test_a_queue_at_its_limit_waits_for_a_finished_job_or_the_short_poll() -> No
 
 def test_a_spent_rate_window_waits_for_its_end_whatever_finishes() -> None:
     gate = FlowGate()
-    rate = QueueFlow(rate_limit=10)
+    rate = QueueSettings("a", rate=Rate(10, timedelta(seconds=1)))
     gate.claimed("a", ClaimState(rate, at_limit=True, wait=0.7), now=5.0, finished=0)
     assert list(gate.unpark(now=5.5, finished=9)) == []
     assert list(gate.unpark(now=5.7, finished=9)) == ["a"]
@@ -58,7 +56,7 @@ def test_a_change_of_limits_unparks_the_queue() -> None:
     gate = FlowGate()
     gate.update({"a": LIMITED})
     gate.claimed("a", ClaimState(LIMITED, at_limit=True), now=0.0, finished=0)
-    assert gate.update({"a": QueueFlow(concurrency=8)}) == ["a"]
+    assert gate.update({"a": QueueSettings("a", concurrency=8)}) == ["a"]
     assert gate.claimable("a")
 
 

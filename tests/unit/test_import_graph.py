@@ -1,4 +1,4 @@
-"""The package's layering, stated and kept: no circle, no import up a layer, short chains.
+"""The package's layering, stated and kept: no circle, no import up a layer.
 
 The worker was split into components that import each other's types; a circle among them works or
 breaks depending on which module is imported first. The graph is read from the source with
@@ -6,8 +6,10 @@ breaks depending on which module is imported first. The graph is read from the s
 caught even where today's import order happens to hide it.
 
 The layers (:data:`LAYERS`) say what stands on what: each module may import its own layer and the
-ones below, never one above, and a new module must be given a layer. The longest import chain is
-measured the way #21 counts it (imports that run, ``TYPE_CHECKING`` ones left out) and kept short.
+ones below, never one above, and a new module must be given a layer. The longest import chain can
+be measured the way #21 counts it (imports that run, ``TYPE_CHECKING`` ones left out:
+:func:`counted_graph`, :func:`longest_chain`), but it is not capped (#30): a chain is as long as
+the wiring through imports makes it, and no figure is worth a module-global seam.
 """
 
 from __future__ import annotations
@@ -59,21 +61,26 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("the ground floor: helpers that know nothing of jobs (imports errors only)", "_base.*"),
     (
         "definitions users build, and their checks",
-        "schema periodic retry_policy retention_policy tasks jobs hooks flow",
+        "schema periodic retry_policy retention_policy enqueue_options flow",
     ),
-    ("SQL as data, grants and revisions", "statements _sql.* admin grants migrations.*"),
+    (
+        "SQL as data and its two runners, grants and revisions",
+        "statements _sql.* admin grants migrations.*",
+    ),
     (
         "the runners and services on a connection",
-        "repository aio pooler listener health doctor waiting workflows",
+        "repository pooler listener health doctor waiting",
+    ),
+    (
+        "the producers' door on the runners: tasks, chains and groups, the async twins, and what"
+        " a handler is given",
+        "tasks workflows aio jobs hooks",
     ),
     ("the worker's machinery (not the worker, the package, the CLI, the dashboard)", "_worker.*"),
     ("the worker, and the test helpers that run handlers as it does", "worker testing"),
     ("the public package and what builds on it", "__init__ demo contrib.*"),
     ("the faces: the command line and the dashboard", "__main__ cli.* web.*"),
 )
-
-#: At most this many modules on the longest import chain (#21: 17 before the wings).
-MAX_CHAIN = 13
 
 #: What the process supervisor and the health server may import: the supervisor never builds an
 #: engine or a worker (its children do), and the probes know the worker only as a ``Probe``.
@@ -369,15 +376,6 @@ def test_no_module_imports_the_whole_package_but_for_its_version() -> None:
     graph = import_graph(PACKAGE_DIR)
     importers = {module for module, targets in graph.items() if "pgqueue" in targets}
     assert importers <= set(PACKAGE_IMPORTERS), sorted(importers - set(PACKAGE_IMPORTERS))
-
-
-def test_the_longest_import_chain_is_short() -> None:
-    """#21's measure of how deep the house is: at most :data:`MAX_CHAIN` modules on one chain."""
-    graph = counted_graph(PACKAGE_DIR)
-    assert "pgqueue.migrations" in graph
-    assert not any(m.startswith("pgqueue.migrations.versions") for m in graph)
-    chain = longest_chain(graph)
-    assert len(chain) <= MAX_CHAIN, f"{len(chain)} modules: " + " -> ".join(chain)
 
 
 def test_the_supervisor_and_the_probes_stay_narrow() -> None:

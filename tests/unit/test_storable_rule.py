@@ -20,7 +20,7 @@ from pgqueue._base.validation import (
     encode_payload,
 )
 from pgqueue.errors import InvalidArgumentError, InvalidPayloadError
-from pgqueue.jobs import JobContext
+from pgqueue.jobs import JobContext, marks_of
 from pgqueue.retry_policy import describe_error
 
 NAME = b"caf\xe9".decode("utf-8", "surrogateescape")  # "caf\udce9"
@@ -85,7 +85,7 @@ def test_progress_and_results_are_checked_by_the_same_encoding() -> None:
     job = JobContext(1, "q", None, 1)
     with pytest.raises(InvalidPayloadError, match=r"^progress: the string at \['f'\]"):
         job.set_progress({"f": NAME})
-    assert job.pending_progress() is None  # nothing recorded for the heartbeat
+    assert marks_of(job).pending_progress() is None  # nothing recorded for the heartbeat
     with pytest.raises(InvalidPayloadError, match=r"^result: not valid Unicode"):
         encode_payload(NAME, argument="result")
 

@@ -17,7 +17,7 @@ import pytest
 
 import pgqueue
 from pgqueue import InvalidArgumentError, InvalidArgumentTypeError, InvalidPayloadError
-from pgqueue.tasks import TaskCall, decode_call, encode_call
+from pgqueue.tasks import Signature, decode_call, encode_call
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = Path(__file__).parent / "typing_cases"
@@ -153,7 +153,7 @@ def test_a_call_that_does_not_bind_names_the_task(
 def test_args_packs_a_call_and_its_payload() -> None:
     _, send = _registry_with_send()
     call = send.args(1, template="x")
-    assert isinstance(call, TaskCall)
+    assert isinstance(call, Signature)
     assert (call.task, call.args, call.kwargs) == (send, (1,), {"template": "x"})
     assert call.payload == {"args": [1], "kwargs": {"template": "x"}}
     assert send.payload_of((user := 2,), {}) == {"args": [user], "kwargs": {}}

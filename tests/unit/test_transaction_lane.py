@@ -20,6 +20,7 @@ from pgqueue._worker.completer import Completer
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.threads import TransactionLane
 from pgqueue._worker.window import ClaimWindow, Lane
+from pgqueue.flow import QueueSettings, Rate
 from pgqueue.jobs import JobContext, WorkerStats
 from pgqueue.retry_policy import RetryPolicy
 
@@ -138,3 +139,19 @@ def test_a_stop_drops_the_tickets_no_thread_took() -> None:
     with runtime.lock:
         assert lane.in_flight() == 0
         assert lane.worth_claim(T)
+
+
+def test_the_intake_says_which_queues_its_claims_can_hold_limits_of() -> None:
+    """The lease/transaction difference is the intake's: the window's claims commit at once and
+    hold any queue's limits; the transaction lane's jobs run inside their open transaction, so it
+    admits only queues without limits (the claimer asks, and branches on no mode)."""
+    lane, runtime = make_lane(2)
+    limited = [
+        QueueSettings("q", concurrency=1),
+        QueueSettings("q", per_key=1),
+        QueueSettings("q", rate=Rate(5, timedelta(seconds=1))),
+    ]
+    assert all(runtime.window.admits(s) for s in [*limited, QueueSettings("q")])
+    assert lane.admits(QueueSettings("q"))
+    assert lane.admits(QueueSettings("q", paused=True))  # a pause is not a limit
+    assert not any(lane.admits(s) for s in limited)

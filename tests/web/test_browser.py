@@ -28,6 +28,7 @@ from starlette.applications import Starlette
 from starlette.routing import Mount
 
 import pgqueue
+from pgqueue._worker import store
 from pgqueue.web import create_app
 from tests.web.conftest import failed_job, row
 
@@ -100,7 +101,7 @@ def _history(engine: Engine) -> None:
         pgqueue.enqueue_many(conn, [{"n": i} for i in range(90)], queue="thumbs")
         for queue in ("email", "thumbs"):
             while claimed := pgqueue.claim(conn, queue=queue, limit=100):
-                pgqueue.repository.complete_many(conn, [(j.id, j.attempts) for j in claimed])
+                store.complete_many(conn, [(j.id, j.attempts) for j in claimed])
         conn.execute(
             text(
                 "UPDATE jobs SET finished_at = now() - make_interval(mins => "
@@ -200,7 +201,7 @@ def test_long_queue_names_wrap_bulk_retry_and_a_purge_that_asks(
     with engine.begin() as conn:
         pgqueue.enqueue_many(conn, [{}] * 3, queue=LONG_QUEUE)
         while claimed := pgqueue.claim(conn, queue=LONG_QUEUE, limit=10):
-            pgqueue.repository.complete_many(conn, [(j.id, j.attempts) for j in claimed])
+            store.complete_many(conn, [(j.id, j.attempts) for j in claimed])
         conn.execute(text("UPDATE jobs SET created_at = now() - interval '3 days'"))
         conn.execute(
             text("INSERT INTO jobs_workers (name, host, pid, queues) VALUES ('w', 'h', 1, :q)"),

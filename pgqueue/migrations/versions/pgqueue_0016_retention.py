@@ -1,7 +1,7 @@
 """Retention: how long finished jobs are kept, per queue, and where workers note their pruning.
 
 Revision ID: pgqueue_0016
-Revises: pgqueue_0013
+Revises: pgqueue_0014
 Create Date: 2026-12-10
 
 ``jobs_retention``: one row per queue with a retention of its own, plus the default's row (queue
@@ -34,7 +34,7 @@ from alembic import op
 from pgqueue.migrations.options import drop_invalid_index, target_schema
 
 revision: str = "pgqueue_0016"
-down_revision: str | Sequence[str] | None = "pgqueue_0013"
+down_revision: str | Sequence[str] | None = "pgqueue_0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

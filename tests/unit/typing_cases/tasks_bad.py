@@ -29,6 +29,10 @@ def produce(conn: Connection) -> None:
     send_email.options(dely=5)  # E: call-arg
     text: str = send_email(1)  # E: assignment
     del text
+    pgqueue.enqueue(conn, {}, queue=1)  # E: arg-type
+    pgqueue.enqueue(conn, {}, on_dependency_failure="skip")  # E: arg-type
+    pgqueue.enqueue(conn, {}, dely=5)  # E: call-arg
+    pgqueue.enqueue_many(conn, [1], unique_key="k")  # E: call-arg
 
 
 async def produce_async(conn: AsyncConnection) -> None:

@@ -29,6 +29,10 @@ def produce(conn: Connection) -> list[int]:
     result: dict[str, str] = send_email(42)
     task: pgqueue.Task[[int], dict[str, str]] | None = None
     del task, result
+    # The function doors type their options from pgqueue.EnqueueOptions' fields (#30).
+    pgqueue.enqueue(conn, {}, queue="q", delay=5, depends_on=[job_id], on_dependency_failure="run")
+    pgqueue.enqueue_unique(conn, {}, unique_key="k", delay=timedelta(seconds=1), priority=2)
+    pgqueue.enqueue_many(conn, [1, 2], unique_keys=["a", None], concurrency_keys=["t", None])
     return [job_id, *ids]
 
 
