@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, text
@@ -103,3 +104,29 @@ def test_doctor_reports_finished_jobs_a_day_past_their_retention(cli: Cli, db: E
         conn.execute(text("DELETE FROM jobs WHERE queue = 'mail' AND status = 'done'"))
     (ok,) = [f for f in cli("doctor", "--json").json()["findings"] if f["check"] == "retention"]
     assert ok["severity"] == "ok"
+
+
+@pytest.mark.parametrize("flag", [None, "--prune", "--no-prune"])
+def test_a_burst_worker_prunes_after_its_drain_unless_told_not_to(
+    cli: Cli, db: Engine, tmp_path: Path, flag: str | None
+) -> None:
+    """``pgqueue worker --burst`` prunes its queues once after the drain; ``--no-prune`` not."""
+    app = tmp_path / "retention_app.py"
+    app.write_text("handlers = {'mail': lambda job: None}\n", encoding="utf-8")
+    with db.begin() as conn:
+        old = pgqueue.enqueue(conn, {}, queue="mail")
+        conn.execute(
+            text(
+                "UPDATE jobs SET status = 'done', finished_at = now() - interval '8 days' "
+                "WHERE id = :id"
+            ),
+            {"id": old},
+        )
+        fresh = pgqueue.enqueue(conn, {}, queue="mail")
+    options = [] if flag is None else [flag]
+    result = cli("worker", "retention_app:handlers", "--burst", *options, cwd=str(tmp_path))
+    assert result.code == 0, result.err
+    with db.connect() as conn:
+        left = conn.execute(text("SELECT id, status FROM jobs ORDER BY id")).all()
+    kept = [(old, "done")] if flag == "--no-prune" else []
+    assert [tuple(r) for r in left] == [*kept, (fresh, "done")]
