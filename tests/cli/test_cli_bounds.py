@@ -126,13 +126,18 @@ def test_a_queue_name_with_control_characters_written_by_sql_stays_on_one_line(
     assert "tab q x" in listed.out
 
 
+#: Seconds of noise allowed beyond linear growth: far from the quadratic minute.
+SLACK = 2.0
+
+
 def test_show_masks_a_payload_in_time_linear_in_its_size(cli: Cli, db: Engine) -> None:
     """``pgqueue show`` of a 400 KB payload takes about 4 times the work of a 100 KB one beyond
     the command's start-up, not 16 (the quadratic masking took 5.7 s at 100 KB, 90 s at 400).
 
-    Linear work at these sizes is milliseconds, within the noise of starting a process on a
-    busy machine, so the check allows one start-up beyond 8 times the 100 KB work: a quadratic
-    run exceeds that by a minute. Each figure is the best of five runs, taken in turns."""
+    Linear work at these sizes is milliseconds, within the noise of a command's run on a busy
+    machine, so the check allows :data:`SLACK` seconds (or one start-up, if longer) beyond 8 times
+    the 100 KB work: a quadratic run exceeds that by a minute; under ``stress --cpu 2`` the noise
+    alone reached 0.17 s. Each figure is the best of five runs, taken in turns."""
     with db.begin() as conn:
         tiny = pgqueue.enqueue(conn, {}, queue="big")
         small = pgqueue.enqueue(conn, {"blob": "x" * 100_000}, queue="big")
@@ -149,7 +154,7 @@ def test_show_masks_a_payload_in_time_linear_in_its_size(cli: Cli, db: Engine) -
     startup = best[tiny]
     extra_small = max(best[small] - startup, 0.0)
     extra_large = max(best[large] - startup, 0.0)
-    assert extra_large < 8 * extra_small + startup, (startup, extra_small, extra_large)
+    assert extra_large < 8 * extra_small + max(startup, SLACK), (startup, extra_small, extra_large)
     shown = cli("show", str(secret))
     assert "postgresql://app:***@db/app" in shown.out
     assert "s3cret" not in shown.out

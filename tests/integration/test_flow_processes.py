@@ -69,9 +69,11 @@ def test_concurrency_holds_across_three_processes(
     flow: Engine, spawn: Callable[..., subprocess.Popen[str]]
 ) -> None:
     _limits(flow, "flow", concurrency=4)
-    ids = _enqueue(flow, [{"sleep": 0.2}] * 60, "flow")
-    # Two threads each: no one process can fill the limit, the others must take part.
+    # Two threads each: no one process can fill the limit, the others must take part. All three
+    # are up before the jobs come (a process that starts late on a busy machine would find the
+    # first one done with all of them).
     procs = [spawn(concurrency=2, poll=0.5) for _ in range(3)]
+    ids = _enqueue(flow, [{"sleep": 0.2}] * 60, "flow")
     peak_in_table = 0
     while _done(flow, "flow") < len(ids):  # sampled from outside, as often as it can
         running = scalar(
