@@ -5,16 +5,17 @@ lease, and finish them with updates guarded by the claimed attempt number.
 
 This module is the public API (:data:`__all__`). The modules beside it, one concept each:
 ``repository`` (the users' functions, in the caller's transaction) and ``aio`` (their asyncio
-twins), which take their options from ``enqueue_options`` (:class:`EnqueueOptions`: every enqueue
-option and its default, once); ``models`` (the table), ``schema`` (where it lives), ``storage``
-(its storage parameters), ``results`` and ``errors`` (the values returned and raised); ``jobs``
-(what a handler gets), ``tasks`` (typed tasks), ``workflows`` (chains and groups), ``periodic``,
-``retry_policy``, ``flow`` (pauses and limits) and ``hooks``; ``worker`` (the facade over
-``_worker``), ``listener`` (its LISTEN connection), ``health`` (its probes) and ``pooler`` (running
-behind PgBouncer); ``waiting`` (:func:`wait_for`); ``testing`` (helpers for users' tests); the
-operator's ``admin``, ``doctor``, ``grants`` and ``demo``; ``statements``, the old path of the
-``jobs`` table's statements (a re-export of ``_sql.statements``); ``__main__`` (``python -m
-pgqueue``).
+twins), which take their options from ``enqueue_options`` (:class:`EnqueueOptions`: every
+enqueue option and its default, once); ``models`` (the table), ``schema`` (where it lives),
+``storage`` (its storage parameters), ``results`` and ``errors`` (the values returned and
+raised); ``jobs`` (what a handler gets), ``tasks`` (typed tasks), ``workflows`` (chains and
+groups), ``periodic``, ``retry_policy``, ``retention_policy`` (how long finished jobs are kept),
+``flow`` (pauses and limits) and ``hooks``; ``worker`` (the facade over
+``_worker``), ``listener`` (its LISTEN connection), ``health`` (its probes) and ``pooler``
+(running behind PgBouncer); ``waiting`` (:func:`wait_for`); ``testing`` (helpers for users'
+tests); the operator's ``admin``, ``doctor``, ``grants`` and ``demo``; ``statements``, the old
+path of the ``jobs`` table's statements (a re-export of ``_sql.statements``); ``__main__``
+(``python -m pgqueue``).
 
 The folders: ``_base`` (helpers that know nothing of jobs), ``_sql`` (every statement and call,
 no I/O), ``_worker`` (the worker's machinery), ``migrations`` (the Alembic revisions), ``cli``
@@ -65,9 +66,11 @@ from pgqueue.repository import (
     reap_expired,
     remove_periodic,
     resume,
+    retention,
     retry,
     retry_failed,
     set_queue_limits,
+    set_retention,
     unblock,
 )
 from pgqueue.results import (
@@ -80,6 +83,7 @@ from pgqueue.results import (
     PeriodicRow,
     ReapedJob,
 )
+from pgqueue.retention_policy import Retention
 from pgqueue.retry_policy import RetryPolicy
 from pgqueue.schema import channel_for, finished_channel_for, use_schema
 from pgqueue.tasks import Signature, Task
@@ -122,6 +126,7 @@ __all__ = [
     "Rate",
     "ReapedJob",
     "Registry",
+    "Retention",
     "RetryPolicy",
     "Signature",
     "Snooze",
@@ -159,9 +164,11 @@ __all__ = [
     "reap_expired",
     "remove_periodic",
     "resume",
+    "retention",
     "retry",
     "retry_failed",
     "set_queue_limits",
+    "set_retention",
     "unblock",
     "use_schema",
     "wait_for",

@@ -35,6 +35,7 @@ from pgqueue import workflows as _workflows
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
+from pgqueue._sql import retention_calls as _retention_calls
 from pgqueue._sql.runners import adrive, arun
 from pgqueue.enqueue_options import EnqueueOptions, batch_options, enqueue_door
 from pgqueue.flow import QueueSettings, Rate
@@ -58,6 +59,7 @@ from pgqueue.results import (
     PeriodicRow,
     ReapedJob,
 )
+from pgqueue.retention_policy import Retention, RetentionValue
 from pgqueue.schema import channel_of
 from pgqueue.tasks import Signature
 
@@ -93,9 +95,11 @@ __all__ = [
     "reap_expired",
     "remove_periodic",
     "resume",
+    "retention",
     "retry",
     "retry_failed",
     "set_queue_limits",
+    "set_retention",
     "unblock",
     "wait_for",
 ]
@@ -312,6 +316,23 @@ async def forget_queue_settings(conn: AsyncExecutor, queue: str) -> bool:
 async def queue_settings(conn: AsyncExecutor, queue: str | None = None) -> list[QueueSettings]:
     """The stored pause and limits of queues; see :func:`pgqueue.repository.queue_settings`."""
     return await arun(conn, _flow_calls.settings(queue))
+
+
+async def set_retention(
+    conn: AsyncExecutor,
+    queue: str | None = None,
+    *,
+    done: RetentionValue = ...,
+    failed: RetentionValue = ...,
+    **unknown: object,
+) -> Retention:
+    """Set a queue's retention; see :func:`pgqueue.repository.set_retention`."""
+    return await adrive(conn, _retention_calls.set_retention(queue, done, failed, unknown))
+
+
+async def retention(conn: AsyncExecutor) -> list[Retention]:
+    """How long finished jobs are kept; see :func:`pgqueue.repository.retention`."""
+    return await adrive(conn, _retention_calls.retention())
 
 
 async def wait_for(

@@ -20,8 +20,10 @@ from sqlalchemy import Connection, TextClause
 import pgqueue.migrations
 from pgqueue import admin, periodic, repository
 from pgqueue._base.connections import WORKER_PREFIX
+from pgqueue._base.readable import decoded
 from pgqueue._base.validation import MAX_PRIORITY, MIN_PRIORITY
 from pgqueue._sql import reads
+from pgqueue._sql import retention_statements as retention_reads
 from pgqueue.pooler import check_listen
 from pgqueue.repository import DEFAULT_PURGE_AGE
 from pgqueue.storage import JOBS_STORAGE_PARAMETERS, alter_table_sql
@@ -102,6 +104,7 @@ def run_checks(
         _jobs,
         lambda c: _backlog(c, backlog_age),
         _dependencies,
+        _retention,
         _periodic,
         _connections,
         *([_listen] if listen else []),
@@ -526,6 +529,49 @@ def _dependencies(conn: Connection) -> Iterator[Finding]:
         return
     stmt = reads.missing_dependencies_statement(MISSING_DEPENDENCIES_SHOWN)
     yield from dependency_findings([dict(row._mapping) for row in conn.execute(stmt)])
+
+
+def retention_findings(rows: list[dict[str, Any]]) -> Iterator[Finding]:
+    """One warning per queue whose finished jobs are more than a day past its retention (the
+    rows of :func:`~pgqueue._sql.retention_statements.overdue_statement`); else one ok."""
+    if not rows:
+        yield Finding("retention", "ok", "no finished job more than a day past its retention")
+        return
+    by_queue: dict[str, list[dict[str, Any]]] = {}
+    for row in rows:
+        by_queue.setdefault(row["queue"], []).append(row)
+    for queue, kinds in by_queue.items():
+        counts = ", ".join(f"{r['jobs']} {r['kind']}" for r in kinds)
+        times = [r["oldest"] for r in kinds]
+        # A time Python cannot hold (written by SQL) is shown as stored, and is the oldest.
+        odd = [t for t in times if not isinstance(t, datetime)]
+        oldest = str(odd[0]) if odd else min(times).isoformat(timespec="seconds")
+        yield Finding(
+            "retention",
+            "warning",
+            f"queue {queue!r}: {counts} job(s) more than a day past their retention (oldest "
+            f"finished {oldest}): no worker prunes it",
+            f"run a worker that serves queue {queue!r} with pruning on (not --no-prune; its role "
+            "needs DELETE on jobs, `pgqueue grants --role-worker`); `pgqueue retention "
+            f"{queue}` shows its retention",
+            [{**r, "oldest": _iso(r["oldest"])} for r in kinds],
+        )
+
+
+def _iso(value: object) -> str:
+    return value.isoformat() if isinstance(value, datetime) else str(value)
+
+
+def _retention(conn: Connection) -> Iterator[Finding]:
+    """Finished jobs that the workers should have pruned a day ago (pgqueue_0016)."""
+    skipped = _unreadable(
+        conn, reads.RETENTION_READABLE, "retention", "finished jobs past their retention"
+    )
+    if skipped is not None:
+        yield from skipped
+        return
+    rows = conn.execute(retention_reads.overdue_statement())
+    yield from retention_findings([decoded(row) for row in rows])
 
 
 def _periodic(conn: Connection) -> Iterator[Finding]:

@@ -26,18 +26,20 @@ roles get only DML:
   ``jobs_release`` trigger runs as the role finishing the job); ``SELECT, INSERT, UPDATE,
   DELETE`` on ``jobs_workers`` (a worker records itself when it starts and removes its row when
   it stops); ``SELECT, UPDATE`` on ``jobs_queues`` (the claim reads a queue's pause and limits
-  and moves its rate window). ``LISTEN`` needs no privilege.
-- monitor (``doctor``, ``stats``, ``periodic``, ``queues``): ``pg_monitor`` to see every session,
-  ``SELECT`` on ``jobs``, ``jobs_periodic``, ``jobs_workers``, ``jobs_queues``,
-  ``jobs_dependencies`` and
-  ``alembic_version``.
+  and moves its rate window); ``DELETE`` on ``jobs`` and ``SELECT, INSERT, UPDATE`` on
+  ``jobs_retention`` (pgqueue_0016: workers delete the finished jobs past their queue's
+  retention, noting each visit in the queue's row; ``Worker(prune=False)`` needs neither).
+  ``LISTEN`` needs no privilege.
+- monitor (``doctor``, ``stats``, ``periodic``, ``queues``, ``retention``): ``pg_monitor`` to see
+  every session, ``SELECT`` on ``jobs``, ``jobs_periodic``, ``jobs_workers``, ``jobs_queues``,
+  ``jobs_dependencies``, ``jobs_retention`` and ``alembic_version``.
 
 Each role gets ``USAGE`` on the schema. ``purge``, ``retry``, ``cancel`` and ``unblock`` are
 maintenance: run them as the owner, or grant ``DELETE`` (purge) and ``UPDATE`` (retry, cancel,
 unblock; which also read ``jobs_dependencies``) to a role of yours;
 so is ``pgqueue periodic --remove`` (``DELETE`` on ``jobs_periodic``), and so are ``pause``,
 ``resume`` and ``set_queue_limits`` (``SELECT, INSERT, UPDATE`` on ``jobs_queues``: they upsert
-the queue's row).
+the queue's row), and ``set_retention`` (``SELECT, INSERT, UPDATE`` on ``jobs_retention``).
 Role and schema names are quoted identifiers, never spliced raw.
 
 .. versionadded:: 0.1.0
@@ -113,6 +115,7 @@ def grants_sql(
     queues = sql.SQL("{}.jobs_queues").format(place)
     version = sql.SQL("{}.alembic_version").format(place)
     edges = sql.SQL("{}.jobs_dependencies").format(place)
+    retention = sql.SQL("{}.jobs_retention").format(place)
     lines: list[sql.Composable] = []
     roles = {
         "role_producer": producer,
@@ -147,10 +150,14 @@ def grants_sql(
             )
             lines.append(sql.SQL("GRANT SELECT, UPDATE ON {} TO {};").format(queues, who))
             lines.append(sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {};").format(edges, who))
+            lines.append(sql.SQL("GRANT DELETE ON {} TO {};").format(jobs, who))
+            lines.append(
+                sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {};").format(retention, who)
+            )
         else:
             lines.append(
-                sql.SQL("GRANT SELECT ON {}, {}, {}, {}, {}, {} TO {};").format(
-                    jobs, periodic, workers, queues, edges, version, who
+                sql.SQL("GRANT SELECT ON {}, {}, {}, {}, {}, {}, {} TO {};").format(
+                    jobs, periodic, workers, queues, edges, retention, version, who
                 )
             )
             lines.append(sql.SQL("GRANT pg_monitor TO {};").format(who))

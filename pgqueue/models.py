@@ -226,6 +226,15 @@ class Job(Base):
             "concurrency_key",
             postgresql_where=text("status = 'running' AND concurrency_key IS NOT NULL"),
         ),
+        # Finished rows by queue, status and age (pgqueue_0016): a queue's prune reads its own
+        # expired rows oldest first, never another queue's history.
+        Index(
+            "jobs_prune_idx",
+            "queue",
+            "status",
+            "finished_at",
+            postgresql_where=text("finished_at IS NOT NULL"),
+        ),
     )
 
     def __repr__(self) -> str:
@@ -435,3 +444,51 @@ class QueueSettingsRecord(Base):
 
 #: The Core table behind :class:`QueueSettingsRecord`.
 queues_table: Table = QueueSettingsRecord.__table__  # type: ignore[assignment]
+
+
+#: How long ``done`` jobs are kept where no retention is set (``jobs_retention``): 7 days.
+DEFAULT_DONE_RETENTION = timedelta(days=7)
+#: How long ``failed`` jobs (cancelled and expired ones too) are kept where none is set: 30 days.
+DEFAULT_FAILED_RETENTION = timedelta(days=30)
+#: The kinds of finished jobs a retention is set for, as ``jobs_retention`` names its columns.
+RETENTION_KINDS = ("done", "failed")
+#: The ``jobs_retention.queue`` of the default's row: blank, which no queue name may be.
+DEFAULT_RETENTION_ROW = ""
+
+
+class RetentionRecord(Base):
+    """One row per queue with a retention of its own, or pruned by a worker (pgqueue_0016).
+
+    ``done`` and ``failed`` apply where ``done_set`` and ``failed_set`` say so (a set kind with
+    ``None`` is kept for ever; an unset one takes the default's). The row whose ``queue`` is
+    ``''`` holds the default. ``pruned_at`` and ``pruned_by`` record the last prune: a worker
+    prunes a queue holding its row locked, and only once ``pruned_at`` is a minute old. Read it
+    through :func:`pgqueue.retention`, change it through :func:`pgqueue.set_retention`.
+
+    .. versionadded:: 0.1.0
+    """
+
+    __tablename__ = "jobs_retention"
+
+    queue: Mapped[str] = mapped_column(Text, primary_key=True)
+    done: Mapped[timedelta | None] = mapped_column(Interval)
+    failed: Mapped[timedelta | None] = mapped_column(Interval)
+    done_set: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    failed_set: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
+    pruned_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    pruned_by: Mapped[str | None] = mapped_column(Text)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        CheckConstraint("done > interval '0'", name="done"),
+        CheckConstraint("failed > interval '0'", name="failed"),
+        CheckConstraint("done_set OR done IS NULL", name="done_set"),
+        CheckConstraint("failed_set OR failed IS NULL", name="failed_set"),
+    )
+
+    def __repr__(self) -> str:
+        return f"RetentionRecord(queue={self.queue!r}, done={self.done!r}, failed={self.failed!r})"
+
+
+#: The Core table behind :class:`RetentionRecord`.
+retention_table: Table = RetentionRecord.__table__  # type: ignore[assignment]

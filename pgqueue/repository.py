@@ -17,6 +17,7 @@ from pgqueue import retry_policy
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
+from pgqueue._sql import retention_calls as _retention_calls
 from pgqueue._sql.runners import Executor
 from pgqueue._sql.runners import drive as _drive
 from pgqueue._sql.runners import run as _run
@@ -33,6 +34,7 @@ from pgqueue.results import (
     PeriodicRow,
     ReapedJob,
 )
+from pgqueue.retention_policy import Retention, RetentionValue
 from pgqueue.schema import channel_of
 
 __all__ = [
@@ -69,9 +71,11 @@ __all__ = [
     "reap_expired",
     "remove_periodic",
     "resume",
+    "retention",
     "retry",
     "retry_failed",
     "set_queue_limits",
+    "set_retention",
     "snooze",
     "unblock",
 ]
@@ -574,3 +578,48 @@ def forget_queue_settings(conn: Executor, queue: str) -> bool:
     .. versionadded:: 0.1.0
     """
     return _run(conn, _flow_calls.forget(queue, channel_of(conn)))
+
+
+# -- retention (``jobs_retention``) ---------------------------------------------------------------
+
+
+def set_retention(
+    conn: Executor,
+    queue: str | None = None,
+    *,
+    done: RetentionValue = ...,
+    failed: RetentionValue = ...,
+    **unknown: object,
+) -> Retention:
+    """Set how long a queue's finished jobs are kept, in the caller's transaction; running
+    workers delete older ones (at most once a minute per queue, 1,000 rows per statement).
+
+    Args:
+        queue: The queue; ``None`` (default) sets the default of every queue without a setting
+            of its own.
+        done: How long ``done`` jobs are kept after they finished (a ``timedelta`` or
+            seconds); ``None``: for ever. Omitted: unchanged (a queue without its own keeps
+            the default's). The built-in default is 7 days.
+        failed: The same for ``failed`` jobs, cancelled and expired ones included. The
+            built-in default is 30 days.
+
+    Returns:
+        The queue's retention as workers now apply it.
+
+    Raises:
+        InvalidArgumentError: before any SQL, nothing written: a duration that is zero,
+            negative, NaN or over :data:`pgqueue.MAX_DURATION`, a blank queue name, a kind
+            other than ``done`` and ``failed``, or no kind at all.
+
+    .. versionadded:: 0.1.0
+    """
+    return _drive(conn, _retention_calls.set_retention(queue, done, failed, unknown))
+
+
+def retention(conn: Executor) -> list[Retention]:
+    """How long finished jobs are kept: the default first (``queue`` ``None``), then every queue
+    with a setting of its own, by name. A queue not listed keeps the default.
+
+    .. versionadded:: 0.1.0
+    """
+    return _drive(conn, _retention_calls.retention())

@@ -6,8 +6,9 @@ claim replayed on the driver by ``replay`` and its queues' pauses and limits fol
 ``flow``), the handler lanes (``threads``, ``event_loop``) running handlers through
 ``executors`` (which code runs a job: ``dispatch``), the completer (``completer``, which
 ``culprits`` helps when one row breaks a batch), the heartbeat (``heartbeat``), the reaper
-(``reaper``), the periodic scheduler (``scheduler``), the handler timeouts (``deadlines``,
-enforced by the ``watchdog``), the retried short transaction
+(``reaper``), the periodic scheduler (``scheduler``), the pruner of finished jobs past their
+retention (``pruner``), the handler timeouts (``deadlines``, enforced by the ``watchdog``),
+the retried short transaction
 (``transient``), what a loop does with an unexpected error (``faults``), the liveness pulses
 (``pulse``), the stop signals (``signals``), the worker's row (``registration``) and the outcome
 table (``outcomes``), meeting in ``runtime``. Every statement the components send goes through
@@ -52,6 +53,7 @@ from pgqueue._worker.dispatch import Dispatch, registry_tasks
 from pgqueue._worker.event_loop import AsyncLane
 from pgqueue._worker.executors import DEFAULT_MAX_RESULT_BYTES
 from pgqueue._worker.heartbeat import Heartbeat
+from pgqueue._worker.pruner import Pruner
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.registration import Registration
 from pgqueue._worker.runtime import Runtime
@@ -115,7 +117,8 @@ class Worker:
     Args:
         engine: Used for short transactions (claims, batched completions, heartbeats, reaping):
             lease mode needs 3 connections (claimer, completer, heartbeat/reaper), transaction
-            mode ``concurrency + 2``; add what the handlers themselves take from the same engine.
+            mode ``concurrency + 2``; add what the handlers themselves take from the same engine,
+            and one the pruner takes for a moment once a minute (``prune``).
         handlers: ``{queue: handler}``, or a :class:`Registry` of handlers and tasks; the
             worker claims from these queues (and those of the registry's tasks) only. A handler
             takes one :class:`JobContext`; a task its arguments. Sync and ``async def`` ones mix
@@ -207,6 +210,12 @@ class Worker:
             than the lease the worker gives back what it holds and :meth:`run` raises
             :class:`pgqueue.WorkerStuckError` (``pgqueue worker`` exits 3). A ``timedelta`` or
             seconds, 0 allowed. Default 5 seconds.
+        prune: Delete the finished jobs of this worker's queues that are past their retention
+            (:func:`pgqueue.set_retention`; by default done jobs after 7 days, failed ones after
+            30), in batches of at most 1,000 rows, at most once a minute per queue over every
+            worker, on a thread of its own (one more connection from the engine, briefly, once
+            a minute). ``run(until_empty=True)`` prunes once, after its drain. Default True;
+            False for who prunes otherwise (``pgqueue purge`` from cron).
         force_bounds: Take a ``concurrency`` above 1,000 threads or an ``async_concurrency``
             above 10,000 coroutines: bounds that keep one mistyped number from taking the host
             down. Default False (such a value raises ``InvalidArgumentError``).
@@ -248,6 +257,7 @@ class Worker:
         stuck_after: timedelta | float = DEFAULT_STUCK_AFTER,
         log_tracebacks: bool = True,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        prune: bool = True,
         force_bounds: bool = False,
         default_timeout: timedelta | float | None = None,
         timeout_grace: timedelta | float = DEFAULT_TIMEOUT_GRACE,
@@ -338,6 +348,7 @@ class Worker:
             None if default_timeout is None else check_seconds("default_timeout", default_timeout)
         )
         self.timeout_grace = check_seconds("timeout_grace", timeout_grace, allow_zero=True)
+        self.prune = check_bool("prune", prune)
         #: The health server of the current run, when ``health_port`` is set.
         self.health_server: HealthServer | None = None
         self.stats = WorkerStats()
@@ -446,6 +457,18 @@ class Worker:
             if self.periodic
             else None
         )
+        pruner = (
+            Pruner(
+                self.engine,
+                list(self._lanes),
+                worker=name,
+                stop=runtime.stop,
+                idle=lambda: self.idle,
+                lock_timeout_ms=lock_timeout_ms,
+            )
+            if self.prune
+            else None
+        )
         listener: Listener | None = None
         log.info(
             "worker started: queues=%s mode=%s concurrency=%s async_concurrency=%s lease=%s url=%s",
@@ -471,6 +494,8 @@ class Worker:
                     scheduler.fire_due_once()
                 else:
                     scheduler.start()
+            if pruner is not None and not until_empty:
+                pruner.start()
             if self.listen and not until_empty:
 
                 def on_notify(payload: str) -> None:
@@ -502,6 +527,8 @@ class Worker:
                     self.listen_url, self.engine, runtime.stop, application_name=name
                 )
             claimer.run(until_empty)
+            if pruner is not None and until_empty and runtime.failure is None:
+                pruner.prune_once()
         finally:
             self._shutdown(runtime, threads, coroutines, completer, heartbeat)
             watchdog.close()
@@ -510,6 +537,8 @@ class Worker:
             heartbeat.join(5.0)
             if scheduler is not None:
                 scheduler.join(5.0)
+            if pruner is not None:
+                pruner.join(5.0)
             registration.remove()
             restore()
             if self._hooks is not None:

@@ -591,6 +591,12 @@ DEPENDENCIES_READABLE = text(
     "ELSE has_table_privilege(to_regclass('jobs_dependencies'), 'SELECT') END"
 )
 
+# The same for the retention settings (before pgqueue_0016).
+RETENTION_READABLE = text(
+    "SELECT CASE WHEN to_regclass('jobs_retention') IS NULL THEN NULL "
+    "ELSE has_table_privilege(to_regclass('jobs_retention'), 'SELECT') END"
+)
+
 
 def missing_dependencies_statement(limit: int) -> Select[Any]:
     """``id, queue, waiting_on, found, total`` of the first ``limit`` waiting jobs (by id) that

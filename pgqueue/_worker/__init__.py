@@ -8,12 +8,13 @@ replayed on the driver by ``replay``, its queues' pauses and limits followed by 
 the handler lanes, running handlers through ``executors``, which ``dispatch`` tells which code
 runs a job; ``completer`` batches outcomes (a batch one row breaks is split by ``culprits``);
 ``heartbeat`` keeps the leases; ``reaper`` requeues expired jobs; ``scheduler`` fires periodic
-ticks; ``deadlines`` is the bookkeeping of handler timeouts (pure, like the window) and
-``watchdog`` the loop that enforces them and stops a worker whose every thread is stuck;
-``transient`` retries short transactions; ``faults`` decides what a loop does with an
-error it did not expect; ``pulse`` tells ``/livez`` each loop's liveness; ``signals`` installs
-the stop handlers; ``outcomes`` is the table that counts, logs and names the hook of each
-outcome; ``registration`` writes the worker's row in ``jobs_workers``. ``store`` is the worker's
+ticks; ``pruner`` deletes finished jobs past their retention; ``deadlines`` is the bookkeeping of
+handler timeouts (pure, like the window) and ``watchdog`` the loop that enforces them and stops a
+worker whose every thread is stuck; ``transient`` retries short
+transactions; ``faults`` decides what a loop does with an error it did not expect; ``pulse`` tells
+``/livez`` each loop's liveness; ``signals`` installs the stop handlers; ``outcomes`` is the table
+that counts, logs and names the hook of each outcome; ``registration`` writes the worker's row in
+``jobs_workers``. ``store`` is the worker's
 door to the database: its batched statements and its row, run on the repository's runner.
 
 May import: the concept modules below the worker (:mod:`pgqueue.jobs`, :mod:`pgqueue.hooks`,

@@ -1,10 +1,11 @@
 """The worker's door to the database: its batched statements and its own row, one runner.
 
 Users call :mod:`pgqueue.repository`; the worker's parts (the completer, the heartbeat, the
-scheduler, the shutdown, the row in ``jobs_workers``) call these. Each is one line: the call is
-built (and its values checked) in :mod:`pgqueue._sql`, and run by :mod:`pgqueue._sql.runners`, the
-runner the repository uses too, in the caller's transaction. The worker also runs a few of the
-users' functions as they are (``claim``, ``complete``, ``fail``, ``snooze``, ``reap_expired``).
+scheduler, the pruner, the shutdown, the row in ``jobs_workers``) call these. Each is one line:
+the call is built (and its values checked) in :mod:`pgqueue._sql`, and run by
+:mod:`pgqueue._sql.runners`, the runner the repository uses too, in the caller's transaction.
+The worker also runs a few of the users' functions as they are (``claim``, ``complete``,
+``fail``, ``snooze``, ``reap_expired``).
 
 Batched statements take ``held``, ``[(job_id, claimed_attempts), ...]``, from claims, not from
 users: they are not validated again on the hot path.
@@ -16,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from pgqueue import retry_policy
-from pgqueue._sql import calls, periodic_calls, worker_calls
+from pgqueue._sql import calls, periodic_calls, retention_calls, worker_calls
 from pgqueue._sql.calls import BatchCompletion, BatchFailure
 from pgqueue._sql.runners import Executor, run
 from pgqueue.periodic import Periodic
@@ -152,6 +153,32 @@ def fire_periodic(
     """Enqueue ``ticks`` of ``definition`` in one statement if its ``last_tick`` is still ``prev``
     (and its stored schedule is the definition's); otherwise insert nothing."""
     return run(conn, periodic_calls.fire(definition, prev, ticks))
+
+
+# -- retention (``jobs_retention``, pgqueue_0016): the pruner's side ----------------------------
+
+
+def ensure_retention_row(conn: Executor, queue: str) -> bool:
+    """Give ``queue`` a ``jobs_retention`` row to lock while pruning it; False when it had one
+    (then nothing is written, and nothing waits)."""
+    if run(conn, retention_calls.has_row(queue)):
+        return False
+    run(conn, retention_calls.ensure_row(queue))
+    return True
+
+
+def take_prune(
+    conn: Executor, queue: str, worker: str, interval: timedelta, *, continuing: bool
+) -> dict[str, timedelta | None] | None:
+    """Lock ``queue``'s row for this transaction's prune when it is due (or still ``worker``'s
+    with ``continuing``); its retention by kind, or ``None``: skip the queue."""
+    return run(conn, retention_calls.take(queue, worker, interval, continuing=continuing))
+
+
+def prune_finished(conn: Executor, queue: str, kind: str, kept: timedelta) -> int:
+    """Delete one batch (at most 1,000) of ``queue``'s jobs of ``kind`` finished more than
+    ``kept`` ago; how many were deleted."""
+    return run(conn, retention_calls.prune(queue, kind, kept))
 
 
 # -- the worker's own row (``jobs_workers``, pgqueue_0010) ---------------------------------------

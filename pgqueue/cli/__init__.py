@@ -6,9 +6,9 @@ Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cance
 (bad arguments, no connection, no schema). Passwords are masked in every line printed.
 
 This module parses and dispatches; the commands live beside it in ``ops``, ``flow`` (``queues``,
-``pause``, ``resume``, ``limit``), ``worker`` (with the process ``supervisor``), ``web`` and
-``dev_db``, on the helpers of ``common``, and none of them imports this module back. ``python -m
-pgqueue`` and ``python -m pgqueue.cli`` (``__main__``) run :func:`run`.
+``pause``, ``resume``, ``limit``), ``retention``, ``worker`` (with the process ``supervisor``),
+``web`` and ``dev_db``, on the helpers of ``common``, and none of them imports this module back.
+``python -m pgqueue`` and ``python -m pgqueue.cli`` (``__main__``) run :func:`run`.
 """
 
 from __future__ import annotations
@@ -58,6 +58,7 @@ from pgqueue.cli.ops import (
     cmd_unblock,
     cmd_workers,
 )
+from pgqueue.cli.retention import cmd_retention, retention_arg
 from pgqueue.cli.web import ENV_WEB_AUTH, cmd_web, web_port
 from pgqueue.cli.worker import DEFAULT_HEALTH_HOST, cmd_worker, probe_port
 from pgqueue.errors import PgQueueError
@@ -164,6 +165,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-tracebacks",
         action=argparse.BooleanOptionalAction,
         help="log each failed attempt's traceback with its line (default: yes)",
+    )
+    p.add_argument(
+        "--prune",
+        action=argparse.BooleanOptionalAction,
+        help="delete finished jobs past their queue's retention, at most once a minute per "
+        "queue (default: yes; see pgqueue retention)",
     )
     p.add_argument(
         "--processes",
@@ -388,6 +395,18 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="drop the queue's settings row: unpaused, no limits (given alone)",
     )
+
+    p = add("retention", cmd_retention, "how long finished jobs are kept: list or set")
+    p.add_argument("queue", nargs="?", help="the queue (default: the default of every queue)")
+    for kind, what in (("done", "done"), ("failed", "failed, cancelled and expired")):
+        p.add_argument(
+            f"--{kind}",
+            type=retention_arg,
+            default=...,
+            metavar="D|never",
+            help=f"keep {what} jobs this long (e.g. 7d, 12h) or for ever (never)",
+        )
+    p.add_argument("--json", action="store_true")
 
     p = add("web", cmd_web, "serve the operator dashboard in the browser (pgqueue-sa[web])")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

@@ -25,6 +25,7 @@ from pgqueue.cli.common import (
 )
 from pgqueue.errors import PgQueueError
 from pgqueue.flow import Rate, describe_limits
+from pgqueue.retention_policy import Retention, retention_of
 
 #: Where the flow-control functions log their warnings (:mod:`pgqueue._sql.flow_calls`).
 FLOW_LOGGER = "pgqueue.flow"
@@ -42,21 +43,40 @@ def _rate_json(rate: Rate | None) -> dict[str, float] | None:
     return None if rate is None else {"limit": rate.limit, "period_s": rate.period.total_seconds()}
 
 
+def retention_json(entry: Retention) -> dict[str, Any]:
+    """A retention as ``--json`` writes it: seconds (``null``: kept for ever) and the kinds
+    taken from the default."""
+    return {
+        "done_s": None if entry.done is None else entry.done.total_seconds(),
+        "failed_s": None if entry.failed is None else entry.failed.total_seconds(),
+        "inherited": list(entry.inherited),
+    }
+
+
 def cmd_queues(args: argparse.Namespace) -> int:
     """One line per queue that has queued or running jobs or stored settings: its name, whether
-    it is paused, its limits, and its ready and running jobs."""
+    it is paused, its limits, its retention (how long its done and failed jobs are kept), and
+    its ready and running jobs."""
     with transaction(args) as conn:
         rows = admin.queue_overview(conn)
+        entries = repository.retention(conn)
+    kept = {r["queue"]: retention_of(entries, r["queue"]) for r in rows}
     if args.json:
-        emit_json([{**r, "rate": _rate_json(r["rate"])} for r in rows])
+        emit_json(
+            [
+                {**r, "rate": _rate_json(r["rate"]), "retention": retention_json(kept[r["queue"]])}
+                for r in rows
+            ]
+        )
         return 0
     table(
-        ["queue", "state", "limits", "ready", "running"],
+        ["queue", "state", "limits", "retention", "ready", "running"],
         [
             (
                 r["queue"],
                 "paused" if r["paused"] else "-",
                 describe_limits(r["concurrency"], r["per_key"], r["rate"]),
+                kept[r["queue"]].text,
                 r["ready"],
                 r["running"],
             )

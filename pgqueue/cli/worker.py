@@ -209,6 +209,7 @@ def _build_worker(args: argparse.Namespace) -> Any:
         "--poll-interval": args.poll_interval,
         "--listen-url": args.listen_url,
         "--[no-]log-tracebacks": args.log_tracebacks,
+        "--[no-]prune": args.prune,
         "--url": getattr(args, "url", None),
     }
     if isinstance(target, worker_module.Worker):
@@ -244,6 +245,7 @@ def _build_worker(args: argparse.Namespace) -> Any:
             ("poll_interval", args.poll_interval),
             ("listen_url", args.listen_url),
             ("log_tracebacks", args.log_tracebacks),
+            ("prune", args.prune),
         ):
             if value is not None:
                 kwargs[key] = value

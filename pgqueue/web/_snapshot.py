@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 
 from pgqueue import admin, doctor, repository
 from pgqueue.flow import QueueSettings
+from pgqueue.retention_policy import retention_of
 from pgqueue.web._chart import MINUTES, DepthChart, FinishedChart, depth_chart, finished_charts
 
 #: How long the doctor's findings are reused before the checks run again.
@@ -122,6 +123,9 @@ class OverviewSource:
         """One read-only transaction (rolled back): counts, vacuum, chart, cached findings."""
         with self._engine.connect() as conn:
             queues = _with_settings(admin.queue_stats(conn), repository.queue_settings(conn))
+            kept = repository.retention(conn)
+            for row in queues:
+                row["retention"] = retention_of(kept, row["queue"])
             table = admin.table_stats(conn)
             snapshot = admin.oldest_snapshot(conn)
             finished = finished_charts(admin.finished_per_minute(conn))

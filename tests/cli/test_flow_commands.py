@@ -87,13 +87,14 @@ def test_queues_lists_live_queues_and_settings(cli: Cli, db: Engine) -> None:
         pgqueue.complete(conn, job.id, job.attempts)  # only history: not listed
     cli("pause", "mail")
     cli("limit", "api", "--concurrency", "4", "--per-key", "2", "--rate", "10/1s")
+    cli("retention", "reports", "--done", "1h", "--failed", "never")
     listed = cli("queues")
     assert listed.code == 0
     lines = [line.split("|") for line in listed.out.splitlines()[2:] if "|" in line]
     assert [[cell.strip() for cell in line] for line in lines] == [
-        ["api", "-", "concurrency 4, per_key 2, rate 10/1s", "0", "0"],
-        ["mail", "paused", "-", "3", "0"],
-        ["reports", "-", "-", "0", "1"],
+        ["api", "-", "concurrency 4, per_key 2, rate 10/1s", "done 7d, failed 30d", "0", "0"],
+        ["mail", "paused", "-", "done 7d, failed 30d", "3", "0"],
+        ["reports", "-", "-", "done 1h, failed never", "0", "1"],
     ]
     as_json = cli("queues", "--json").json()
     assert as_json[0] == {
@@ -102,9 +103,11 @@ def test_queues_lists_live_queues_and_settings(cli: Cli, db: Engine) -> None:
         "concurrency": 4,
         "per_key": 2,
         "rate": {"limit": 10, "period_s": 1.0},
+        "retention": {"done_s": 604800.0, "failed_s": 2592000.0, "inherited": ["done", "failed"]},
         "ready": 0,
         "running": 0,
     }
+    assert as_json[2]["retention"] == {"done_s": 3600.0, "failed_s": None, "inherited": []}
     assert [q["queue"] for q in as_json] == ["api", "mail", "reports"]
 
 

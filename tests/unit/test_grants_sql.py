@@ -21,6 +21,8 @@ def test_names_are_quoted_identifiers() -> None:
         'GRANT SELECT, INSERT, UPDATE, DELETE ON "pgq".jobs_workers TO "w""; DROP TABLE jobs; --";',
         'GRANT SELECT, UPDATE ON "pgq".jobs_queues TO "w""; DROP TABLE jobs; --";',
         'GRANT SELECT, INSERT, UPDATE ON "pgq".jobs_dependencies TO "w""; DROP TABLE jobs; --";',
+        'GRANT DELETE ON "pgq".jobs TO "w""; DROP TABLE jobs; --";',
+        'GRANT SELECT, INSERT, UPDATE ON "pgq".jobs_retention TO "w""; DROP TABLE jobs; --";',
     ]
 
 
@@ -56,8 +58,8 @@ def test_monitor_gets_pg_monitor_and_read_access() -> None:
     out = grants_sql(monitor="mon")
     assert (
         'GRANT SELECT ON "public".jobs, "public".jobs_periodic, "public".jobs_workers, '
-        '"public".jobs_queues, "public".jobs_dependencies, "public".alembic_version TO "mon";'
-        in out
+        '"public".jobs_queues, "public".jobs_dependencies, "public".jobs_retention, '
+        '"public".alembic_version TO "mon";' in out
     )
     assert 'GRANT pg_monitor TO "mon";' in out
 

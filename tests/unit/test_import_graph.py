@@ -69,7 +69,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ("the ground floor: helpers that know nothing of jobs (imports errors only)", "_base.*"),
     (
         "definitions users build, and their checks",
-        "schema periodic retry_policy enqueue_options flow",
+        "schema periodic retry_policy retention_policy enqueue_options flow",
     ),
     (
         "SQL as data and its two runners, grants and revisions",
