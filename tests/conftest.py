@@ -68,6 +68,8 @@ PROCESS_FILES = (
     "tests/web/test_browser.py",
     "tests/test_bench_smoke.py",
     "tests/test_bench_processes_smoke.py",
+    "tests/cli/test_process_smoke.py",
+    "tests/cli/test_dev_db.py",
 )
 
 
