@@ -70,6 +70,7 @@ PROCESS_FILES = (
     "tests/test_bench_processes_smoke.py",
     "tests/cli/test_process_smoke.py",
     "tests/cli/test_dev_db.py",
+    "tests/cli/test_worker_stuck_exit.py",
 )
 
 
