@@ -112,6 +112,11 @@ class WorkerHooks:
         """The handler raised :class:`pgqueue.Snooze`: ``job`` is queued again, ready after
         ``delay``, without using up an attempt (its ``max_attempts`` grew by one)."""
 
+    def on_expired(self, queue: str, count: int) -> None:
+        """A claim of this worker found ``count`` jobs of ``queue`` past their ``expires_in``
+        deadline and failed them instead (``JobResult.expired``): they never reach a handler, so
+        no other event of theirs comes."""
+
     def on_lease_extended(self, jobs: Sequence[JobContext]) -> None:
         """A heartbeat pushed the leases of ``jobs`` (only those still held)."""
 
@@ -131,6 +136,7 @@ _EVENTS = (
     "on_lost",
     "on_cancelled",
     "on_snoozed",
+    "on_expired",
     "on_lease_extended",
     "on_reaped",
 )
@@ -227,6 +233,10 @@ class HookDispatcher:
             self._call(event, job, duration, snooze or timedelta(0))
         else:
             self._call(event, job, duration)
+
+    def expired(self, queue: str, count: int) -> None:
+        if count:
+            self._call("on_expired", queue, count)
 
     def lease_extended(self, jobs: Sequence[JobContext]) -> None:
         if jobs:

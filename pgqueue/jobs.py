@@ -561,7 +561,8 @@ class WorkerStats:
     ``snoozed`` the jobs whose handler raised :class:`Snooze` (each snooze once); ``stuck`` is
     not a count of events but the handler threads stuck now: in a handler that outlived its
     timeout plus ``Worker(timeout_grace)`` (its failure was written; the thread is not reused
-    until it returns). ``timed_out`` counts attempts that failed by their timeout.
+    until it returns). ``timed_out`` counts attempts that failed by their timeout; ``expired``
+    the jobs this worker's claims failed as past their ``expires_in`` deadline (never run).
 
     .. versionadded:: 0.1.0
     """
@@ -576,6 +577,7 @@ class WorkerStats:
     cancelled: int = 0
     snoozed: int = 0
     timed_out: int = 0
+    expired: int = 0
     stuck: int = 0
 
 

@@ -375,6 +375,7 @@ class Claimer:
                     if taken == limit and not parked:
                         self._ready[queue] = None  # more may be waiting: back of the line
                     self._claimed_since_poll += rt.accept(lane, claimed) + taken - len(claimed)
+                    rt.expired(queue, taken - len(claimed))
             if claimed is None:
                 self.pulse.waiting()
                 rt.stop.wait(1.0)

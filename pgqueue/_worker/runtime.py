@@ -144,6 +144,16 @@ class Runtime:
         self._announce(held)
         return held
 
+    def expired(self, queue: str, count: int) -> None:
+        """A claim failed ``count`` jobs of ``queue`` as past their deadline: counted, logged and
+        told to hooks (they have no other event). Lock held."""
+        if not count:
+            return
+        self.stats.expired += count
+        log.info("queue %s: %d job(s) expired before they started (never run)", queue, count)
+        if self.hooks is not None:
+            self.hooks.expired(queue, count)
+
     def _count_claimed(self, n: int) -> None:
         self.last_work = time.monotonic()
         self.stats.claimed += n

@@ -178,6 +178,7 @@ class TransactionLane(_HandlerThreads):
                 if not claimed:
                     if rows_taken(claimed):  # it failed an expired job: more may be waiting
                         with rt.lock:
+                            rt.expired(queue, rows_taken(claimed))
                             self._on_job(queue)
                     return
                 with rt.lock:

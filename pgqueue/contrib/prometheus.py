@@ -15,7 +15,8 @@ Metrics (prefix ``namespace``, default ``pgqueue``):
 
 - ``pgqueue_jobs_claimed_total{queue}``
 - ``pgqueue_jobs_finished_total{queue,outcome}``, ``outcome`` one of ``succeeded``, ``retry``,
-  ``failed``, ``lost``, ``snoozed``
+  ``failed``, ``lost``, ``snoozed``, ``cancelled`` (while this worker held the job) and
+  ``expired`` (failed by a claim past its ``expires_in``, never run)
 - ``pgqueue_job_duration_seconds{queue}``: histogram of handler run time
 - ``pgqueue_job_start_latency_seconds{queue}``: histogram of claim-to-start time (how long claimed
   jobs wait for a free handler thread)
@@ -110,7 +111,8 @@ class PrometheusHooks(WorkerHooks):
         )
         self.finished = Counter(
             "jobs_finished",
-            "Jobs whose attempt ended, by outcome (succeeded, retry, failed, lost, snoozed).",
+            "Jobs whose attempt ended, by outcome (succeeded, retry, failed, lost, snoozed, "
+            "cancelled, expired).",
             ["queue", "outcome"],
             namespace=namespace,
             registry=reg,
@@ -181,6 +183,12 @@ class PrometheusHooks(WorkerHooks):
 
     def on_snoozed(self, job: JobContext, duration: float | None, delay: timedelta) -> None:
         self.finished.labels(job.queue, "snoozed").inc()
+
+    def on_cancelled(self, job: JobContext, duration: float | None) -> None:
+        self.finished.labels(job.queue, "cancelled").inc()
+
+    def on_expired(self, queue: str, count: int) -> None:
+        self.finished.labels(queue, "expired").inc(count)
 
     def on_lease_extended(self, jobs: Sequence[JobContext]) -> None:
         for job in jobs:

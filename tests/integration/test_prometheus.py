@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -69,6 +70,42 @@ def test_a_snoozed_job_is_counted_as_snoozed(engine: Engine) -> None:
     m = _scrape(registry)
     assert m['pgqueue_jobs_finished_total{outcome="snoozed",queue="mail"}'] == 1
     assert not any('outcome="failed"' in k or 'outcome="retry"' in k for k in m)
+
+
+def test_expired_and_cancelled_jobs_are_counted_apart(engine: Engine) -> None:
+    """A job a claim fails as past its deadline (never run) and one cancelled while held."""
+    started = threading.Event()
+
+    def handler(job: pgqueue.JobContext) -> None:
+        started.set()
+        while not job.stopping.is_set():
+            time.sleep(0.01)
+
+    late = datetime.now(timezone.utc) - timedelta(seconds=5)
+    with engine.begin() as conn:
+        pgqueue.enqueue_many(conn, [{}] * 3, queue="mail", run_at=late, expires_in=1)
+    registry = prometheus_client.CollectorRegistry()
+    hooks = PrometheusHooks(registry=registry, depth_interval=None)
+    worker = pgqueue.Worker(engine, {"mail": handler}, hooks=[hooks], listen=False)
+    assert worker.run(until_empty=True).expired == 3
+    with engine.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {}, queue="mail")
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert started.wait(20)
+        with engine.begin() as conn:
+            assert pgqueue.cancel(conn, [job_id]) == [job_id]
+        deadline = time.monotonic() + 20
+        while worker.stats.cancelled < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        worker.stop()
+        thread.join(20)
+    m = _scrape(registry)
+    assert m['pgqueue_jobs_finished_total{outcome="expired",queue="mail"}'] == 3
+    assert m['pgqueue_jobs_finished_total{outcome="cancelled",queue="mail"}'] == 1
+    assert m['pgqueue_jobs_claimed_total{queue="mail"}'] == 1  # the expired ones were never held
 
 
 def test_queue_gauges_from_the_depth_query(engine: Engine) -> None:

@@ -252,9 +252,18 @@ def test_jobs_past_their_deadline_never_run_and_fresh_ones_of_the_batch_do(engin
         )
         fresh = pgqueue.enqueue_many(conn, [{"n": i} for i in range(20)], queue="q", expires_in=60)
         plain = pgqueue.enqueue_many(conn, [{}] * 5, queue="q", run_at=two_seconds_ago)
-    worker = _worker(engine, {"q": lambda job: ran.append(job.id)}, batch_size=50)
-    worker.run(until_empty=True)
+    told: list[tuple[str, int]] = []
+
+    class Told(pgqueue.WorkerHooks):
+        def on_expired(self, queue: str, count: int) -> None:
+            told.append((queue, count))
+
+    worker = _worker(engine, {"q": lambda job: ran.append(job.id)}, batch_size=50, hooks=[Told()])
+    stats = worker.run(until_empty=True)
     assert sorted(ran) == sorted(fresh + plain)
+    assert stats.expired == 100
+    assert {q for q, _ in told} == {"q"}
+    assert sum(n for _, n in told) == 100
     with engine.connect() as conn:
         rows = conn.execute(
             text(
@@ -437,9 +446,10 @@ def test_transaction_mode_never_runs_expired_jobs_and_drains_past_them(engine: E
         engine, {"tx": lambda job: ran.append(job.id)}, mode="transaction", poll_interval=30
     )
     started = time.monotonic()
-    worker.run(until_empty=True)
+    stats = worker.run(until_empty=True)
     assert time.monotonic() - started < 20  # not one poll interval per expired job
     assert sorted(ran) == fresh
+    assert stats.expired == len(late)
     assert scalar(
         engine,
         "SELECT count(*) FROM jobs WHERE expired_at IS NOT NULL AND id = ANY(:ids)",
