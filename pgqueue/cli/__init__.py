@@ -160,6 +160,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--poll-interval", type=parse_duration, help="fallback poll interval (default 5s)"
     )
+    p.add_argument(
+        "--default-timeout",
+        type=parse_duration,
+        help="timeout of jobs enqueued without their own (default: none)",
+    )
+    p.add_argument(
+        "--timeout-grace",
+        type=parse_duration,
+        help="how long past its timeout a handler may take before its failure is written "
+        "(default 5s; 0 allowed)",
+    )
     p.add_argument("--listen-url", help="direct URL for LISTEN when --url is a pooler")
     p.add_argument(
         "--log-tracebacks",
