@@ -59,21 +59,21 @@ def test_leases_of_running_handlers_are_kept_during_the_shutdown_grace(
 def test_a_handler_still_running_at_the_deadline_is_left_to_its_lease(engine: Engine) -> None:
     """The grace extends the lease; the deadline ends the extensions (the job is reaped after)."""
     release = threading.Event()
+    started = threading.Event()
 
     def stubborn(job: pgqueue.JobContext) -> None:
+        started.set()
         release.wait(30)  # ignores job.stopping on purpose
 
     with engine.begin() as conn:
         job_id = pgqueue.enqueue(conn, {}, queue="stuck")
-    # A beat every second, and three in the grace: a lease much shorter lapses when a loaded
-    # machine delays a beat, and the worker's own reaper requeues the job before the stop.
-    lease = timedelta(seconds=3)
+    lease = timedelta(seconds=1.5)  # a beat every 0.5 s
     worker = pgqueue.Worker(
         engine,
         {"stuck": stubborn},
         concurrency=1,
         lease=lease,
-        shutdown_timeout=3,
+        shutdown_timeout=1.5,
         poll_interval=0.2,
         listen=False,
         install_signal_handlers=False,
@@ -81,15 +81,17 @@ def test_a_handler_still_running_at_the_deadline_is_left_to_its_lease(engine: En
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
-        until(lambda: _locked_until(engine, job_id) is not None, 20, "the handler")
+        # The handler itself, not only the claim: a job claimed but not yet started when the
+        # stop comes is given back at once (a busy machine can start the thread that late).
+        assert started.wait(20), "the handler never started"
         stopped_at = scalar(engine, "SELECT now()")
         worker.stop()
         thread.join(20)
         assert not thread.is_alive()
         ended = _locked_until(engine, job_id)
         assert ended > stopped_at + lease  # extended during the grace
-        # No beat after the deadline: the lease runs out (a beat every second would have moved
-        # it three times meanwhile).
+        # No beat after the deadline: the lease runs out (a beat every 0.5 s would have moved
+        # it twice meanwhile).
         until(lambda: scalar(engine, "SELECT now() > :t", t=ended), 10, "the lease's end")
         assert _locked_until(engine, job_id) == ended
         until(lambda: _reap(engine) == [job_id], 10, "the lease to expire")
