@@ -53,8 +53,9 @@ def test_each_outcome_has_its_own_counter_and_every_end_is_counted() -> None:
     used = [row.counter for row in OUTCOMES.values()]
     assert len(used) == len(set(used))
     # Not outcomes: ``claimed``, ``timed_out`` (counted beside a retry's or failure's own
-    # counter) and ``stuck`` (threads stuck now).
-    not_outcomes = {"claimed", "timed_out", "stuck"}
+    # counter), ``expired`` (counted by the claim that failed them: never held, no outcome) and
+    # ``stuck`` (threads stuck now).
+    not_outcomes = {"claimed", "timed_out", "expired", "stuck"}
     assert set(used) == {f.name for f in dataclasses.fields(WorkerStats)} - not_outcomes
 
 
@@ -174,7 +175,7 @@ def test_counting_does_not_depend_on_logging(caplog: pytest.LogCaptureFixture) -
     for outcome in Outcome:
         count_and_log(stats, make_job(), outcome, "x")
     assert caplog.records == []
-    not_outcomes = ("claimed", "timed_out", "stuck")
+    not_outcomes = ("claimed", "timed_out", "expired", "stuck")
     assert all(v == 1 for k, v in counters(stats).items() if k not in not_outcomes)
     assert stats.claimed == 0
 
