@@ -91,12 +91,19 @@ def test_readyz_fails_while_the_listener_cannot_reconnect(engine: Engine) -> Non
         with engine.connect(), engine.connect():
             pass  # sessions in the pool for this test and the check (the claim loop keeps its own)
         with engine.connect() as conn, _connections_refused(engine):
-            (terminated,) = conn.exec_driver_sql(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = current_database() AND starts_with(query, 'LISTEN ') "
-                "AND starts_with(application_name, 'pgqueue-worker:')"
-            ).scalars()
-            assert terminated
+            # The worker's start-up LISTEN check (a private channel, same session name) may
+            # still be connected under load: terminate the listener's backend only.
+            terminated = (
+                conn.exec_driver_sql(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND starts_with(query, 'LISTEN ') "
+                    "AND NOT starts_with(query, 'LISTEN \"pgqueue_listen_check_') "
+                    "AND starts_with(application_name, 'pgqueue-worker:')"
+                )
+                .scalars()
+                .all()
+            )
+            assert terminated == [True]
             until(lambda: probe(port, "/readyz")[0] == 503, 20, "/readyz to fail")
             time.sleep(1.0)  # it stays failed while the listener cannot reconnect
             code, body = probe(port, "/readyz")

@@ -39,13 +39,13 @@ def _enqueue(engine: Engine, payloads: list[Any], queue: str, **kw: Any) -> list
 
 def _listening(db_url: URL, since: Any = None) -> Callable[[], bool]:
     """Whether a session of the database has run LISTEN (one that started after ``since``, a
-    time on the server's clock, when given)."""
+    time on the server's clock, when given), the worker's start-up LISTEN check left out."""
 
     def check() -> bool:
         with psycopg.connect(to_libpq_url(db_url), autocommit=True) as conn:
             row = conn.execute(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND query LIKE 'LISTEN %%' "
+                "AND query LIKE 'LISTEN %%' AND query NOT LIKE 'LISTEN \"pgqueue_listen_check_%%' "
                 "AND backend_start > coalesce(%s::timestamptz, '-infinity')",
                 (since,),
             ).fetchone()
