@@ -285,7 +285,8 @@ def _per_key_ids(settings: Any, take: Any) -> Select[Any]:
         .prefix_with("MATERIALIZED")
     )
     keys = _ready_keys()
-    room = func.greatest(_ZERO, per_key - func.coalesce(held.c.running, _ZERO))
+    # At most the claim's budget per key too: a key's backlog is never read past it.
+    room = func.least(take, func.greatest(_ZERO, per_key - func.coalesce(held.c.running, _ZERO)))
     ready = (jobs.c.status == status_literal(JobStatus.QUEUED), jobs.c.run_at <= func.now())
     order = (jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
     of_key = (
