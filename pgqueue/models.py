@@ -492,3 +492,35 @@ class RetentionRecord(Base):
 
 #: The Core table behind :class:`RetentionRecord`.
 retention_table: Table = RetentionRecord.__table__  # type: ignore[assignment]
+
+
+class JobLogRecord(Base):
+    """The log lines of one attempt of one job (pgqueue_0018): what its handler recorded with
+    :meth:`pgqueue.JobContext.log` and, with ``Worker(capture_logs=True)``, what it logged.
+
+    ``lines`` is a JSON array of ``{"t": epoch seconds, "l": level, "m": message, "f": fields,
+    "g": logger name or null}``, oldest first: the last 1,000 lines / 256 KiB of the attempt, the
+    worker's buffer as a whole (each write replaces the row); ``dropped`` counts the older lines
+    the bound dropped. Written by the statements that already write the job's outcome or extend
+    its lease, never one of its own; deleted with its job (``ON DELETE CASCADE``). Read it
+    through :func:`pgqueue.job_logs`.
+
+    .. versionadded:: 0.1.0
+    """
+
+    __tablename__ = "jobs_logs"
+
+    job_id: Mapped[int] = mapped_column(
+        BigInteger, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True
+    )
+    attempt: Mapped[int] = mapped_column(Integer, primary_key=True)
+    lines: Mapped[Any] = mapped_column(JSONB)
+    dropped: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    def __repr__(self) -> str:
+        return f"JobLogRecord(job_id={self.job_id!r}, attempt={self.attempt!r})"
+
+
+#: The Core table behind :class:`JobLogRecord`.
+job_logs_table: Table = JobLogRecord.__table__  # type: ignore[assignment]
