@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from pgqueue import admin
+from pgqueue import admin, repository
 from pgqueue._base.readable import Unreadable, decode_json
 from pgqueue._base.validation import (
     check_queue,
@@ -21,6 +21,7 @@ from pgqueue._base.validation import (
 )
 from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobState
+from pgqueue.results import LogLine, LogLines
 from pgqueue.web._db import in_thread
 from pgqueue.web._render import error_page, page, settings
 
@@ -228,11 +229,17 @@ async def jobs(request: Request) -> Response:
 async def job(request: Request) -> Response:
     job_id = int(request.path_params["job_id"])
 
-    def job_and_links(conn: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    def job_and_links(
+        conn: Any,
+    ) -> tuple[dict[str, Any] | None, dict[str, Any], list[LogLine]]:
         found = admin.get_job(conn, job_id, payload_chars=PAYLOAD_PREVIEW_CHARS)
-        return found, admin.job_links(conn, job_id) if found is not None else {}
+        if found is None:
+            return None, {}, []
+        return found, admin.job_links(conn, job_id), repository.job_logs(conn, job_id)
 
-    found, links = await read(request, job_and_links) if job_id <= MAX_JOB_ID else (None, {})
+    found, links, lines = (
+        await read(request, job_and_links) if job_id <= MAX_JOB_ID else (None, {}, [])
+    )
     if found is None:
         return error_page(request, 404, f"No job with id {job_id}.")
     return page(
@@ -240,12 +247,34 @@ async def job(request: Request) -> Response:
         "job.html",
         job=found,
         links=links,
+        attempts=_by_attempt(lines),
         payload=_payload_shown(found),
         result=_json_shown(found.get("result")),
         progress=_json_shown(found.get("progress")),
         payload_limit=PAYLOAD_PREVIEW_CHARS,
         message=message(request),
     )
+
+
+@dataclass(frozen=True)
+class AttemptLines:
+    """One attempt's log lines on the job page, with its fields as JSON text."""
+
+    attempt: int
+    lines: list[tuple[LogLine, str | None]]
+    dropped: int
+
+
+def _by_attempt(lines: list[LogLine]) -> list[AttemptLines]:
+    """The job's lines by attempt, newest attempt first, each attempt's oldest line first."""
+    dropped = lines.dropped if isinstance(lines, LogLines) else {}
+    attempts: dict[int, list[tuple[LogLine, str | None]]] = {}
+    for line in lines:
+        fields = (
+            json.dumps(line.fields, ensure_ascii=False, sort_keys=True) if line.fields else None
+        )
+        attempts.setdefault(line.attempt, []).append((line, fields))
+    return [AttemptLines(n, attempts[n], dropped.get(n, 0)) for n in sorted(attempts, reverse=True)]
 
 
 def _payload_shown(job: dict[str, Any]) -> str:
