@@ -12,7 +12,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event
+from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
 from worker_helpers import running, scalar, until
@@ -20,6 +20,7 @@ from worker_helpers import running, scalar, until
 import pgqueue
 import pgqueue.aio
 import pgqueue.testing
+from pgqueue._worker import store
 
 log = logging.getLogger("tests.job_logs")
 
@@ -251,8 +252,8 @@ def test_lines_ride_on_the_outcome_statements(engine: Engine) -> None:
         logging_run = list(statements)
     finally:
         event.remove(engine, "before_cursor_execute", count)
-    assert not [s for s in silent if "jobs_logs" in s]
-    carrying = [s for s in logging_run if "jobs_logs" in s]
+    assert not [s for s in silent if "INSERT INTO jobs_logs" in s]
+    carrying = [s for s in logging_run if "INSERT INTO jobs_logs" in s]
     assert carrying, "no statement wrote the lines"
     # Every statement that writes lines is an outcome's (an UPDATE of jobs in the same one).
     assert all("UPDATE jobs SET status" in s for s in carrying), carrying[0][:300]
@@ -314,3 +315,11 @@ def test_lines_are_deleted_with_their_job(engine: Engine) -> None:
         assert pgqueue.purge(conn, older_than=0) == 3
     assert scalar(engine, "SELECT count(*) FROM jobs_logs") == 0
     assert all(_lines(engine, i) == [] for i in ids)
+    # The retention pruner's delete takes them too, and counts jobs, not lines.
+    kept = _enqueue(engine, "pruned", 2)
+    assert pgqueue.Worker(engine, {"pruned": handler}).run(until_empty=True).done == 2
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE jobs SET finished_at = now() - interval '2 days'"))
+        assert store.prune_finished(conn, "pruned", "done", timedelta(days=1)) == 2
+    assert all(_lines(engine, i) == [] for i in kept)
+    assert scalar(engine, "SELECT count(*) FROM jobs_logs") == 0
