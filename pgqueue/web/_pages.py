@@ -248,12 +248,20 @@ async def job(request: Request) -> Response:
         job=found,
         links=links,
         attempts=_by_attempt(lines),
+        running_for_s=_since(found.get("locked_at")),
         payload=_payload_shown(found),
         result=_json_shown(found.get("result")),
         progress=_json_shown(found.get("progress")),
         payload_limit=PAYLOAD_PREVIEW_CHARS,
         message=message(request),
     )
+
+
+def _since(moment: object) -> float | None:
+    """Seconds from ``moment`` (a running job's claim) to now, ``None`` when unknown."""
+    if not isinstance(moment, datetime):
+        return None
+    return max(0.0, (datetime.now(timezone.utc) - moment).total_seconds())
 
 
 @dataclass(frozen=True)
