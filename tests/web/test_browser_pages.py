@@ -9,14 +9,14 @@ import threading
 from datetime import timedelta
 
 import pytest
+
+# test_browser skips this module too where Playwright or Chromium is missing.
+from playwright.sync_api import Browser, expect
 from sqlalchemy import Engine
 
 import pgqueue
 from tests.web.conftest import failed_job
 from tests.web.test_browser import WAIT_MS, _no_horizontal_scroll, _service, browser, serving
-
-pytest.importorskip("playwright")
-from playwright.sync_api import Browser, expect  # noqa: E402
 
 pytestmark = pytest.mark.slow
 

@@ -34,7 +34,7 @@ def test_a_running_job_shows_elapsed_time_and_a_progress_bar(
 ) -> None:
     with engine.begin() as conn:
         job_id = pgqueue.enqueue(conn, {}, queue="q")
-        (job,) = pgqueue.claim(conn, queue="q", limit=1)
+        assert [j.id for j in pgqueue.claim(conn, queue="q", limit=1)] == [job_id]
         conn.exec_driver_sql(
             'UPDATE jobs SET progress = \'{"done": 1, "total": 4}\', '
             "locked_at = now() - interval '90 seconds' WHERE id = %s",
