@@ -20,6 +20,7 @@ from sqlalchemy import Connection
 from pgqueue._base.connections import WORKER_PREFIX
 from pgqueue._base.readable import Unreadable as Unreadable  # returned by the readers below
 from pgqueue._base.readable import decoded
+from pgqueue._base.schedule import scheduled_for
 from pgqueue._base.validation import check_job_id, check_positive_int
 from pgqueue._sql.reads import JOB_COLUMNS as JOB_COLUMNS
 from pgqueue._sql.reads import MAX_SEARCH_CHARS as MAX_SEARCH_CHARS
@@ -31,6 +32,7 @@ from pgqueue._sql.reads import (
     job_statement,
     job_statuses_statement,
     key_holders_statement,
+    periodic_last_jobs_statement,
     queue_overview_statement,
     queue_stats_statement,
 )
@@ -44,6 +46,7 @@ from pgqueue._sql.reads import get_job_statement as get_job_statement  # public,
 from pgqueue._sql.reads import list_jobs_statement as list_jobs_statement  # public, as above
 from pgqueue.flow import Rate
 from pgqueue.models import JobState, JobStatus
+from pgqueue.results import PeriodicRow
 
 
 def list_jobs(
@@ -323,3 +326,22 @@ def connected_workers(conn: Connection) -> list[dict[str, Any]]:
             host, _, pid = row["name"].removeprefix(WORKER_PREFIX).rpartition(":")
             row["host"], row["pid"] = host or None, int(pid) if pid.isdigit() else None
     return rows
+
+
+def periodic_last_jobs(conn: Connection, rows: list[PeriodicRow]) -> dict[str, dict[str, Any]]:
+    """``{name: {"id", "status"}}``: the job each definition of ``rows`` enqueued for its last
+    tick, found by the headers every periodic job carries (``periodic``, ``scheduled_for``);
+    absent when there is none (not fired yet, or purged).
+
+    .. versionadded:: 0.1.0
+    """
+    fired = [r for r in rows if r.last_tick is not None]
+    if not fired:
+        return {}
+    params = {
+        "names": [r.name for r in fired],
+        "queues": [r.queue for r in fired],
+        "ticks": [scheduled_for(r.last_tick, r.timezone) for r in fired if r.last_tick],
+    }
+    result = conn.execute(periodic_last_jobs_statement(), params)
+    return {row.name: {"id": row.id, "status": row.status} for row in result}

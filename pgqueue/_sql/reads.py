@@ -43,7 +43,7 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy import Text as TextType
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.sql.elements import Label
 from sqlalchemy.sql.expression import column
 
@@ -700,3 +700,36 @@ def other_queues_statement(queue: str) -> Select[Any]:
         .group_by(jobs.c.queue)
         .order_by(jobs.c.queue)
     )
+
+
+# -- the dashboard: periodic definitions ----------------------------------------------------------
+
+
+def periodic_last_jobs_statement() -> Select[Any]:
+    """The job each periodic definition enqueued for its last tick: ``name, id, status`` for the
+    arrays ``:names``, ``:queues`` and ``:ticks`` (the ``scheduled_for`` header's text of each
+    last tick), a definition without such a job absent. One walk per definition of its queue's
+    jobs, newest id first, stopping at the first match."""
+    wanted = (
+        func.unnest(
+            bindparam("names", type_=ARRAY(TextType)),
+            bindparam("queues", type_=ARRAY(TextType)),
+            bindparam("ticks", type_=ARRAY(TextType)),
+        )
+        .table_valued("name", "queue", "tick")
+        .render_derived(name="wanted")
+    )
+    marks = func.jsonb_build_object(
+        literal("periodic", TextType),
+        wanted.c.name,
+        literal("scheduled_for", TextType),
+        wanted.c.tick,
+    )
+    last = (
+        select(jobs.c.id, JOB_STATE.label("status"))
+        .where(jobs.c.queue == wanted.c.queue, jobs.c.headers.op("@>")(marks))
+        .order_by(jobs.c.id.desc())
+        .limit(1)
+        .lateral("last")
+    )
+    return select(wanted.c.name, last.c.id, last.c.status).select_from(wanted.join(last, true()))

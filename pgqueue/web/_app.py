@@ -74,6 +74,15 @@ def _routes() -> list[Route | Mount]:
             methods=["POST"],
             name="queue_resume",
         ),
+        Route(
+            "/queues/{queue:path}/limits",
+            _actions.queue_limits,
+            methods=["POST"],
+            name="queue_limits",
+        ),
+        # After the POST routes: a GET of their paths is this page of a queue so named.
+        Route("/queues/{queue:path}", _pages.queue, name="queue"),
+        Route("/periodic", _pages.periodic, name="periodic"),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
 

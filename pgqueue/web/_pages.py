@@ -12,6 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from pgqueue import admin, repository
+from pgqueue import periodic as periodic_rules
 from pgqueue._base.readable import Unreadable, decode_json
 from pgqueue._base.validation import (
     check_queue,
@@ -21,7 +22,9 @@ from pgqueue._base.validation import (
 )
 from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobState
-from pgqueue.results import LogLine, LogLines
+from pgqueue.results import LogLine, LogLines, PeriodicRow
+from pgqueue.retention_policy import retention_of
+from pgqueue.web._chart import MINUTES, finished_charts
 from pgqueue.web._db import in_thread
 from pgqueue.web._render import error_page, page, settings
 
@@ -59,6 +62,7 @@ MESSAGES = {
     "already-paused": "The queue was already paused: nothing changed.",
     "resumed": "Queue resumed: workers claim its jobs again.",
     "not-paused": "The queue was not paused: nothing changed.",
+    "limits-set": "Limits saved: running workers follow within about a second.",
 }
 
 
@@ -305,6 +309,88 @@ def _json_shown(value: Any) -> str | None:
     if isinstance(value, Unreadable):
         return str(value)
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+#: A queue's counts, in the order its page lists them, and the state each links to (if any).
+QUEUE_COUNTS = (
+    ("ready", "queued"),
+    ("scheduled", None),
+    ("waiting", "waiting"),
+    ("running", "running"),
+    ("expired_leases", None),
+    ("failed", "failed"),
+    ("cancelled", "cancelled"),
+    ("expired", "expired"),
+    ("done", "done"),
+)
+
+
+async def queue(request: Request) -> Response:
+    """One queue: its counts by state, pause, limits and retention, the last hour's finished
+    jobs per minute, the oldest ready job's age, the workers that serve it, and its forms."""
+    try:
+        name = check_queue(request.path_params["queue"])
+    except PgQueueError as exc:
+        return error_page(request, 404, f"No such queue: {exc}")
+
+    def one_queue(conn: Any) -> dict[str, Any]:
+        counts = next((q for q in admin.queue_stats(conn) if q["queue"] == name), None)
+        (stored,) = repository.queue_settings(conn, name)
+        workers = [w for w in admin.connected_workers(conn) if name in (w["queues"] or [])]
+        return {
+            "counts": counts or {**dict.fromkeys(n for n, _ in QUEUE_COUNTS), "known": False},
+            "settings": stored,
+            "retention": retention_of(repository.retention(conn), name),
+            "finished": finished_charts(admin.finished_per_minute(conn)).get(name),
+            "workers": workers,
+        }
+
+    data = await read(request, one_queue)
+    counts = data["counts"]
+    return page(
+        request,
+        "queue.html",
+        queue=name,
+        counts=[(label, counts.get(label) or 0, state) for label, state in QUEUE_COUNTS],
+        known=counts.get("known", True),
+        oldest_ready_s=counts.get("oldest_ready_age_s"),
+        settings=data["settings"],
+        retention=data["retention"],
+        finished=data["finished"],
+        minutes=MINUTES,
+        workers=data["workers"],
+        message=message(request),
+    )
+
+
+async def periodic(request: Request) -> Response:
+    """Every periodic definition the database knows: its schedule, queue, last and next tick,
+    whether a worker still declares it, and the job its last tick enqueued."""
+
+    def definitions(conn: Any) -> tuple[list[PeriodicRow], dict[str, dict[str, Any]]]:
+        rows = repository.periodic_states(conn)
+        return rows, admin.periodic_last_jobs(conn, rows)
+
+    rows, last = await read(request, definitions)
+    now = datetime.now(timezone.utc)
+    shown = [
+        {
+            "row": row,
+            "next_tick": _next_tick(row, now),
+            "stale": periodic_rules.is_stale(row, now),
+            "last_job": last.get(row.name),
+        }
+        for row in rows
+    ]
+    return page(request, "periodic.html", definitions=shown)
+
+
+def _next_tick(row: PeriodicRow, now: datetime) -> datetime | None:
+    """The next tick a worker will enqueue, ``None`` for a schedule this version cannot read."""
+    try:
+        return periodic_rules.next_tick(row, now)
+    except PgQueueError:
+        return None
 
 
 async def workers(request: Request) -> Response:
