@@ -28,6 +28,7 @@ from pgqueue._sql.reads import (
     OLDEST_SNAPSHOT,
     SCHEMA_PRESENT,
     TABLE_STATS,
+    WORKFLOW_IDS,
     job_links_statement,
     job_statement,
     job_statuses_statement,
@@ -35,6 +36,8 @@ from pgqueue._sql.reads import (
     periodic_last_jobs_statement,
     queue_overview_statement,
     queue_stats_statement,
+    workflow_edges_statement,
+    workflow_nodes_statement,
 )
 from pgqueue._sql.reads import (
     connected_workers_statement as connected_workers_statement,  # public: its plan is checked
@@ -345,3 +348,31 @@ def periodic_last_jobs(conn: Connection, rows: list[PeriodicRow]) -> dict[str, d
     }
     result = conn.execute(periodic_last_jobs_statement(), params)
     return {row.name: {"id": row.id, "status": row.status} for row in result}
+
+
+#: Most jobs :func:`workflow` reads: a graph of more says it was cut.
+WORKFLOW_LIMIT = 500
+
+
+def workflow(conn: Connection, job_id: int, limit: int = WORKFLOW_LIMIT) -> dict[str, Any]:
+    """The workflow of job ``job_id``: every job linked to it by ``depends_on`` either way, at
+    most ``limit``, for the dashboard's graph. Returns ``{"nodes": [{"id", "queue", "task",
+    "status"}, ...] by id, "edges": [(depends_on, job_id), ...], "cut": bool}`` (``cut``: the
+    workflow has more jobs than ``limit``; the first ones walked from the job are shown).
+
+    .. versionadded:: 0.1.0
+    """
+    job_id = check_job_id(job_id)
+    limit = check_positive_int("limit", limit)
+    ids = [int(r.id) for r in conn.execute(WORKFLOW_IDS, {"job_id": job_id, "limit": limit + 1})]
+    cut = len(ids) > limit
+    ids = ids[:limit]
+    nodes = [
+        {"id": int(r.id), "queue": r.queue, "task": r.task, "status": str(r.status)}
+        for r in conn.execute(workflow_nodes_statement(), {"ids": ids})
+    ]
+    edges = [
+        (int(r.depends_on), int(r.job_id))
+        for r in conn.execute(workflow_edges_statement(), {"ids": ids})
+    ]
+    return {"nodes": sorted(nodes, key=lambda n: int(n["id"])), "edges": edges, "cut": cut}

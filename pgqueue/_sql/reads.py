@@ -733,3 +733,39 @@ def periodic_last_jobs_statement() -> Select[Any]:
         .lateral("last")
     )
     return select(wanted.c.name, last.c.id, last.c.status).select_from(wanted.join(last, true()))
+
+
+# -- the dashboard: a job's workflow ---------------------------------------------------------------
+
+#: Every job linked to ``:job_id`` by ``depends_on`` either way (its workflow), at most
+#: ``:limit``: a recursive walk of the edges, each step one probe of the edges' primary key
+#: (``depends_on`` leading) or ``jobs_dependencies_job_id_idx``; ``UNION`` drops the jobs seen, so
+#: it ends, and the ``LIMIT`` stops it early on a vast workflow. Text: a recursive CTE whose one
+#: self-reference joins on either column.
+WORKFLOW_IDS = text(
+    """
+    WITH RECURSIVE linked(id) AS (
+        SELECT CAST(:job_id AS bigint)
+        UNION
+        SELECT CASE WHEN d.job_id = l.id THEN d.depends_on ELSE d.job_id END
+        FROM linked l JOIN jobs_dependencies d ON d.job_id = l.id OR d.depends_on = l.id
+    )
+    SELECT id FROM linked LIMIT :limit
+    """
+)
+
+
+def workflow_nodes_statement() -> Select[Any]:
+    """The jobs ``:ids``: ``id, queue, task, status`` (its :class:`pgqueue.JobState`)."""
+    return select(jobs.c.id, jobs.c.queue, jobs.c.task, JOB_STATE.label("status")).where(
+        jobs.c.id == func.any(bindparam("ids", type_=ARRAY(BigInteger)))
+    )
+
+
+def workflow_edges_statement() -> Select[Any]:
+    """The edges among the jobs ``:ids``: ``depends_on, job_id``."""
+    edges = dependencies_table
+    ids = bindparam("ids", type_=ARRAY(BigInteger))
+    return select(edges.c.depends_on, edges.c.job_id).where(
+        edges.c.job_id == func.any(ids), edges.c.depends_on == func.any(ids)
+    )

@@ -24,6 +24,7 @@ from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobState
 from pgqueue.results import LogLine, LogLines, PeriodicRow
 from pgqueue.retention_policy import retention_of
+from pgqueue.web import _graph
 from pgqueue.web._chart import MINUTES, finished_charts
 from pgqueue.web._db import in_thread
 from pgqueue.web._render import error_page, page, settings
@@ -360,6 +361,32 @@ async def queue(request: Request) -> Response:
         minutes=MINUTES,
         workers=data["workers"],
         message=message(request),
+    )
+
+
+async def job_graph(request: Request) -> Response:
+    """The job's whole workflow (every job linked to it by ``depends_on`` either way, at most
+    :data:`pgqueue.admin.WORKFLOW_LIMIT`) as a server-drawn SVG."""
+    job_id = int(request.path_params["job_id"])
+
+    def flow(conn: Any) -> dict[str, Any] | None:
+        if not admin.job_statuses(conn, [job_id]):
+            return None
+        return admin.workflow(conn, job_id)
+
+    found = await read(request, flow) if job_id <= MAX_JOB_ID else None
+    if found is None:
+        return error_page(request, 404, f"No job with id {job_id}.")
+    return page(
+        request,
+        "graph.html",
+        job_id=job_id,
+        graph=_graph.layout(found["nodes"], found["edges"], job_id, found["cut"]),
+        limit=admin.WORKFLOW_LIMIT,
+        fold_over=_graph.FOLD_OVER,
+        box_w=_graph.BOX_W,
+        box_h=_graph.BOX_H,
+        states=STATES,
     )
 
 
