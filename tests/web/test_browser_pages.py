@@ -15,6 +15,7 @@ from playwright.sync_api import Browser, expect
 from sqlalchemy import Engine
 
 import pgqueue
+import pgqueue.testing
 from tests.web.conftest import failed_job
 from tests.web.test_browser import WAIT_MS, _no_horizontal_scroll, _service, browser, serving
 
@@ -128,3 +129,48 @@ def test_running_job_page_shows_elapsed_progress_cancel_and_its_logs(
         release.set()
         worker.stop()
         thread.join(30)
+
+
+registry = pgqueue.Registry()
+
+
+@registry.task(queue="flow")
+def step(n: int) -> int:
+    return n
+
+
+def test_the_graph_of_a_chain_and_a_group_and_the_new_pages_fit(
+    engine: Engine, browser: Browser
+) -> None:
+    """A 3-step chain whose last step the 10 members of a group wait for, and the group's
+    ``then``: 14 boxes, coloured by state, each a link; the new pages fit 1,024 px."""
+    with engine.begin() as conn:
+        chained = pgqueue.chain(conn, step.s(1), step.s(2), step.s(3))
+        grouped = pgqueue.group(
+            conn, [step.s(i).options(depends_on=[chained[-1]]) for i in range(10)], then=step.s(0)
+        )
+    pgqueue.testing.drain(engine, registry, max_jobs=1)  # the chain's first step is done
+    with serving(_service(engine)) as base:
+        page = browser.new_page(viewport={"width": 1024, "height": 768})
+        page.goto(base + f"/queue/jobs/{chained[0]}")
+        page.get_by_role("link", name="its graph").click()
+        nodes = page.locator("#graph a.node")
+        expect(nodes).to_have_count(14, timeout=WAIT_MS)
+        fills = page.evaluate(
+            "Object.fromEntries([...document.querySelectorAll('#graph a.node')].map(a => "
+            "[a.dataset.job, [a.dataset.status, getComputedStyle(a.querySelector('rect')).fill]]))"
+        )
+        assert fills[str(chained[0])][0] == "done"
+        assert fills[str(chained[1])][0] == "queued"
+        assert fills[str(grouped.then)][0] == "waiting"
+        colours = {status: fill for status, fill in fills.values()}
+        assert len(set(colours.values())) == len(colours) == 3, colours  # one colour per state
+        assert page.locator("#graph line.edge").count() == 2 + 10 + 10
+        _no_horizontal_scroll(page)
+        page.locator(f'#graph a.node[data-job="{grouped.then}"]').click()
+        expect(page.locator("h1")).to_contain_text(f"Job {grouped.then}", timeout=WAIT_MS)
+        for path in ("/queue/queues/flow", "/queue/periodic"):
+            page.goto(base + path)
+            expect(page.locator("h1")).to_be_visible(timeout=WAIT_MS)
+            _no_horizontal_scroll(page)
+        page.close()
