@@ -199,7 +199,9 @@ class JobContext:
         heartbeat while the job runs on (no statement of its own). An attempt keeps its last
         1,000 lines / 256 KiB (the oldest are dropped and counted); passwords in URLs are masked;
         a message or fields no client could read (bad UTF-8, a cyclic or unencodable field) are
-        stored as their ``repr``: a line never fails the job.
+        stored as their ``repr``: a line never fails the job. The fields are encoded when the
+        line is written, not when it is recorded (a line costs the handler about a
+        microsecond): pass values, not objects the handler goes on changing.
 
         .. versionadded:: 0.1.0
         """

@@ -74,14 +74,14 @@ def _log_lines(result: Result[Any] | None) -> LogLines:
             dropped[row.attempt] = row.dropped
         lines += [
             LogLine(
-                time=datetime.fromtimestamp(line["t"], timezone.utc),
+                time=datetime.fromtimestamp(when, timezone.utc),
                 attempt=row.attempt,
-                level=line["l"],
-                message=line["m"],
-                fields=line["f"],
-                logger=line["g"],
+                level=level,
+                message=message,
+                fields=fields,
+                logger=logger,
             )
-            for line in row.lines
+            for when, level, logger, fields, message in row.lines
         ]
     return LogLines(lines, dropped)
 

@@ -6,8 +6,9 @@ Create Date: 2026-12-06
 
 ``jobs_logs``: one row per (job, attempt) that recorded a line (``JobContext.log``, or a
 ``logging`` record the worker captured while the handler ran). ``lines`` is the attempt's
-buffer as a JSON array, oldest first, at most 1,000 lines / 256 KiB; ``dropped`` counts the
-older lines the bound dropped. The worker rewrites the row from the statements that already
+buffer as a JSON array (``json``: written and read whole, cheaper to write than ``jsonb``),
+oldest first, at most 1,000 lines / 256 KiB; ``dropped`` counts the older lines the bound
+dropped. The worker rewrites the row from the statements that already
 write the job's outcome or extend its lease, never in one of its own. The primary key leads with
 ``job_id``: it serves the reads of one job and the deletes of the purge and the retention
 pruner, which remove a batch's lines in the statement that deletes its jobs. No foreign key: its
@@ -39,7 +40,7 @@ def upgrade() -> None:
         "jobs_logs",
         sa.Column("job_id", sa.BigInteger(), nullable=False),
         sa.Column("attempt", sa.Integer(), nullable=False),
-        sa.Column("lines", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
+        sa.Column("lines", postgresql.JSON(astext_type=sa.Text()), nullable=False),
         sa.Column("dropped", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column(
             "updated_at",
