@@ -262,7 +262,10 @@ def test_lines_ride_on_the_outcome_statements(engine: Engine) -> None:
     assert len(_lines(engine, ids[-1])) == 10
 
 
-def test_the_heartbeat_writes_a_running_jobs_lines(engine: Engine) -> None:
+@pytest.mark.parametrize("timeout", [None, 60.0], ids=["lease", "bounded-lease"])
+def test_the_heartbeat_writes_a_running_jobs_lines(engine: Engine, timeout: float | None) -> None:
+    """Both of the heartbeat's statements carry the lines: the plain lease extension, and the
+    one with a lease per job that a job with a timeout makes it send."""
     release = threading.Event()
 
     def long(job: pgqueue.JobContext) -> None:
@@ -270,7 +273,7 @@ def test_the_heartbeat_writes_a_running_jobs_lines(engine: Engine) -> None:
         release.wait(30)
         log.info("finished")
 
-    (job_id,) = _enqueue(engine, "long")
+    (job_id,) = _enqueue(engine, "long", timeout=timeout)
     worker = pgqueue.Worker(
         engine, {"long": long}, lease=timedelta(seconds=1.5), poll_interval=0.05, listen=False
     )
