@@ -1,7 +1,7 @@
 """Per-job logs: the lines each attempt of a job recorded, beside the job.
 
 Revision ID: pgqueue_0018
-Revises: pgqueue_0016
+Revises: pgqueue_0017
 Create Date: 2026-12-06
 
 ``jobs_logs``: one row per (job, attempt) that recorded a line (``JobContext.log``, or a
@@ -29,7 +29,7 @@ from sqlalchemy.dialects import postgresql
 from pgqueue.migrations.options import target_schema
 
 revision: str = "pgqueue_0018"
-down_revision: str | Sequence[str] | None = "pgqueue_0016"
+down_revision: str | Sequence[str] | None = "pgqueue_0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
