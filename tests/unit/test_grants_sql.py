@@ -22,8 +22,8 @@ def test_names_are_quoted_identifiers() -> None:
         'GRANT SELECT, UPDATE ON "pgq".jobs_queues TO "w""; DROP TABLE jobs; --";',
         'GRANT SELECT, INSERT, UPDATE ON "pgq".jobs_dependencies TO "w""; DROP TABLE jobs; --";',
         'GRANT DELETE ON "pgq".jobs TO "w""; DROP TABLE jobs; --";',
-        'GRANT SELECT, INSERT, UPDATE ON "pgq".jobs_retention, "pgq".jobs_logs '
-        'TO "w""; DROP TABLE jobs; --";',
+        'GRANT SELECT, INSERT, UPDATE ON "pgq".jobs_retention TO "w""; DROP TABLE jobs; --";',
+        'GRANT SELECT, INSERT, UPDATE, DELETE ON "pgq".jobs_logs TO "w""; DROP TABLE jobs; --";',
     ]
 
 
