@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from pgqueue import waiting as _waiting
 from pgqueue import workflows as _workflows
 from pgqueue._sql import calls as _calls
+from pgqueue._sql import durable_calls as _durable_calls
 from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue._sql import retention_calls as _retention_calls
@@ -100,6 +101,7 @@ __all__ = [
     "retry_failed",
     "set_queue_limits",
     "set_retention",
+    "signal",
     "unblock",
     "wait_for",
 ]
@@ -229,6 +231,11 @@ async def purge(
 ) -> int:
     """Delete one batch of old finished jobs; see :func:`pgqueue.repository.purge`."""
     return await arun(conn, _calls.purge_done(older_than, batch_size, status, queue))
+
+
+async def signal(conn: AsyncExecutor, job_id: int, name: str, payload: Any = None) -> bool:
+    """Send a signal to a job; see :func:`pgqueue.repository.signal`."""
+    return await arun(conn, _durable_calls.signal(job_id, name, payload, channel_of(conn)))
 
 
 async def retry(

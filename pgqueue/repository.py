@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pgqueue import enqueue_options as _options
 from pgqueue import retry_policy
 from pgqueue._sql import calls as _calls
+from pgqueue._sql import durable_calls as _durable_calls
 from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue._sql import retention_calls as _retention_calls
@@ -76,6 +77,7 @@ __all__ = [
     "retry_failed",
     "set_queue_limits",
     "set_retention",
+    "signal",
     "snooze",
     "unblock",
 ]
@@ -455,6 +457,29 @@ def cancel_report(conn: Executor, job_ids: Iterable[int]) -> CancelReport:
     .. versionadded:: 0.1.0
     """
     return _drive(conn, _calls.cancel(job_ids, channel_of(conn)))
+
+
+def signal(conn: Executor, job_id: int, name: str, payload: Any = None) -> bool:
+    """Send the signal ``name`` to a job, in the caller's transaction: ``True`` when the job
+    exists and is not finished (queued or running), ``False`` otherwise (nothing written).
+
+    The signal is stored with the job (``jobs.signals``; a second one of the same name
+    replaces the first until the job receives it): one the job has not asked for yet waits
+    there, and :meth:`pgqueue.JobContext.wait_for_signal` returns its payload when it does. A
+    job given back awaiting this signal is made ready at once, and its queue's workers are
+    woken by a NOTIFY when the transaction commits (a rolled-back signal is never seen).
+
+    Args:
+        job_id: The job.
+        name: The signal: a non-empty ``str`` of at most 63 bytes.
+        payload: Any JSON value the job receives. Default ``None``.
+
+    Raises:
+        InvalidArgumentError: a bad name, or a payload that is not JSON (nothing written).
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _durable_calls.signal(job_id, name, payload, channel_of(conn)))
 
 
 # -- periodic jobs (``jobs_periodic``) -----------------------------------------------------------

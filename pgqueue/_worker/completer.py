@@ -328,11 +328,27 @@ class Flush:
         )
 
     def _snooze(self, conn: Connection, snoozed: list[Held]) -> set[int]:
-        return store.snooze_many(
-            conn,
-            [(h.job.id, h.job.attempts, h.snooze or timedelta(0)) for h in snoozed],
-            lock_timeout_ms=self._lock_timeout_ms,
-        )
+        """Snoozes in one statement; durable sleeps and signal waits (``held.suspension``) in
+        one of their own, sent only when the batch has one."""
+        plain = [h for h in snoozed if h.suspension is None]
+        matched: set[int] = set()
+        if plain:
+            matched = store.snooze_many(
+                conn,
+                [(h.job.id, h.job.attempts, h.snooze or timedelta(0)) for h in plain],
+                lock_timeout_ms=self._lock_timeout_ms,
+            )
+        if len(plain) < len(snoozed):
+            matched |= store.suspend_many(
+                conn,
+                [
+                    (h.job.id, h.job.attempts, h.suspension.until, h.suspension.signal)
+                    for h in snoozed
+                    if h.suspension is not None
+                ],
+                lock_timeout_ms=self._lock_timeout_ms,
+            )
+        return matched
 
     def _refused(self) -> list[Refusal]:
         """Each job whose write the database refused, with the failure that replaces it."""

@@ -17,8 +17,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from pgqueue import retry_policy
-from pgqueue._sql import calls, periodic_calls, retention_calls, worker_calls
+from pgqueue._sql import calls, durable_calls, periodic_calls, retention_calls, worker_calls
 from pgqueue._sql.calls import BatchCompletion, BatchFailure
+from pgqueue._sql.durable_calls import SuspendRow
 from pgqueue._sql.runners import Executor, run
 from pgqueue.periodic import Periodic
 from pgqueue.results import FailResult, Fired, PeriodicRow, Settled
@@ -90,6 +91,15 @@ def snooze_many(
     """Snoozes for a batch of ``(job_id, attempts, delay)``: the ids that were still ours and are
     queued again (``lock_timeout_ms`` as for :func:`complete_many`)."""
     return run(conn, calls.snooze_many(snoozes, lock_timeout_ms))
+
+
+def suspend_many(
+    conn: Executor, suspended: Sequence[SuspendRow], *, lock_timeout_ms: int | None = None
+) -> set[int]:
+    """Durable sleeps and signal waits for a batch of ``(job_id, attempts, until, signal)``:
+    the ids that were still ours and are queued again until their wake-up, timeout or signal
+    (``lock_timeout_ms`` as for :func:`complete_many`)."""
+    return run(conn, durable_calls.suspend_many(suspended, lock_timeout_ms))
 
 
 def extend_leases(conn: Executor, held: Sequence[tuple[int, int]], lease: timedelta) -> set[int]:
