@@ -12,9 +12,10 @@ raised); ``jobs`` (what a handler gets) and ``durable`` (its steps, sleeps and s
 ``tasks`` (typed tasks), ``workflows`` (chains and groups), ``periodic``, ``retry_policy``,
 ``retention_policy`` (how long finished jobs are kept), ``flow`` (pauses and limits) and
 ``hooks``; ``worker`` (the facade over ``_worker``), ``listener`` (its LISTEN connection),
-``health`` (its probes) and ``pooler`` (running behind PgBouncer); ``waiting`` (:func:`wait_for`); ``testing`` (helpers for users'
-tests); the operator's ``admin``, ``doctor``, ``grants`` and ``demo``; ``statements``, the old
-path of the ``jobs`` table's statements (a re-export of ``_sql.statements``); ``__main__``
+``health`` (its probes) and ``pooler`` (running behind PgBouncer); ``waiting``
+(:func:`wait_for`); ``testing`` (helpers for users' tests); the operator's ``admin``,
+``doctor``, ``grants`` and ``demo``; ``statements``, the old path of the ``jobs`` table's
+statements (a re-export of ``_sql.statements``); ``__main__``
 (``python -m pgqueue``).
 
 The folders: ``_base`` (helpers that know nothing of jobs), ``_sql`` (every statement and call,

@@ -348,6 +348,7 @@ JOB_RESULT_COLUMNS: tuple[ColumnElement[Any], ...] = (
     jobs_table.c.attempts,
     jobs_table.c.cancelled_at.is_not(None).label("cancelled"),
     jobs_table.c.expired_at.is_not(None).label("expired"),
+    jobs_table.c.steps,
 )
 
 

@@ -833,4 +833,15 @@ def _result_of(row: Any) -> JobResult:
         attempts=int(row.attempts),
         cancelled=bool(row.cancelled),
         expired=bool(row.expired),
+        steps=step_values(row.steps),
     )
+
+
+def step_values(steps: dict[str, Any] | None) -> dict[str, Any]:
+    """``jobs.steps`` as :attr:`pgqueue.JobResult.steps` reads it: each step's value and each
+    received signal's payload by name, in the order the job reached them (sleeps, and signal
+    waits still waiting, have no value)."""
+    if not steps:
+        return {}
+    ordered = sorted(steps.items(), key=lambda item: int(item[1].get("n", 0)))
+    return {name: entry.get("value") for name, entry in ordered if "value" in entry}
