@@ -90,9 +90,21 @@ RECORD_STEP: Update = (
 )
 
 _signal_name = bindparam("signal_name", type_=Text)
-_wakes = (jobs.c.status == status_literal(JobStatus.QUEUED)) & (
-    jobs.c.awaiting_signal.is_not_distinct_from(_signal_name)
+# The row as it was, locked first: RETURNING sees the new row, whose awaiting_signal is cleared.
+_target = (
+    select(
+        jobs.c.id,
+        (
+            (jobs.c.status == status_literal(JobStatus.QUEUED))
+            & jobs.c.awaiting_signal.is_not_distinct_from(_signal_name)
+        ).label("wakes"),
+    )
+    .where(jobs.c.id == bindparam("job_id", type_=BigInteger), is_live(jobs.c.status))
+    .with_for_update()
+    .cte("target")
+    .prefix_with("MATERIALIZED")
 )
+_wakes = _target.c.wakes
 
 #: :func:`pgqueue.signal`: store ``payload_json`` under ``signal_name`` in the job's
 #: ``signals`` (``job_id``) when it is live; a queued job awaiting that signal is made ready now
@@ -101,7 +113,7 @@ _wakes = (jobs.c.status == status_literal(JobStatus.QUEUED)) & (
 #: unknown or finished job.
 SIGNAL: Update = (
     jobs.update()
-    .where(jobs.c.id == bindparam("job_id", type_=BigInteger), is_live(jobs.c.status))
+    .where(jobs.c.id == _target.c.id)
     .values(
         signals=func.coalesce(jobs.c.signals, _EMPTY_OBJECT).op("||")(
             func.jsonb_build_object(
