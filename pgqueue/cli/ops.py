@@ -538,6 +538,23 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return code
 
 
+def cmd_signal(args: argparse.Namespace) -> int:
+    """Send a signal to a job (:func:`pgqueue.signal`): exit 0 when it was delivered (the job is
+    queued or running; one awaiting it is ready now), 1 when the job is unknown or finished, 2
+    for a payload that is not JSON. Nothing is written unless it is delivered."""
+    payload = None
+    if args.payload is not None:
+        payload = _json_argument(args.payload, "--payload", '{"approved": true}')
+    with transaction(args) as conn:
+        delivered = repository.signal(conn, args.id, args.name, payload)
+        state = None if delivered else admin.job_statuses(conn, [args.id]).get(args.id)
+    if not delivered:
+        why = f"no job with id {args.id}" if state is None else f"job {args.id} is {state}"
+        raise UserError(f"{why}: signal {args.name!r} not sent", code=1)
+    emit(f"signal {args.name!r} sent to job {args.id}")
+    return 0
+
+
 def cmd_unblock(args: argparse.Namespace) -> int:
     """Free waiting jobs from dependencies that no longer exist (their rows deleted by hand):
     each waits only for the dependencies that exist and have not finished; say which are ready
