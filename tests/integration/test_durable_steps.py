@@ -62,7 +62,7 @@ def test_a_step_that_raises_is_called_again_and_stored_once(engine: Engine, mode
     def handler(job: JobContext) -> Any:
         first = job.step("first", calls.make, "first", {"n": 1})
         second = job.step("flaky", calls.make, "flaky", [first["n"], 2])
-        return job.step("last", calls.make, "last", second + [3])
+        return job.step("last", calls.make, "last", [*second, 3])
 
     job_id = _enqueue(engine)
     worker = pgqueue.Worker(engine, {"q": handler}, mode=mode, listen=False)
