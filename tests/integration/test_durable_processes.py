@@ -34,8 +34,7 @@ def test_a_worker_killed_after_step_two_leaves_each_step_done_once(
     first = spawn_durable(lease=1, hold=1)
     # Step 2 returned once its value is stored (written before step() returns).
     until(
-        lambda: scalar(engine, "SELECT steps ? 'ship' FROM jobs WHERE id = :id", id=job_id)
-        is True,
+        lambda: scalar(engine, "SELECT steps ? 'ship' FROM jobs WHERE id = :id", id=job_id) is True,
         30,
         "step 2 stored",
     )
