@@ -239,10 +239,14 @@ async def signal(conn: AsyncExecutor, job_id: int, name: str, payload: Any = Non
 
 
 async def retry(
-    conn: AsyncExecutor, job_ids: Iterable[int], *, attempts: int = DEFAULT_MAX_ATTEMPTS
+    conn: AsyncExecutor,
+    job_ids: Iterable[int],
+    *,
+    attempts: int = DEFAULT_MAX_ATTEMPTS,
+    reset_steps: bool = False,
 ) -> list[int]:
     """Requeue failed or queued jobs now; see :func:`pgqueue.repository.retry`."""
-    return await adrive(conn, _calls.retry(job_ids, attempts))
+    return await adrive(conn, _calls.retry(job_ids, attempts, reset_steps))
 
 
 async def unblock(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[int]:
@@ -257,12 +261,12 @@ async def retry_failed(
     attempts: int = DEFAULT_MAX_ATTEMPTS,
     include_cancelled: bool = False,
     include_expired: bool = False,
+    reset_steps: bool = False,
 ) -> list[int]:
     """Requeue every failed job (not cancelled ones unless ``include_cancelled``, not expired
     ones unless ``include_expired``); see :func:`pgqueue.repository.retry_failed`."""
-    return await arun(
-        conn, _calls.retry_failed(queue, attempts, include_cancelled, include_expired)
-    )
+    plan = _calls.retry_failed(queue, attempts, include_cancelled, include_expired, reset_steps)
+    return await adrive(conn, plan)
 
 
 async def cancel(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[int]:

@@ -350,7 +350,11 @@ def purge(
 
 
 def retry(
-    conn: Executor, job_ids: Iterable[int], *, attempts: int = DEFAULT_MAX_ATTEMPTS
+    conn: Executor,
+    job_ids: Iterable[int],
+    *,
+    attempts: int = DEFAULT_MAX_ATTEMPTS,
+    reset_steps: bool = False,
 ) -> list[int]:
     """Requeue failed (or queued, due later) jobs now, with ``attempts`` more attempts to spend.
 
@@ -361,6 +365,11 @@ def retry(
     :class:`pgqueue.errors.UniqueKeyError`). A cancelled job named here is requeued (and no
     longer marked cancelled), unlike with :func:`retry_failed`.
 
+    A retried job keeps its durable steps (:meth:`pgqueue.JobContext.step`): its next attempt
+    returns their stored values without running them again. ``reset_steps=True`` (default
+    ``False``; ``.. versionadded:: 0.1.0``) forgets them, its sleeps and its signal waits, so
+    it runs from scratch (the signals it received stay: a wait receives them again).
+
     Raises:
         JobWaitingError: a job named waits for its dependencies (``depends_on``, shown
             ``waiting``): it runs once they are done, and a retry cannot run it sooner. Checked
@@ -368,7 +377,7 @@ def retry(
 
     .. versionadded:: 0.1.0
     """
-    return _drive(conn, _calls.retry(job_ids, attempts))
+    return _drive(conn, _calls.retry(job_ids, attempts, reset_steps))
 
 
 def unblock(conn: Executor, job_ids: Iterable[int]) -> list[int]:
@@ -404,6 +413,7 @@ def retry_failed(
     attempts: int = DEFAULT_MAX_ATTEMPTS,
     include_cancelled: bool = False,
     include_expired: bool = False,
+    reset_steps: bool = False,
 ) -> list[int]:
     """Requeue every ``failed`` job (of one queue, or all) like :func:`retry`; return their ids.
 
@@ -414,10 +424,12 @@ def retry_failed(
     ``False``; ``.. versionadded:: 0.1.0``); one that comes back is no longer marked expired
     and keeps its ``expires_in``, counted from its new ``run_at`` (now). :func:`retry` of a
     cancelled or expired job's id always requeues it: naming the id is asking for it.
+    ``reset_steps`` as for :func:`retry` (``.. versionadded:: 0.1.0``).
 
     .. versionadded:: 0.1.0
     """
-    return _run(conn, _calls.retry_failed(queue, attempts, include_cancelled, include_expired))
+    plan = _calls.retry_failed(queue, attempts, include_cancelled, include_expired, reset_steps)
+    return _drive(conn, plan)
 
 
 def cancel(conn: Executor, job_ids: Iterable[int]) -> list[int]:

@@ -357,6 +357,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --failed: expired jobs too (ids given are retried, expired or not)",
     )
     p.add_argument(
+        "--reset-steps",
+        action="store_true",
+        help="forget the jobs' durable steps, sleeps and signal waits (they run from scratch)",
+    )
+    p.add_argument(
         "--attempts",
         type=positive_int,
         default=repository.DEFAULT_MAX_ATTEMPTS,
