@@ -192,3 +192,28 @@ def test_a_signal_that_lands_while_the_handler_runs_is_not_missed(engine: Engine
     result = drain(engine, {"q": reading_first})
     assert result.results == {job_id: "raced"}
     assert [j.status for j in result.ran] == ["queued", "done"]
+
+
+def test_the_claim_keeps_its_plan_with_10_000_jobs_awaiting_signals(engine: Engine) -> None:
+    """The article's shape (Limit over LockRows over an index scan of jobs_ready_idx, no Sort,
+    no Seq Scan) with 10,000 jobs of the queue given back awaiting a signal by the worker's own
+    statement, ANALYZE'd; the claim takes only the ready jobs, and a signal readies one."""
+    from test_article import _assert_article_shape as assert_article_shape
+    from worker_helpers import claim_plan
+
+    from pgqueue._worker import store
+    from pgqueue.enqueue_options import WAITING_RUN_AT
+
+    with engine.begin() as conn:
+        waiting = pgqueue.enqueue_many(conn, [{}] * 10_000)
+        conn.execute(text("UPDATE jobs SET status = 'running', attempts = 1"))
+        suspended = store.suspend_many(conn, [(i, 1, WAITING_RUN_AT, "approved") for i in waiting])
+        assert len(suspended) == 10_000
+        ready = pgqueue.enqueue_many(conn, [{}] * 5)
+        conn.execute(text("ANALYZE jobs"))
+    assert_article_shape(claim_plan(engine))
+    with engine.begin() as conn:
+        assert sorted(j.id for j in pgqueue.claim(conn, limit=20)) == ready
+        assert pgqueue.signal(conn, waiting[7], "approved") is True
+    with engine.begin() as conn:
+        assert [j.id for j in pgqueue.claim(conn, limit=20)] == [waiting[7]]

@@ -167,3 +167,29 @@ def test_a_bad_delay_fails_the_attempt_and_records_nothing(engine: Engine, delay
     pgqueue.Worker(engine, {"q": handler}, listen=False).run(until_empty=True)
     row = _row(engine, job_id)
     assert (row.status, row.steps) == ("failed", None)
+
+
+def test_cancel_of_a_sleeping_or_awaiting_job_cancels_it_and_its_dependents(
+    engine: Engine,
+) -> None:
+    def handler(job: JobContext) -> None:
+        if job.payload.get("sleep"):
+            job.sleep("nap", 3600)
+        job.wait_for_signal("go")
+
+    with engine.begin() as conn:
+        sleeper = pgqueue.enqueue(conn, {"sleep": True}, queue="q")
+        waiter = pgqueue.enqueue(conn, {}, queue="q")
+        child = pgqueue.enqueue(conn, {}, queue="q", depends_on=[waiter])
+    drain(engine, {"q": handler})
+    assert [_state(engine, i) for i in (sleeper, waiter, child)] == [
+        "sleeping",
+        "awaiting signal",
+        "waiting",
+    ]
+    with engine.begin() as conn:
+        assert pgqueue.cancel(conn, [sleeper, waiter]) == [sleeper, waiter]
+    assert [_state(engine, i) for i in (sleeper, waiter, child)] == ["cancelled"] * 3
+    with engine.begin() as conn:
+        assert pgqueue.signal(conn, waiter, "go") is False  # finished: nothing written
+    assert _row(engine, waiter).steps["go"]["received"] is False
