@@ -86,12 +86,6 @@ class JobState(str, enum.Enum):
     #: Stored ``queued`` with ``waiting_on > 0``: not claimed until its dependencies
     #: (``depends_on``) are done; it has no ``run_at`` of its own until then.
     WAITING = "waiting"
-    #: Stored ``queued``, given back by a durable sleep (:meth:`pgqueue.JobContext.sleep`)
-    #: whose wake-up (``suspended_until``) is still to come (pgqueue_0019).
-    SLEEPING = "sleeping"
-    #: Stored ``queued``, given back by :meth:`pgqueue.JobContext.wait_for_signal` until its
-    #: signal arrives or its timeout (``suspended_until``) passes (pgqueue_0019).
-    AWAITING_SIGNAL = "awaiting signal"
     #: Stored ``running``: a worker holds it.
     RUNNING = "running"
     #: Stored ``done``.
@@ -104,6 +98,12 @@ class JobState(str, enum.Enum):
     #: Stored ``failed`` with ``expired_at``: not started within its ``expires_in`` of its
     #: ``run_at``, so never run (pgqueue_0015).
     EXPIRED = "expired"
+    #: Stored ``queued``, given back by a durable sleep (:meth:`pgqueue.JobContext.sleep`)
+    #: whose wake-up (``suspended_until``) is still to come (pgqueue_0019).
+    SLEEPING = "sleeping"
+    #: Stored ``queued``, given back by :meth:`pgqueue.JobContext.wait_for_signal` until its
+    #: signal arrives or its timeout (``suspended_until``) passes (pgqueue_0019).
+    AWAITING_SIGNAL = "awaiting signal"
 
     @property
     def stored(self) -> JobStatus:
@@ -117,13 +117,13 @@ class JobState(str, enum.Enum):
 _STORED = {
     JobState.QUEUED: JobStatus.QUEUED,
     JobState.WAITING: JobStatus.QUEUED,
-    JobState.SLEEPING: JobStatus.QUEUED,
-    JobState.AWAITING_SIGNAL: JobStatus.QUEUED,
     JobState.RUNNING: JobStatus.RUNNING,
     JobState.DONE: JobStatus.DONE,
     JobState.FAILED: JobStatus.FAILED,
     JobState.CANCELLED: JobStatus.FAILED,
     JobState.EXPIRED: JobStatus.FAILED,
+    JobState.SLEEPING: JobStatus.QUEUED,
+    JobState.AWAITING_SIGNAL: JobStatus.QUEUED,
 }
 
 
