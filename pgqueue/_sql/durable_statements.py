@@ -8,6 +8,7 @@ run any of them: the claim and the completions are :mod:`pgqueue._sql.statements
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from sqlalchemy import (
@@ -23,9 +24,11 @@ from sqlalchemy import (
     case,
     cast,
     func,
+    literal,
     literal_column,
     null,
     select,
+    true,
 )
 from sqlalchemy.dialects.postgresql import JSONB, TIMESTAMP
 
@@ -204,4 +207,50 @@ RESET_STEPS: Update = (
     .values(steps=null(), suspended_until=null(), awaiting_signal=null())
 )
 
-__all__ = ["DURABLE_STATE", "RECORD_STEP", "RESET_STEPS", "SIGNAL", "SUSPEND_MANY"]
+
+@lru_cache(maxsize=8)
+def suspended_depth_statement(limit: int) -> Select[Any]:
+    """Sleeping and awaiting-signal jobs of each queue in ``:queue_names``, for the metrics'
+    gauges: ``queue, sleeping, awaiting_signal``, in one statement. A ``LATERAL`` walk of
+    ``jobs_ready_idx`` per queue over its future queued jobs, latest first (a wait without a
+    timeout is due at the far future, so it comes first), stopping after ``limit`` rows: the
+    counts are capped as the ready depth is, and the cost bounded however many jobs wait.
+    """
+    queues = (
+        func.unnest(bindparam("queue_names", type_=ARRAY(Text)))
+        .table_valued("queue")
+        .render_derived(name="q")
+    )
+    future = (
+        select(jobs.c.suspended_until, jobs.c.awaiting_signal)
+        .where(
+            jobs.c.queue == queues.c.queue,
+            jobs.c.status == status_literal(JobStatus.QUEUED),
+            jobs.c.run_at > func.now(),
+        )
+        .order_by(jobs.c.run_at.desc())
+        .limit(literal(limit, Integer, literal_execute=True))
+        .lateral("f")
+    )
+    suspended = future.c.suspended_until > func.now()
+    return (
+        select(
+            queues.c.queue,
+            func.count().filter(suspended & future.c.awaiting_signal.is_(None)).label("sleeping"),
+            func.count()
+            .filter(suspended & future.c.awaiting_signal.is_not(None))
+            .label("awaiting_signal"),
+        )
+        .select_from(queues.outerjoin(future, true()))
+        .group_by(queues.c.queue)
+    )
+
+
+__all__ = [
+    "DURABLE_STATE",
+    "RECORD_STEP",
+    "RESET_STEPS",
+    "SIGNAL",
+    "SUSPEND_MANY",
+    "suspended_depth_statement",
+]
