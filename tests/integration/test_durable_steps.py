@@ -221,3 +221,19 @@ def test_step_values_keep_their_json(engine: Engine) -> None:
     row = _row(engine, job_id)
     assert row.result == value
     assert json.loads(json.dumps(row.steps["v"]["value"])) == value
+
+
+def test_a_name_stored_as_another_kind_is_refused(engine: Engine) -> None:
+    def handler(job: JobContext) -> None:
+        if job.attempts == 1:
+            job.step("x", lambda: 1)
+            raise RuntimeError("again")
+        job.sleep("x", 1)
+
+    job_id = _enqueue(engine, max_attempts=2)
+    pgqueue.Worker(engine, {"q": handler}, listen=False).run(until_empty=True)
+    _retry_now(engine, job_id)
+    pgqueue.Worker(engine, {"q": handler}, listen=False).run(until_empty=True)
+    row = _row(engine, job_id)
+    assert row.status == "failed"
+    assert "'x' is stored as a step, not a sleep" in row.last_error
