@@ -1,7 +1,7 @@
 """Durable steps, sleeps and signals: what a job remembers across its attempts.
 
 Revision ID: pgqueue_0019
-Revises: pgqueue_0016
+Revises: pgqueue_0017
 Create Date: 2026-12-12
 
 On ``jobs``, four nullable columns without defaults (catalog-only, no rewrite, no backfill;
@@ -36,7 +36,7 @@ from sqlalchemy.dialects import postgresql
 from pgqueue.migrations.options import target_schema
 
 revision: str = "pgqueue_0019"
-down_revision: str | Sequence[str] | None = "pgqueue_0016"
+down_revision: str | Sequence[str] | None = "pgqueue_0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
