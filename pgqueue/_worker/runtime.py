@@ -300,6 +300,11 @@ class Runtime:
                 return
             self.window.finishing(held)
             self.wake_claimer()
+            # Nothing else is running or waiting to run: no outcome can join this one's batch,
+            # so the completer writes it without its gathering wait.
+            last = not self.window.any_busy()
+        if last:
+            self.completer.hurry()
         if error is None:
             self.completer.complete(held)
             return

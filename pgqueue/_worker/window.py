@@ -211,6 +211,10 @@ class ClaimWindow:
     def __len__(self) -> int:
         return len(self._held)
 
+    def any_busy(self) -> bool:
+        """A held job is pending or running: its outcome may join the completer's next batch."""
+        return any(self._busy.values())
+
     # -- transitions ------------------------------------------------------------------------------
 
     def accept(self, lane: Lane, jobs: Iterable[JobContext], now: float) -> list[Held]:
