@@ -107,3 +107,18 @@ def test_the_signal_form_refuses_what_it_must(engine: Engine, make_client: MakeC
     guarded = make_client(auth="ann:secret")
     assert guarded.post(f"/jobs/{waiter}/signal", data={"name": "approved"}).status_code == 401
     assert _signals(engine, waiter) is None
+
+
+def test_the_overview_counts_sleeping_and_awaiting_jobs_apart(
+    engine: Engine, client: TestClient
+) -> None:
+    _jobs(engine)
+    page = client.get("/").text
+    for kind, state in (("sleeping", "sleeping"), ("awaiting_signal", "awaiting+signal")):
+        cell = re.search(rf'<span data-count="{kind}">(.*?)</span>', page, re.S)
+        assert cell is not None, page
+        assert f"status={state}" in cell.group(1)
+        assert ">1</a>" in cell.group(1)
+    waiting = re.search(r'<td class="n" data-count="waiting">(.*?)</td>', page, re.S)
+    assert waiting is not None
+    assert waiting.group(1).strip() == "0"
