@@ -231,6 +231,17 @@ class Job(Base):
         Index("jobs_lease_idx", "locked_until", postgresql_where=text("status = 'running'")),
         # Failed ids only: a page of failed jobs never walks the done history.
         Index("jobs_failed_idx", "id", postgresql_where=text("status = 'failed'")),
+        # Queued jobs that carry a key only (pgqueue_0017): a per_key claim takes each key's
+        # first ready jobs from it, one probe per key, never ranking the whole backlog.
+        Index(
+            "jobs_ready_key_idx",
+            "queue",
+            "concurrency_key",
+            text("priority DESC"),
+            "run_at",
+            "id",
+            postgresql_where=text("status = 'queued' AND concurrency_key IS NOT NULL"),
+        ),
         # Running jobs that carry a key only (pgqueue_0012): a key's running count never reads
         # the queued backlog or the finished history.
         Index(

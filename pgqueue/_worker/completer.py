@@ -137,6 +137,7 @@ class Completer:
         without the gathering wait."""
         with self._cond:
             self._hurried = True
+            self._cond.notify()  # ends a gathering wait already under way
 
     def _wake(self) -> None:
         queued = len(self._done) + len(self._failed) + len(self._snoozed)
