@@ -8,13 +8,14 @@ This module is the public API (:data:`__all__`). The modules beside it, one conc
 twins), which take their options from ``enqueue_options`` (:class:`EnqueueOptions`: every
 enqueue option and its default, once); ``models`` (the table), ``schema`` (where it lives),
 ``storage`` (its storage parameters), ``results`` and ``errors`` (the values returned and
-raised); ``jobs`` (what a handler gets), ``tasks`` (typed tasks), ``workflows`` (chains and
-groups), ``periodic``, ``retry_policy``, ``retention_policy`` (how long finished jobs are kept),
-``flow`` (pauses and limits) and ``hooks``; ``worker`` (the facade over
-``_worker``), ``listener`` (its LISTEN connection), ``health`` (its probes) and ``pooler``
-(running behind PgBouncer); ``waiting`` (:func:`wait_for`); ``testing`` (helpers for users'
-tests); the operator's ``admin``, ``doctor``, ``grants`` and ``demo``; ``statements``, the old
-path of the ``jobs`` table's statements (a re-export of ``_sql.statements``); ``__main__``
+raised); ``jobs`` (what a handler gets) and ``durable`` (its steps, sleeps and signal waits),
+``tasks`` (typed tasks), ``workflows`` (chains and groups), ``periodic``, ``retry_policy``,
+``retention_policy`` (how long finished jobs are kept), ``flow`` (pauses and limits) and
+``hooks``; ``worker`` (the facade over ``_worker``), ``listener`` (its LISTEN connection),
+``health`` (its probes) and ``pooler`` (running behind PgBouncer); ``waiting``
+(:func:`wait_for`); ``testing`` (helpers for users' tests); the operator's ``admin``,
+``doctor``, ``grants`` and ``demo``; ``statements``, the old path of the ``jobs`` table's
+statements (a re-export of ``_sql.statements``); ``__main__``
 (``python -m pgqueue``).
 
 The folders: ``_base`` (helpers that know nothing of jobs), ``_sql`` (every statement and call,
@@ -36,6 +37,8 @@ from pgqueue.errors import (
     JobTimeoutError,
     JobWaitingError,
     PgQueueError,
+    SignalTimeoutError,
+    StepNotStoredError,
     UniqueKeyError,
     UnknownDependencyError,
     WorkerFailedError,
@@ -72,6 +75,7 @@ from pgqueue.repository import (
     retry_failed,
     set_queue_limits,
     set_retention,
+    signal,
     unblock,
 )
 from pgqueue.results import (
@@ -133,8 +137,10 @@ __all__ = [
     "Registry",
     "Retention",
     "RetryPolicy",
+    "SignalTimeoutError",
     "Signature",
     "Snooze",
+    "StepNotStoredError",
     "Task",
     "UniqueKeyError",
     "UnknownDependencyError",
@@ -175,6 +181,7 @@ __all__ = [
     "retry_failed",
     "set_queue_limits",
     "set_retention",
+    "signal",
     "unblock",
     "use_schema",
     "wait_for",

@@ -10,6 +10,7 @@ text, so one such row never breaks a listing.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
@@ -47,6 +48,7 @@ from pgqueue._sql.reads import (
 )
 from pgqueue._sql.reads import get_job_statement as get_job_statement  # public, as above
 from pgqueue._sql.reads import list_jobs_statement as list_jobs_statement  # public, as above
+from pgqueue.enqueue_options import WAITING_RUN_AT
 from pgqueue.flow import Rate
 from pgqueue.models import JobState, JobStatus
 from pgqueue.results import PeriodicRow
@@ -195,6 +197,72 @@ def job_links(conn: Connection, job_id: int, limit: int = JOB_LINKS_LIMIT) -> di
     return {name: side[:limit] for name, side in found.items()} | {"more": more}
 
 
+#: How many characters of a step's value ``pgqueue show`` and the job page print.
+STEP_VALUE_CHARS = 200
+
+
+def job_steps(job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A job's durable steps, sleeps and signal waits (``jobs.steps``, #33) as ``pgqueue show``
+    and the dashboard's job page list them, in the order the job reached them: ``name``,
+    ``kind`` (``step``, ``sleep`` or ``signal``), ``at`` (when it was first reached) and
+    ``detail``: a step's value or a received signal's payload as JSON cut to
+    :data:`STEP_VALUE_CHARS` characters, a sleep's wake-up, a wait's timeout or that it timed
+    out. Reads a row of :func:`get_job`; ``[]`` for a job without any.
+
+    .. versionadded:: 0.1.0
+    """
+    steps = job.get("steps")
+    if not isinstance(steps, dict):
+        return []
+    entries = [(n, e) for n, e in steps.items() if isinstance(e, dict)]
+    entries.sort(key=lambda item: int(item[1].get("n") or 0))
+    return [
+        {
+            "name": name,
+            "kind": str(entry.get("kind")),
+            "at": _timestamp(entry.get("at")),
+            "detail": _step_detail(entry),
+        }
+        for name, entry in entries
+    ]
+
+
+def _step_detail(entry: Mapping[str, Any]) -> str:
+    until = _timestamp(entry.get("until"))
+    if entry.get("kind") == "sleep":
+        return f"wakes at {until}"
+    if entry.get("kind") == "signal" and not entry.get("received"):
+        if entry.get("timed_out"):
+            return "timed out"
+        return "awaited, no timeout" if until is None else f"awaited until {until}"
+    text = json.dumps(entry.get("value"), ensure_ascii=False, default=str)
+    if len(text) > STEP_VALUE_CHARS:
+        return text[: STEP_VALUE_CHARS - 3] + "..."
+    return text
+
+
+def job_waits(job: Mapping[str, Any]) -> dict[str, Any]:
+    """What a job of :func:`get_job` waits for now, and the signals it received (#33):
+    ``{"sleeping": (name, wake-up) or None, "awaiting": (signal, timeout or None) or None,
+    "received": [signal names]}``. A job is sleeping or awaiting only in those states
+    (:class:`pgqueue.JobState`).
+
+    .. versionadded:: 0.1.0
+    """
+    state = job.get("status")
+    until = job.get("suspended_until")
+    sleeping = awaiting = None
+    if state == JobState.SLEEPING.value:
+        sleeps = [s for s in job_steps(job) if s["kind"] == "sleep"]
+        sleeping = (sleeps[-1]["name"] if sleeps else "?", until)
+    elif state == JobState.AWAITING_SIGNAL.value:
+        far = isinstance(until, datetime) and until.year >= WAITING_RUN_AT.year
+        awaiting = (job.get("awaiting_signal"), None if far else until)
+    signals = job.get("signals")
+    received = sorted(signals) if isinstance(signals, dict) else []
+    return {"sleeping": sleeping, "awaiting": awaiting, "received": received}
+
+
 def error_history(errors: Any) -> list[dict[str, Any]]:
     """``jobs.errors`` (oldest first) with each ``at`` an aware datetime like the other times.
 
@@ -241,11 +309,13 @@ def key_holders(conn: Connection, job_ids: list[int]) -> dict[int, tuple[str, in
 
 def queue_stats(conn: Connection) -> list[dict[str, Any]]:
     """Per queue: ready, scheduled, waiting, running, expired leases, done, failed, cancelled,
-    expired, oldest ready age (s).
+    expired, sleeping, awaiting signal (``awaiting_signal``), oldest ready age (s).
 
     Each job is counted in its :class:`pgqueue.JobState` (:func:`pgqueue.models.in_state`), the
     ``queued`` ones as ``ready`` (due now) or ``scheduled`` (due later). ``waiting`` counts the
-    queued jobs waiting for a dependency (``depends_on``, ``waiting_on > 0``).
+    queued jobs waiting for a dependency (``depends_on``, ``waiting_on > 0``); ``sleeping`` and
+    ``awaiting_signal`` those given back by a durable sleep or signal wait (#33), apart from
+    both.
 
     ``failed`` counts the jobs that failed for good on their own; ``cancelled`` those an operator
     cancelled (also ``status = 'failed'``, with ``cancelled_at`` set); ``expired`` those never
@@ -258,7 +328,8 @@ def queue_stats(conn: Connection) -> list[dict[str, Any]]:
 
 def queue_overview(conn: Connection) -> list[dict[str, Any]]:
     """Per queue with live jobs or stored settings: ``queue, paused, concurrency, per_key, rate,
-    ready, running`` (``rate`` a :class:`pgqueue.Rate` or ``None``), by name.
+    ready, running, sleeping, awaiting_signal`` (``rate`` a :class:`pgqueue.Rate` or ``None``),
+    by name.
 
     What ``pgqueue queues`` prints and the dashboard's overview shows beside each queue. Reads
     the queued and running jobs only, never the finished history.

@@ -33,6 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from pgqueue import waiting as _waiting
 from pgqueue import workflows as _workflows
 from pgqueue._sql import calls as _calls
+from pgqueue._sql import durable_calls as _durable_calls
 from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import log_calls as _log_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
@@ -103,6 +104,7 @@ __all__ = [
     "retry_failed",
     "set_queue_limits",
     "set_retention",
+    "signal",
     "unblock",
     "wait_for",
 ]
@@ -241,11 +243,20 @@ async def purge(
     return await arun(conn, _calls.purge_done(older_than, batch_size, status, queue))
 
 
+async def signal(conn: AsyncExecutor, job_id: int, name: str, payload: Any = None) -> bool:
+    """Send a signal to a job; see :func:`pgqueue.repository.signal`."""
+    return await arun(conn, _durable_calls.signal(job_id, name, payload, channel_of(conn)))
+
+
 async def retry(
-    conn: AsyncExecutor, job_ids: Iterable[int], *, attempts: int = DEFAULT_MAX_ATTEMPTS
+    conn: AsyncExecutor,
+    job_ids: Iterable[int],
+    *,
+    attempts: int = DEFAULT_MAX_ATTEMPTS,
+    reset_steps: bool = False,
 ) -> list[int]:
     """Requeue failed or queued jobs now; see :func:`pgqueue.repository.retry`."""
-    return await adrive(conn, _calls.retry(job_ids, attempts))
+    return await adrive(conn, _calls.retry(job_ids, attempts, reset_steps))
 
 
 async def unblock(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[int]:
@@ -260,12 +271,12 @@ async def retry_failed(
     attempts: int = DEFAULT_MAX_ATTEMPTS,
     include_cancelled: bool = False,
     include_expired: bool = False,
+    reset_steps: bool = False,
 ) -> list[int]:
     """Requeue every failed job (not cancelled ones unless ``include_cancelled``, not expired
     ones unless ``include_expired``); see :func:`pgqueue.repository.retry_failed`."""
-    return await arun(
-        conn, _calls.retry_failed(queue, attempts, include_cancelled, include_expired)
-    )
+    plan = _calls.retry_failed(queue, attempts, include_cancelled, include_expired, reset_steps)
+    return await adrive(conn, plan)
 
 
 async def cancel(conn: AsyncExecutor, job_ids: Iterable[int]) -> list[int]:

@@ -259,6 +259,42 @@ class JobWaitingError(PgQueueError):
         self.waiting = waiting
 
 
+class SignalTimeoutError(PgQueueError, TimeoutError):
+    """:meth:`pgqueue.JobContext.wait_for_signal` gave the job back for a signal that did not
+    arrive within its ``timeout``: raised by the call in the job's next attempt (and every later
+    one: the timeout is remembered like a step). A handler may catch it and go on (refund,
+    escalate); uncaught, the attempt fails as for any error.
+
+    Attributes:
+        job_id: The job.
+        name: The signal waited for.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, job_id: int, name: str) -> None:
+        super().__init__(f"job {job_id}: signal {name!r} did not arrive within its timeout")
+        self.job_id = job_id
+        self.name = name
+
+
+class StepNotStoredError(PgQueueError):
+    """A durable step, sleep or signal wait could not be recorded because the job is no longer
+    this attempt's (its lease was lost, or it was cancelled): nothing was written, and the
+    attempt's outcome is dropped as for any lost job. Raised inside the handler.
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, job_id: int, attempts: int, name: str) -> None:
+        super().__init__(
+            f"job {job_id} attempt {attempts}: {name!r} not stored, the job is no longer this "
+            "attempt's (lease lost or cancelled)"
+        )
+        self.job_id = job_id
+        self.name = name
+
+
 def _waits(job_id: int, ids: list[int]) -> str:
     if not ids:
         return (

@@ -69,6 +69,7 @@ WAITER_COLUMNS = (
     "attempts",
     "cancelled_at",
     "expired_at",
+    "steps",
 )
 
 #: The columns an enqueue with ``depends_on`` reads and writes (pgqueue_0013).

@@ -9,12 +9,13 @@ take their types from this module (``pgqueue.JobContext``, ``pgqueue.Registry``,
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
 from typing import Any, ParamSpec, Protocol, TypeVar, overload
 
@@ -24,6 +25,7 @@ from pgqueue import repository
 from pgqueue._base.events import stopping_event
 from pgqueue._base.joblog import LogBuffer
 from pgqueue._base.validation import check_queue, check_snooze_delay, encode_payload
+from pgqueue.durable import DEFAULT_MAX_STEP_BYTES, NOT_FOUND, DurableAttempt, Suspension
 from pgqueue.enqueue_options import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from pgqueue.errors import (
     InvalidArgumentError,
@@ -56,7 +58,16 @@ class JobMarks:
     once, so another thread reads a number and its text together.
     """
 
-    __slots__ = ("cancelled", "capture", "lease_lost", "logs", "progress", "progress_written")
+    __slots__ = (
+        "cancelled",
+        "capture",
+        "durable",
+        "lease_lost",
+        "logs",
+        "max_step_bytes",
+        "progress",
+        "progress_written",
+    )
 
     def __init__(self) -> None:
         self.lease_lost = False
@@ -66,6 +77,10 @@ class JobMarks:
         self.capture = False
         #: The attempt's lines (:class:`~pgqueue._base.joblog.LogBuffer`), made by the first.
         self.logs: LogBuffer | None = None
+        #: The attempt's steps, sleeps and signal waits, made at its first use (else ``None``).
+        self.durable: DurableAttempt | None = None
+        #: The bound of a step's JSON value: the worker's ``max_result_bytes`` (set at start).
+        self.max_step_bytes = DEFAULT_MAX_STEP_BYTES
         #: ``(number, JSON text)`` of the last :meth:`JobContext.set_progress`, ``None`` before.
         self.progress: tuple[int, str] | None = None
         #: The number of the last progress written to the row (by a heartbeat or the completion).
@@ -243,6 +258,136 @@ class JobContext:
         with source.connect() as conn:  # the engine: a read in its own short transaction
             return repository.dependency_results(conn, self.id)
 
+    # -- durable steps, sleeps and signals (docs/durable.md) -------------------------------------
+
+    def step(self, name: str, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+        """Run ``fn(*args, **kwargs)`` once for this job, whatever its attempts: its return value
+        is stored under ``name`` before ``step`` returns, and every later attempt that reaches
+        the step gets the stored value back without calling ``fn``::
+
+            @registry.task(queue="orders")
+            def fulfil(order_id: int) -> str:
+                job = pgqueue.current_job()
+                charge = job.step("charge", payments.charge, order_id)
+                return job.step("ship", warehouse.ship, order_id, charge["id"])
+
+        The value is JSON, with the bound and errors of a task's result (a tuple comes back as
+        a list; too large or not JSON fails the job for good with
+        :class:`pgqueue.InvalidResultError`). It is written in its own short statement guarded
+        by the attempt (a worker that lost its lease writes nothing and the call raises
+        :class:`pgqueue.StepNotStoredError`); in ``mode="transaction"`` on :attr:`connection`,
+        so it commits, or rolls back, with the job's transaction. A step whose ``fn`` raises
+        stores nothing: the attempt fails as usual and the next one calls ``fn`` again. The
+        first step of an attempt reads the job's stored steps once (one short query).
+
+        Raises:
+            PgQueueError: ``name`` was already used in this attempt, or names a sleep or a
+                signal wait; or the context has neither a connection nor an engine.
+
+        .. versionadded:: 0.1.0
+        """
+        attempt = self._durable()
+        stored = attempt.stored_step(name)
+        if stored is not NOT_FOUND:
+            return stored  # type: ignore[no-any-return]
+        value = fn(*args, **kwargs)
+        attempt.store_step(name, value)
+        return value
+
+    async def astep(
+        self, name: str, fn: Callable[P, Awaitable[R]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> R:
+        """:meth:`step` for an ``async def`` ``fn``, awaited. Outside transaction mode the
+        read and the write run on a thread (``asyncio.to_thread``), off the event loop.
+
+        .. versionadded:: 0.1.0
+        """
+        attempt = self._durable()
+        stored = await self._off_loop(attempt.stored_step, name)
+        if stored is not NOT_FOUND:
+            return stored  # type: ignore[no-any-return]
+        value = await fn(*args, **kwargs)
+        await self._off_loop(attempt.store_step, name, value)
+        return value
+
+    def sleep(self, name: str, delay: timedelta | float) -> None:
+        """A durable sleep: the first time, record the wake-up (now + ``delay``, a
+        ``timedelta`` or seconds) under ``name`` and give the job back until then, as
+        :class:`Snooze` does (not charged to ``max_attempts``; the worker slot and any
+        concurrency slot are freed at once); the code after it does not run in this attempt.
+        The job is shown ``sleeping`` meanwhile. When it runs again after the wake-up,
+        ``sleep(name, ...)`` returns at once (the stored wake-up counts, not a new ``delay``).
+
+        It gives the job back by raising an exception (a :class:`Snooze`): do not catch it.
+
+        .. versionadded:: 0.1.0
+        """
+        suspension = self._durable().sleep(name, delay)
+        if suspension is not None:
+            raise Suspended(suspension)
+
+    async def asleep(self, name: str, delay: timedelta | float) -> None:
+        """:meth:`sleep` for coroutines.
+
+        .. versionadded:: 0.1.0
+        """
+        suspension = await self._off_loop(self._durable().sleep, name, delay)
+        if suspension is not None:
+            raise Suspended(suspension)
+
+    def wait_for_signal(self, name: str, *, timeout: timedelta | float | None = None) -> Any:
+        """The payload of the signal ``name`` (:func:`pgqueue.signal`), once it is there.
+
+        When it is (it may have arrived before the job asked), the payload is returned and
+        remembered like a step: later attempts get the same payload. When it is not, the job
+        is given back, shown ``awaiting signal``: not claimable and holding no slot, until the
+        signal arrives (which makes it ready at once and wakes a worker) or ``timeout`` (a
+        ``timedelta`` or seconds; ``None``: no timeout) passes, measured from the first wait.
+        Then the next attempt's call raises :class:`pgqueue.SignalTimeoutError`, which the
+        handler may catch. Like :meth:`sleep`, the give-back is an exception: do not catch it.
+
+        Raises:
+            SignalTimeoutError: the timeout passed before the signal arrived.
+
+        .. versionadded:: 0.1.0
+        """
+        payload, suspension = self._durable().wait_for_signal(name, timeout)
+        if suspension is not None:
+            raise Suspended(suspension)
+        return payload
+
+    async def await_signal(self, name: str, *, timeout: timedelta | float | None = None) -> Any:
+        """:meth:`wait_for_signal` for coroutines.
+
+        .. versionadded:: 0.1.0
+        """
+        attempt = self._durable()
+        payload, suspension = await self._off_loop(attempt.wait_for_signal, name, timeout)
+        if suspension is not None:
+            raise Suspended(suspension)
+        return payload
+
+    def _durable(self) -> DurableAttempt:
+        marks = self._marks
+        if marks.durable is None:
+            source: Engine | Connection | None = (
+                self.connection if self.connection is not None else self.engine
+            )
+            if source is None:
+                raise PgQueueError(
+                    f"job {self.id} has no database to keep its steps in "
+                    "(a JobContext built without connection= or engine=)"
+                )
+            marks.durable = DurableAttempt(self.id, self.attempts, source, marks.max_step_bytes)
+        return marks.durable
+
+    async def _off_loop(self, call: Callable[..., R], *args: Any) -> R:
+        """``call(*args)`` on a thread when it writes through the engine (a round trip), on the
+        loop when it runs on transaction mode's connection."""
+        if self.connection is not None:
+            return call(*args)
+        return await asyncio.to_thread(call, *args)
+
     @classmethod
     def of(
         cls,
@@ -357,6 +502,31 @@ class Snooze(Exception):
 
     def __reduce__(self) -> tuple[type[Snooze], tuple[timedelta]]:
         return Snooze, (self.delay,)  # pickles by its delay, not by its message
+
+
+class Suspended(Snooze):
+    """A durable sleep or signal wait gives its job back (:meth:`JobContext.sleep`,
+    :meth:`JobContext.wait_for_signal`): a :class:`Snooze` that the worker writes with the
+    wake-up time and the signal awaited, so the job is shown ``sleeping`` or ``awaiting signal``
+    and a signal finds it. Raised by pgqueue, never by handlers.
+
+    Attributes:
+        suspension: Until when, and for which signal (``None``: a sleep).
+
+    .. versionadded:: 0.1.0
+    """
+
+    def __init__(self, suspension: Suspension) -> None:
+        self.suspension = suspension
+        self.delay = max(suspension.until - datetime.now(timezone.utc), timedelta(0))
+        what = "sleeping" if suspension.signal is None else f"awaiting signal {suspension.signal!r}"
+        Exception.__init__(self, f"{what} until {suspension.until.isoformat()}")
+
+    def __repr__(self) -> str:
+        return f"Suspended({self.suspension!r})"
+
+    def __reduce__(self) -> tuple[type[Suspended], tuple[Suspension]]:  # type: ignore[override]
+        return Suspended, (self.suspension,)
 
 
 def is_async_handler(handler: object) -> bool:
@@ -641,6 +811,7 @@ __all__ = [
     "Outcome",
     "Registry",
     "Snooze",
+    "Suspended",
     "WorkerStats",
     "WorkerView",
     "check_handlers",

@@ -70,13 +70,13 @@ LIVE_KEY_SQL = f"unique_key IS NOT NULL AND {LIVE_SQL}"
 
 class JobState(str, enum.Enum):
     """A job's state as people see it (``pgqueue list``, ``show``, the dashboard): its stored
-    :class:`JobStatus`, with the two statuses that mean two things each told apart.
+    :class:`JobStatus`, with the two statuses that mean several things each told apart.
 
-    ``queued`` and ``waiting`` are both stored ``queued``; ``failed``, ``cancelled`` and
-    ``expired`` are all stored ``failed``. :func:`in_state` is the rule that tells them apart,
-    and :data:`JOB_STATE` the value a reader shows; ``jobs.status`` and
-    :attr:`pgqueue.JobResult.status` keep the stored status (docs/lifecycle.md, "The states
-    people see").
+    ``queued``, ``waiting``, ``sleeping`` and ``awaiting signal`` are all stored ``queued``;
+    ``failed``, ``cancelled`` and ``expired`` are all stored ``failed``. :func:`in_state` is
+    the rule that tells them apart, and :data:`JOB_STATE` the value a reader shows;
+    ``jobs.status`` and :attr:`pgqueue.JobResult.status` keep the stored status
+    (docs/lifecycle.md, "The states people see").
 
     .. versionadded:: 0.1.0
     """
@@ -98,6 +98,12 @@ class JobState(str, enum.Enum):
     #: Stored ``failed`` with ``expired_at``: not started within its ``expires_in`` of its
     #: ``run_at``, so never run (pgqueue_0015).
     EXPIRED = "expired"
+    #: Stored ``queued``, given back by a durable sleep (:meth:`pgqueue.JobContext.sleep`)
+    #: whose wake-up (``suspended_until``) is still to come (pgqueue_0019).
+    SLEEPING = "sleeping"
+    #: Stored ``queued``, given back by :meth:`pgqueue.JobContext.wait_for_signal` until its
+    #: signal arrives or its timeout (``suspended_until``) passes (pgqueue_0019).
+    AWAITING_SIGNAL = "awaiting signal"
 
     @property
     def stored(self) -> JobStatus:
@@ -116,6 +122,8 @@ _STORED = {
     JobState.FAILED: JobStatus.FAILED,
     JobState.CANCELLED: JobStatus.FAILED,
     JobState.EXPIRED: JobStatus.FAILED,
+    JobState.SLEEPING: JobStatus.QUEUED,
+    JobState.AWAITING_SIGNAL: JobStatus.QUEUED,
 }
 
 
@@ -184,6 +192,17 @@ class Job(Base):
     #: When a claim found the job past its deadline and failed it (its status is then
     #: ``failed``); ``None`` otherwise (pgqueue_0015).
     expired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    #: The durable steps, sleeps and signal waits the job reached, in order (pgqueue_0019):
+    #: ``[{"name", "kind", "at", "attempt", "value"?, "wake_at"?}, ...]``; ``None`` for none.
+    steps: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB, nullable=True)
+    #: The signals it received (:func:`pgqueue.signal`), ``{name: {"payload", "at"}}``
+    #: (pgqueue_0019); kept until the job asks for them, and after.
+    signals: Mapped[dict[str, Any] | None] = mapped_column(JSONB, nullable=True)
+    #: Until when the job gave itself back by a durable sleep or a signal wait (pgqueue_0019):
+    #: while it is in the future, the queued job is ``sleeping`` or ``awaiting signal``.
+    suspended_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    #: The signal a suspended job waits for; ``None`` for a sleep (pgqueue_0019).
+    awaiting_signal: Mapped[str | None] = mapped_column(Text)
 
     __table_args__ = (
         CheckConstraint(
@@ -279,10 +298,26 @@ def in_state(state: JobState | JobStatus | str) -> ColumnElement[bool]:
     """
     wanted = JobState(state)
     condition = jobs_table.c.status == status_literal(wanted.stored)
+    until = jobs_table.c.suspended_until
+    suspended = until > func.now()
     if wanted is JobState.QUEUED:
-        condition = condition & (jobs_table.c.waiting_on == 0)
+        condition = condition & (jobs_table.c.waiting_on == 0) & (until.is_(None) | ~suspended)
     elif wanted is JobState.WAITING:
         condition = condition & (jobs_table.c.waiting_on > 0)
+    elif wanted is JobState.SLEEPING:
+        condition = (
+            condition
+            & (jobs_table.c.waiting_on == 0)
+            & suspended
+            & jobs_table.c.awaiting_signal.is_(None)
+        )
+    elif wanted is JobState.AWAITING_SIGNAL:
+        condition = (
+            condition
+            & (jobs_table.c.waiting_on == 0)
+            & suspended
+            & jobs_table.c.awaiting_signal.is_not(None)
+        )
     elif wanted is JobState.FAILED:
         condition = (
             condition & jobs_table.c.cancelled_at.is_(None) & jobs_table.c.expired_at.is_(None)
@@ -319,6 +354,7 @@ JOB_RESULT_COLUMNS: tuple[ColumnElement[Any], ...] = (
     jobs_table.c.attempts,
     jobs_table.c.cancelled_at.is_not(None).label("cancelled"),
     jobs_table.c.expired_at.is_not(None).label("expired"),
+    jobs_table.c.steps,
 )
 
 

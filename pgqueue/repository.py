@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from pgqueue import enqueue_options as _options
 from pgqueue import retry_policy
 from pgqueue._sql import calls as _calls
+from pgqueue._sql import durable_calls as _durable_calls
 from pgqueue._sql import flow_calls as _flow_calls
 from pgqueue._sql import log_calls as _log_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
@@ -79,6 +80,7 @@ __all__ = [
     "retry_failed",
     "set_queue_limits",
     "set_retention",
+    "signal",
     "snooze",
     "unblock",
 ]
@@ -366,7 +368,11 @@ def purge(
 
 
 def retry(
-    conn: Executor, job_ids: Iterable[int], *, attempts: int = DEFAULT_MAX_ATTEMPTS
+    conn: Executor,
+    job_ids: Iterable[int],
+    *,
+    attempts: int = DEFAULT_MAX_ATTEMPTS,
+    reset_steps: bool = False,
 ) -> list[int]:
     """Requeue failed (or queued, due later) jobs now, with ``attempts`` more attempts to spend.
 
@@ -377,6 +383,11 @@ def retry(
     :class:`pgqueue.errors.UniqueKeyError`). A cancelled job named here is requeued (and no
     longer marked cancelled), unlike with :func:`retry_failed`.
 
+    A retried job keeps its durable steps (:meth:`pgqueue.JobContext.step`): its next attempt
+    returns their stored values without running them again. ``reset_steps=True`` (default
+    ``False``; ``.. versionadded:: 0.1.0``) forgets them, its sleeps and its signal waits, so
+    it runs from scratch (the signals it received stay: a wait receives them again).
+
     Raises:
         JobWaitingError: a job named waits for its dependencies (``depends_on``, shown
             ``waiting``): it runs once they are done, and a retry cannot run it sooner. Checked
@@ -384,7 +395,7 @@ def retry(
 
     .. versionadded:: 0.1.0
     """
-    return _drive(conn, _calls.retry(job_ids, attempts))
+    return _drive(conn, _calls.retry(job_ids, attempts, reset_steps))
 
 
 def unblock(conn: Executor, job_ids: Iterable[int]) -> list[int]:
@@ -420,6 +431,7 @@ def retry_failed(
     attempts: int = DEFAULT_MAX_ATTEMPTS,
     include_cancelled: bool = False,
     include_expired: bool = False,
+    reset_steps: bool = False,
 ) -> list[int]:
     """Requeue every ``failed`` job (of one queue, or all) like :func:`retry`; return their ids.
 
@@ -430,10 +442,12 @@ def retry_failed(
     ``False``; ``.. versionadded:: 0.1.0``); one that comes back is no longer marked expired
     and keeps its ``expires_in``, counted from its new ``run_at`` (now). :func:`retry` of a
     cancelled or expired job's id always requeues it: naming the id is asking for it.
+    ``reset_steps`` as for :func:`retry` (``.. versionadded:: 0.1.0``).
 
     .. versionadded:: 0.1.0
     """
-    return _run(conn, _calls.retry_failed(queue, attempts, include_cancelled, include_expired))
+    plan = _calls.retry_failed(queue, attempts, include_cancelled, include_expired, reset_steps)
+    return _drive(conn, plan)
 
 
 def cancel(conn: Executor, job_ids: Iterable[int]) -> list[int]:
@@ -473,6 +487,29 @@ def cancel_report(conn: Executor, job_ids: Iterable[int]) -> CancelReport:
     .. versionadded:: 0.1.0
     """
     return _drive(conn, _calls.cancel(job_ids, channel_of(conn)))
+
+
+def signal(conn: Executor, job_id: int, name: str, payload: Any = None) -> bool:
+    """Send the signal ``name`` to a job, in the caller's transaction: ``True`` when the job
+    exists and is not finished (queued or running), ``False`` otherwise (nothing written).
+
+    The signal is stored with the job (``jobs.signals``; a second one of the same name
+    replaces the first until the job receives it): one the job has not asked for yet waits
+    there, and :meth:`pgqueue.JobContext.wait_for_signal` returns its payload when it does. A
+    job given back awaiting this signal is made ready at once, and its queue's workers are
+    woken by a NOTIFY when the transaction commits (a rolled-back signal is never seen).
+
+    Args:
+        job_id: The job.
+        name: The signal: a non-empty ``str`` of at most 63 bytes.
+        payload: Any JSON value the job receives. Default ``None``.
+
+    Raises:
+        InvalidArgumentError: a bad name, or a payload that is not JSON (nothing written).
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _durable_calls.signal(job_id, name, payload, channel_of(conn)))
 
 
 # -- periodic jobs (``jobs_periodic``) -----------------------------------------------------------

@@ -168,6 +168,9 @@ class JobResult:
         cancelled: ``pgqueue.cancel`` failed it (its ``status`` is ``"failed"``).
         expired: It was not started within its ``expires_in`` of its ``run_at``, so it never
             ran (its ``status`` is ``"failed"``, its ``error`` begins with ``"expired"``).
+        steps: The values its durable steps stored (:meth:`pgqueue.JobContext.step`) and the
+            payloads of the signals it received (:meth:`pgqueue.JobContext.wait_for_signal`),
+            by name, in the order the job reached them; empty for a job without any.
 
     .. versionadded:: 0.1.0
     """
@@ -182,6 +185,7 @@ class JobResult:
     attempts: int = 0
     cancelled: bool = False
     expired: bool = False
+    steps: dict[str, Any] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:

@@ -58,6 +58,7 @@ SERVER_TESTS = (
 # Files whose tests start worker processes, a pooler, a browser or the benchmarks: left out of
 # the developers' fast loop (``-m "not slow and not processes"``), never out of CI.
 PROCESS_FILES = (
+    "tests/integration/test_durable_processes.py",
     "tests/integration/test_examples.py",
     "tests/integration/test_flow_processes.py",
     "tests/integration/test_shutdown.py",

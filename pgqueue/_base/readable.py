@@ -75,7 +75,15 @@ def readable(columns: Iterable[Any]) -> list[ColumnElement[Any]]:
 
 def decoded(
     row: Row[Any],
-    json_columns: Iterable[str] = ("payload", "headers", "errors", "result", "progress"),
+    json_columns: Iterable[str] = (
+        "payload",
+        "headers",
+        "errors",
+        "result",
+        "progress",
+        "steps",
+        "signals",
+    ),
 ) -> dict[str, Any]:
     """A row selected with :func:`readable` as ``{column: value}``, an unreadable value as an
     :class:`Unreadable`."""

@@ -4,7 +4,8 @@ One shape for every table: ``<table>_statements`` holds the pure Core builders o
 ``<table>_calls`` turns them into :class:`~pgqueue._sql.calls.Call` values (parameters checked,
 statement, row mapping) that a runner executes. ``jobs``: ``statements`` and ``calls`` (the
 names without a prefix, the queue's own table), with ``workflow_statements`` for the
-dependencies of ``jobs_dependencies`` and ``limited_claim`` for the claim of a queue with limits;
+dependencies of ``jobs_dependencies``, ``limited_claim`` for the claim of a queue with limits,
+and ``durable_statements`` and ``durable_calls`` for durable jobs' steps, sleeps and signals;
 ``jobs_periodic``: ``periodic_statements`` and ``periodic_calls``; ``jobs_queues``:
 ``flow_statements`` and ``flow_calls``; ``jobs_workers`` (a worker's row):
 ``worker_statements`` and ``worker_calls``; ``jobs_retention`` (how long finished jobs are kept,

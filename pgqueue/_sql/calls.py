@@ -33,7 +33,7 @@ from pgqueue._base.validation import (
     encode_payload,
     encode_payloads,
 )
-from pgqueue._sql import log_statements, statements, workflow_statements
+from pgqueue._sql import durable_statements, log_statements, statements, workflow_statements
 from pgqueue._sql.driver_errors import DriverError, classify, unique_key_error
 from pgqueue.enqueue_options import EnqueueOptions
 from pgqueue.errors import (
@@ -423,14 +423,27 @@ def purge_done(
     return Call(log_statements.with_lines_deleted(stmt), params, _scalar_int)
 
 
-def retry(job_ids: Iterable[int], attempts: int) -> Plan[list[int]]:
+def retry(job_ids: Iterable[int], attempts: int, reset_steps: bool = False) -> Plan[list[int]]:
     """Refuse jobs waiting for their dependencies (:class:`JobWaitingError`, before anything is
-    written), then retry. The ids and attempts are checked here, before the plan runs."""
+    written), then retry (and with ``reset_steps``, forget the durable steps of the jobs
+    retried). The ids and attempts are checked here, before the plan runs."""
     params = {
         "job_ids": _ids(job_ids),
         "extra_attempts": check_positive_int("attempts", attempts),
     }
-    return _retry(params)
+    retried = _retry(params)
+    if check_bool("reset_steps", reset_steps):
+        return _reset_steps(retried)
+    return retried
+
+
+def _reset_steps(retry: Plan[list[int]]) -> Plan[list[int]]:
+    """``retry``, then :data:`durable_statements.RESET_STEPS` of the ids it requeued."""
+    retried = yield from retry
+    if retried:
+        stmt = durable_statements.RESET_STEPS
+        yield Call(stmt, {"job_ids": retried}, _nothing)
+    return retried
 
 
 def _retry(params: dict[str, Any]) -> Plan[list[int]]:
@@ -472,7 +485,8 @@ def retry_failed(
     attempts: int,
     include_cancelled: bool = False,
     include_expired: bool = False,
-) -> Call[list[int]]:
+    reset_steps: bool = False,
+) -> Plan[list[int]]:
     params = {
         "queue_name": None if queue is None else check_queue(queue),
         "extra_attempts": check_positive_int("attempts", attempts),
@@ -482,7 +496,15 @@ def retry_failed(
         include_cancelled=check_bool("include_cancelled", include_cancelled),
         include_expired=check_bool("include_expired", include_expired),
     )
-    return Call(stmt, params, _sorted_ids)
+    retried = _one_call(Call(stmt, params, _sorted_ids))
+    if check_bool("reset_steps", reset_steps):
+        return _reset_steps(retried)
+    return retried
+
+
+def _one_call(call: Call[T]) -> Plan[T]:
+    value: T = yield call
+    return value
 
 
 #: How long a cancel waits for each row another transaction holds (milliseconds): the worker's
@@ -847,4 +869,15 @@ def _result_of(row: Any) -> JobResult:
         attempts=int(row.attempts),
         cancelled=bool(row.cancelled),
         expired=bool(row.expired),
+        steps=step_values(row.steps),
     )
+
+
+def step_values(steps: dict[str, Any] | None) -> dict[str, Any]:
+    """``jobs.steps`` as :attr:`pgqueue.JobResult.steps` reads it: each step's value and each
+    received signal's payload by name, in the order the job reached them (sleeps, and signal
+    waits still waiting, have no value)."""
+    if not steps:
+        return {}
+    ordered = sorted(steps.items(), key=lambda item: int(item[1].get("n", 0)))
+    return {name: entry.get("value") for name, entry in ordered if "value" in entry}

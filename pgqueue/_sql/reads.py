@@ -53,6 +53,7 @@ from pgqueue._base.storable import unstorable
 from pgqueue._base.validation import check_unique_key, encode_payload
 from pgqueue._sql.statements import status_literal
 from pgqueue._sql.workflow_statements import MISSING_DEPENDENCY, PENDING_EDGES, waiting_for
+from pgqueue.enqueue_options import WAITING_RUN_AT
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
 from pgqueue.models import (
     JOB_STATE,
@@ -99,13 +100,15 @@ def _shown(columns: Iterable[Any]) -> list[ColumnElement[Any]]:
     :func:`readable`, ``status`` as the state, no ``run_at`` while waiting, and ``waiting_for``
     after them."""
     waiting = in_state(JobState.WAITING)
+    # No fake time either for a job awaiting a signal without a timeout (pgqueue_0019).
+    no_time = waiting | (jobs.c.run_at == literal(WAITING_RUN_AT, jobs.c.run_at.type))
     shown: list[ColumnElement[Any]] = []
     for selected in readable(columns):
         if selected.name == "status":
             selected = JOB_STATE.label("status")
         elif selected.name in ("run_at", "run_at" + STORED_SUFFIX):
             assert isinstance(selected, Label)  # readable() labels every timestamp
-            selected = case((~waiting, selected.element)).label(selected.name)
+            selected = case((~no_time, selected.element)).label(selected.name)
         shown.append(selected)
     return [*shown, waiting_for().label("waiting_for")]
 
@@ -283,6 +286,8 @@ def queue_stats_statement() -> Select[Any]:
             _count(in_state(JobState.FAILED)).label("failed"),
             _count(in_state(JobState.CANCELLED)).label("cancelled"),
             _count(in_state(JobState.EXPIRED)).label("expired"),
+            _count(in_state(JobState.SLEEPING)).label("sleeping"),
+            _count(in_state(JobState.AWAITING_SIGNAL)).label("awaiting_signal"),
             func.extract("epoch", func.now() - oldest_ready)
             .cast(Float)
             .label("oldest_ready_age_s"),
@@ -307,6 +312,8 @@ def queue_overview_statement() -> Select[Any]:
             jobs.c.queue,
             _count(in_state(JobState.QUEUED), jobs.c.run_at <= func.now()).label("ready"),
             _count(in_state(JobState.RUNNING)).label("running"),
+            _count(in_state(JobState.SLEEPING)).label("sleeping"),
+            _count(in_state(JobState.AWAITING_SIGNAL)).label("awaiting_signal"),
         )
         .where(is_live(jobs.c.status))
         .group_by(jobs.c.queue)
@@ -323,6 +330,8 @@ def queue_overview_statement() -> Select[Any]:
             queues.c.rate_period,
             func.coalesce(live.c.ready, 0).label("ready"),
             func.coalesce(live.c.running, 0).label("running"),
+            func.coalesce(live.c.sleeping, 0).label("sleeping"),
+            func.coalesce(live.c.awaiting_signal, 0).label("awaiting_signal"),
         )
         .select_from(queues.outerjoin(live, queues.c.queue == live.c.queue, full=True))
         .order_by(name)

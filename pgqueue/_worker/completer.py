@@ -344,12 +344,29 @@ class Flush:
         )
 
     def _snooze(self, conn: Connection, snoozed: list[Held]) -> set[int]:
-        return store.snooze_many(
-            conn,
-            [(h.job.id, h.job.attempts, h.snooze or timedelta(0)) for h in snoozed],
-            lock_timeout_ms=self._lock_timeout_ms,
-            lines=pending_lines(snoozed)[0],
-        )
+        """Snoozes in one statement; durable sleeps and signal waits (``held.suspension``) in
+        one of their own, sent only when the batch has one."""
+        plain = [h for h in snoozed if h.suspension is None]
+        matched: set[int] = set()
+        if plain:
+            matched = store.snooze_many(
+                conn,
+                [(h.job.id, h.job.attempts, h.snooze or timedelta(0)) for h in plain],
+                lock_timeout_ms=self._lock_timeout_ms,
+                lines=pending_lines(plain)[0],
+            )
+        if len(plain) < len(snoozed):
+            matched |= store.suspend_many(
+                conn,
+                [
+                    (h.job.id, h.job.attempts, h.suspension.until, h.suspension.signal)
+                    for h in snoozed
+                    if h.suspension is not None
+                ],
+                lock_timeout_ms=self._lock_timeout_ms,
+                lines=pending_lines(h for h in snoozed if h.suspension is not None)[0],
+            )
+        return matched
 
     def _refused(self) -> list[Refusal]:
         """Each job whose write the database refused, with the failure that replaces it."""

@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from pgqueue import repository
 from pgqueue._base.tracebacks import format_traceback
@@ -26,7 +27,15 @@ from pgqueue._worker.outcomes import Decision, after_complete, after_fail, after
 from pgqueue._worker.window import Held
 from pgqueue.errors import HandlerTimeoutError, InvalidPayloadError, InvalidResultError
 from pgqueue.hooks import HookDispatcher
-from pgqueue.jobs import Handler, JobContext, Outcome, Snooze, current_job_var, marks_of
+from pgqueue.jobs import (
+    Handler,
+    JobContext,
+    Outcome,
+    Snooze,
+    Suspended,
+    current_job_var,
+    marks_of,
+)
 from pgqueue.retry_policy import RetryPolicy, describe_error
 
 log = logging.getLogger("pgqueue.worker")
@@ -193,6 +202,11 @@ def settle(
             if matched and progress is not None:
                 marks_of(job).written(progress[0])
         decision = after_complete(matched)
+    elif held.suspension is not None:
+        suspension = held.suspension
+        rows = [(job.id, job.attempts, suspension.until, suspension.signal)]
+        matched = bool(store.suspend_many(conn, rows))
+        decision = after_snooze(matched, held.snooze or timedelta(0))
     elif held.snooze is not None:
         matched = repository.snooze(conn, job.id, job.attempts, held.snooze)
         decision = after_snooze(matched, held.snooze)
@@ -225,10 +239,13 @@ def run_in_savepoint(
     """Run a handler (``run()`` returns what it raised) in a savepoint of the caller's
     transaction, then :func:`settle` its job there: what the handler wrote is kept when it
     returned and rolled back when it raised, and either way the outcome is written in the same
-    transaction. Transaction mode and :func:`pgqueue.testing.drain` on a connection."""
+    transaction. Transaction mode and :func:`pgqueue.testing.drain` on a connection.
+
+    A durable sleep or signal wait (:class:`pgqueue.jobs.Suspended`) keeps what the handler
+    wrote before it, its steps among them: it is no failure, and the job resumes after it."""
     savepoint = conn.begin_nested()
     error = run()
-    if error is None:
+    if error is None or isinstance(error, Suspended):
         savepoint.commit()
     else:
         savepoint.rollback()
@@ -242,6 +259,7 @@ def _started(held: Held, target: Target, hooks: HookDispatcher | None) -> None:
         "job %d queue=%s attempt=%d: start payload=%r", job.id, job.queue, job.attempts, job.payload
     )
     held.retry = target.retry
+    marks_of(job).max_step_bytes = target.max_result_bytes
     held.started_at = time.monotonic()
     if hooks is not None:
         hooks.started(held.job, held.started_at - held.claimed_at)
@@ -251,5 +269,7 @@ def _handled(held: Held, hooks: HookDispatcher | None, error: BaseException | No
     held.handler_seconds = time.monotonic() - held.started_at
     if isinstance(error, Snooze):
         held.snooze = error.delay
+        if isinstance(error, Suspended):
+            held.suspension = error.suspension
     if hooks is not None:
         hooks.handled(held.job, held.handler_seconds, error)

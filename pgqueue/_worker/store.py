@@ -17,8 +17,16 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from pgqueue import retry_policy
-from pgqueue._sql import calls, log_calls, periodic_calls, retention_calls, worker_calls
+from pgqueue._sql import (
+    calls,
+    durable_calls,
+    log_calls,
+    periodic_calls,
+    retention_calls,
+    worker_calls,
+)
 from pgqueue._sql.calls import BatchCompletion, BatchFailure
+from pgqueue._sql.durable_calls import SuspendRow
 from pgqueue._sql.log_calls import JobLines
 from pgqueue._sql.runners import Executor, run
 from pgqueue.periodic import Periodic
@@ -122,6 +130,20 @@ def snooze_many(
     """Snoozes for a batch of ``(job_id, attempts, delay)``: the ids that were still ours and are
     queued again (``lock_timeout_ms`` as for :func:`complete_many`)."""
     return run(conn, log_calls.with_lines(calls.snooze_many(snoozes, lock_timeout_ms), lines))
+
+
+def suspend_many(
+    conn: Executor,
+    suspended: Sequence[SuspendRow],
+    *,
+    lock_timeout_ms: int | None = None,
+    lines: Sequence[JobLines] = (),
+) -> set[int]:
+    """Durable sleeps and signal waits for a batch of ``(job_id, attempts, until, signal)``:
+    the ids that were still ours and are queued again until their wake-up, timeout or signal
+    (``lock_timeout_ms`` and ``lines`` as for :func:`snooze_many`)."""
+    call = durable_calls.suspend_many(suspended, lock_timeout_ms)
+    return run(conn, log_calls.with_lines(call, lines))
 
 
 def extend_leases(

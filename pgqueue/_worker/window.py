@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from pgqueue.durable import Suspension
 from pgqueue.flow import QueueSettings
 from pgqueue.jobs import JobContext
 from pgqueue.retry_policy import RetryPolicy
@@ -65,6 +66,9 @@ class Held:
     handler_seconds: float | None = None
     #: The delay of the :class:`pgqueue.Snooze` its handler raised, if it raised one.
     snooze: timedelta | None = None
+    #: Its handler's durable sleep or signal wait: until when, for which signal (``snooze`` is
+    #: set too, so it is written and counted as a snooze).
+    suspension: Suspension | None = None
     #: Cancels an async handler's task (thread-safe); ``None`` for threads and unstarted jobs.
     cancel_task: Callable[[], None] | None = field(default=None, repr=False)
     #: The traceback of the handler's exception (formatted, trimmed), for the outcome's log line.

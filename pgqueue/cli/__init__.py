@@ -2,7 +2,8 @@
 
 Built on the standard library's :mod:`argparse`, so the core needs no extra dependency. Every
 command takes ``--url`` (before or after the subcommand) or reads ``PGQUEUE_DATABASE_URL``.
-Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cancel``), 2 errors
+Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cancel``; ``signal``
+to an unknown or finished job), 2 errors
 (bad arguments, no connection, no schema). Passwords are masked in every line printed.
 
 This module parses and dispatches; the commands live beside it in ``ops``, ``flow`` (``queues``,
@@ -56,6 +57,7 @@ from pgqueue.cli.ops import (
     cmd_reap,
     cmd_retry,
     cmd_show,
+    cmd_signal,
     cmd_stats,
     cmd_unblock,
     cmd_workers,
@@ -381,6 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --failed: expired jobs too (ids given are retried, expired or not)",
     )
     p.add_argument(
+        "--reset-steps",
+        action="store_true",
+        help="forget the jobs' durable steps, sleeps and signal waits (they run from scratch)",
+    )
+    p.add_argument(
         "--attempts",
         type=positive_int,
         default=repository.DEFAULT_MAX_ATTEMPTS,
@@ -389,6 +396,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = add("cancel", cmd_cancel, "fail queued or running jobs for good, marked cancelled")
     p.add_argument("ids", type=job_id, nargs="+", metavar="ID")
+
+    p = add("signal", cmd_signal, "send a signal to a job (JobContext.wait_for_signal)")
+    p.add_argument("id", type=job_id, metavar="ID")
+    p.add_argument("name", metavar="NAME", help="the signal's name")
+    p.add_argument("--payload", help="its payload, as JSON (default: null)")
 
     p = add(
         "unblock",

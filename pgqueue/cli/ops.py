@@ -256,6 +256,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         emit_json(data)
         return 0
     errors = job.pop("errors")
+    steps, waits = admin.job_steps(job), admin.job_waits(job)
+    for key in _DURABLE_FIELDS:
+        job.pop(key, None)
     for key, value in job.items():
         as_json = key in _JSON_FIELDS and not (value is None and key != "payload")
         if as_json and not isinstance(value, admin.Unreadable):
@@ -267,6 +270,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     for side, label in (("waits_for", "waiting on:"), ("waited_by", "waited by:")):
         shown = ", ".join(f"{link['id']} ({link['status']})" for link in links[side]) or "-"
         emit(f"{label:<14} {shown}{', and more' if links['more'][side] else ''}")
+    _show_durable(steps, waits)
     _show_errors(errors)
     if lines is not None:
         print_show_logs(lines)
@@ -275,6 +279,28 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 #: What ``pgqueue show`` prints as indented JSON: the arguments, the return value, the progress.
 _JSON_FIELDS = ("payload", "result", "progress")
+#: The columns of durable jobs (#33), which ``pgqueue show`` prints in sections of their own.
+_DURABLE_FIELDS = ("steps", "signals", "suspended_until", "awaiting_signal")
+
+
+def _show_durable(steps: list[dict[str, Any]], waits: dict[str, Any]) -> None:
+    """The steps, sleeps and signal waits in the order reached, what the job waits for now, and
+    the signals it received; nothing for a job that used none."""
+    if waits["sleeping"] is not None:
+        name, until = waits["sleeping"]
+        emit(f"{'sleeping:':<14} {name!r} until {cell(until)}")
+    if waits["awaiting"] is not None:
+        name, until = waits["awaiting"]
+        emit(
+            f"{'awaiting:':<14} signal {name!r}"
+            + ("" if until is None else f" until {cell(until)}")
+        )
+    if waits["received"]:
+        emit(f"{'signals:':<14} received " + ", ".join(map(repr, waits["received"])))
+    if steps:
+        emit(f"{'steps:':<14} {len(steps)} (in the order reached)")
+        rows = [[cell(s[k]) for k in ("name", "kind", "at", "detail")] for s in steps]
+        emit(psql_table(["name", "kind", "at", "value"], rows))
 
 
 def _show_errors(errors: list[dict[str, Any]]) -> None:
@@ -300,8 +326,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"queues": queues, "table": tables})
         return 0
-    # ``waiting`` (#24), then ``expired`` (#31) last, so the columns before them keep their
-    # places for scripts.
+    # ``waiting`` (#24), then ``expired`` (#31), then ``sleeping`` and ``awaiting_signal``
+    # (#33) last, so the columns before them keep their places for scripts.
     columns = [
         "ready",
         "scheduled",
@@ -312,6 +338,8 @@ def cmd_stats(args: argparse.Namespace) -> int:
         "cancelled",
         "waiting",
         "expired",
+        "sleeping",
+        "awaiting_signal",
     ]
     table(
         ["queue", *columns, "oldest_ready_age_s"],
@@ -486,10 +514,13 @@ def cmd_retry(args: argparse.Namespace) -> int:
                 attempts=args.attempts,
                 include_cancelled=args.include_cancelled,
                 include_expired=args.include_expired,
+                reset_steps=args.reset_steps,
             )
             code = 0
         else:
-            done = repository.retry(conn, args.ids, attempts=args.attempts)
+            done = repository.retry(
+                conn, args.ids, attempts=args.attempts, reset_steps=args.reset_steps
+            )
             code = _report_untouched(
                 conn,
                 args.ids,
@@ -543,6 +574,23 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     if report.dependents:
         emit(f"and the jobs waiting for them (depends_on): {_ids(report.dependents)}")
     return code
+
+
+def cmd_signal(args: argparse.Namespace) -> int:
+    """Send a signal to a job (:func:`pgqueue.signal`): exit 0 when it was delivered (the job is
+    queued or running; one awaiting it is ready now), 1 when the job is unknown or finished, 2
+    for a payload that is not JSON. Nothing is written unless it is delivered."""
+    payload = None
+    if args.payload is not None:
+        payload = _json_argument(args.payload, "--payload", '{"approved": true}')
+    with transaction(args) as conn:
+        delivered = repository.signal(conn, args.id, args.name, payload)
+        state = None if delivered else admin.job_statuses(conn, [args.id]).get(args.id)
+    if not delivered:
+        why = f"no job with id {args.id}" if state is None else f"job {args.id} is {state}"
+        raise UserError(f"{why}: signal {args.name!r} not sent", code=1)
+    emit(f"signal {args.name!r} sent to job {args.id}")
+    return 0
 
 
 def cmd_unblock(args: argparse.Namespace) -> int:

@@ -24,6 +24,9 @@ Metrics (prefix ``namespace``, default ``pgqueue``):
 - ``pgqueue_queue_ready_jobs{queue}`` and ``pgqueue_queue_oldest_ready_age_seconds{queue}``:
   gauges of the worker's queues, from one cheap statement
   (:func:`pgqueue._sql.statements.queue_depth_statement`) every ``depth_interval`` seconds
+- ``pgqueue_queue_suspended_jobs{queue,state}``: the jobs given back by a durable sleep
+  (``state="sleeping"``) or signal wait (``"awaiting signal"``), capped at ``depth_limit``
+  (:func:`pgqueue._sql.durable_statements.suspended_depth_statement`, beside the depth's)
 
 .. versionadded:: 0.1.0
 """
@@ -44,7 +47,7 @@ except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
 
 from pgqueue._base.urls import error_line
 from pgqueue._base.validation import check_positive_int
-from pgqueue._sql import statements
+from pgqueue._sql import durable_statements, statements
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.hooks import WorkerHooks
 
@@ -155,6 +158,13 @@ class PrometheusHooks(WorkerHooks):
             namespace=namespace,
             registry=reg,
         )
+        self.suspended = Gauge(
+            "queue_suspended_jobs",
+            "Jobs given back by a durable sleep or signal wait (capped at depth_limit).",
+            ["queue", "state"],
+            namespace=namespace,
+            registry=reg,
+        )
         self._lock = threading.Lock()
         self._pollers: dict[int, tuple[threading.Thread, threading.Event]] = {}
 
@@ -230,9 +240,14 @@ class PrometheusHooks(WorkerHooks):
             # without them names its handlers' queues.
             queues = getattr(worker, "queues", None) or list(worker.handlers)
             rows = conn.execute(stmt, {"queue_names": list(queues)}).all()
+            waits = durable_statements.suspended_depth_statement(self.depth_limit)
+            suspended = conn.execute(waits, {"queue_names": list(queues)}).all()
         for row in rows:
             self.ready.labels(row.queue).set(row.ready)
             self.oldest_age.labels(row.queue).set(float(row.oldest_age or 0.0))
+        for row in suspended:
+            self.suspended.labels(row.queue, "sleeping").set(row.sleeping)
+            self.suspended.labels(row.queue, "awaiting signal").set(row.awaiting_signal)
 
     def _poll_depth(self, worker: Worker, stop: threading.Event, interval: float) -> None:
         failing = False

@@ -1,6 +1,6 @@
-"""The POST actions: retry and cancel a job or the jobs selected on the list, retry a queue's
-failed jobs, purge its done jobs (after a confirmation page), pause and resume a queue, set its
-limits (from its page).
+"""The POST actions: retry, cancel or signal a job, retry or cancel the jobs selected on the
+list, retry a queue's failed jobs, purge its done jobs (after a confirmation page), pause and
+resume a queue, set its limits (from its page).
 
 Each runs the repository function the CLI runs, in a short transaction of its own, and answers
 with a redirect (303) back to the page it came from. In order, before anything changes: a
@@ -12,6 +12,7 @@ read-only dashboard answers 403, a request without the form token of its own CSR
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TypeVar
@@ -23,7 +24,8 @@ from starlette.responses import Response
 
 from pgqueue import admin, repository
 from pgqueue._base.durations import format_duration, parse_duration
-from pgqueue._base.validation import check_queue, is_ascii_digits
+from pgqueue._base.validation import check_queue, encode_payload, is_ascii_digits
+from pgqueue._sql.durable_calls import check_step_name
 from pgqueue.errors import JobWaitingError, PgQueueError
 from pgqueue.flow import Rate
 from pgqueue.web import _csrf
@@ -151,6 +153,40 @@ async def _job_action(request: Request, verb: str) -> Response:
         changed = await _write(request, lambda conn: repository.cancel(conn, [job_id]))
         code = "cancelled" if changed else "not-cancelled"
     return redirect(url(request, "job", query={"done": code}, job_id=job_id))
+
+
+async def job_signal(request: Request) -> Response:
+    """Send the signal the form names (``name``, ``payload`` as JSON, empty for ``null``) to the
+    job (:func:`pgqueue.signal`); back to its page, which says whether it was delivered."""
+    try:
+        fields = await _checked_form(request)
+        job_id = _job_id(request)
+        name, payload = _signal_fields(fields)
+        if not await _exists(request, job_id):
+            raise Refused(404, f"No job with id {job_id}.")
+    except Refused as refused:
+        return error_page(request, refused.status, str(refused))
+    sent = await _write(request, lambda conn: repository.signal(conn, job_id, name, payload))
+    code = "signalled" if sent else "not-signalled"
+    return redirect(url(request, "job", query={"done": code}, job_id=job_id))
+
+
+def _signal_fields(fields: dict[str, str]) -> tuple[str, object]:
+    """The signal's name and payload from the form, checked before anything is written."""
+    name = fields.get("name", "")
+    try:
+        check_step_name(name)
+    except PgQueueError as exc:
+        raise Refused(400, f"Bad signal name: {exc}") from exc
+    text = fields.get("payload", "").strip()
+    if not text:
+        return name, None
+    try:
+        payload = json.loads(text)
+        encode_payload(payload)
+    except (ValueError, RecursionError) as exc:
+        raise Refused(400, f"The payload is not JSON pgqueue can store: {exc}") from None
+    return name, payload
 
 
 async def queue_retry_failed(request: Request) -> Response:

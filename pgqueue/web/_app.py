@@ -48,6 +48,9 @@ def _routes() -> list[Route | Mount]:
         Route("/jobs/{job_id:int}/graph", _pages.job_graph, name="job_graph"),
         Route("/jobs/{job_id:int}/retry", _actions.job_retry, methods=["POST"], name="job_retry"),
         Route(
+            "/jobs/{job_id:int}/signal", _actions.job_signal, methods=["POST"], name="job_signal"
+        ),
+        Route(
             "/jobs/{job_id:int}/cancel", _actions.job_cancel, methods=["POST"], name="job_cancel"
         ),
         # :path, so a queue name may hold a slash (percent-encoded in the links).

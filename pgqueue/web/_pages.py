@@ -51,6 +51,8 @@ MESSAGES = {
     "cancelled": "Job cancelled: it failed for good, marked cancelled (cancelled_at).",
     "not-cancelled": "Job not cancelled: only queued, waiting and running jobs are, and not while "
     "another transaction holds its row for long (a transaction-mode worker); try again.",
+    "signalled": "Signal sent: the job has it (one awaiting it is ready now).",
+    "not-signalled": "Signal not sent: the job is finished (done or failed); nothing was written.",
     "retried-failed": "{n} failed job(s) requeued (cancelled jobs are left as they are).",
     "retried-selected": "{n} of the selected job(s) requeued (only failed, cancelled and queued "
     "jobs are, and not while another live job holds a failed one's unique key).",
@@ -257,6 +259,8 @@ async def job(request: Request) -> Response:
         payload=_payload_shown(found),
         result=_json_shown(found.get("result")),
         progress=_json_shown(found.get("progress")),
+        steps=admin.job_steps(found),
+        waits=admin.job_waits(found),
         payload_limit=PAYLOAD_PREVIEW_CHARS,
         message=message(request),
     )

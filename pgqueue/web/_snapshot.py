@@ -56,6 +56,8 @@ _NO_JOBS = dict.fromkeys(
         "failed",
         "cancelled",
         "expired",
+        "sleeping",
+        "awaiting_signal",
     ),
     0,
 )

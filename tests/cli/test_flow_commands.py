@@ -106,6 +106,8 @@ def test_queues_lists_live_queues_and_settings(cli: Cli, db: Engine) -> None:
         "retention": {"done_s": 604800.0, "failed_s": 2592000.0, "inherited": ["done", "failed"]},
         "ready": 0,
         "running": 0,
+        "sleeping": 0,
+        "awaiting_signal": 0,
     }
     assert as_json[2]["retention"] == {"done_s": 3600.0, "failed_s": None, "inherited": []}
     assert [q["queue"] for q in as_json] == ["api", "mail", "reports"]

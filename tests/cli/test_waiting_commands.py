@@ -88,6 +88,8 @@ def test_list_show_and_stats_say_waiting_and_what_for(cli: Cli, db: Engine) -> N
         "cancelled",
         "waiting",
         "expired",
+        "sleeping",
+        "awaiting_signal",
         "oldest_ready_age_s",
     ]
 

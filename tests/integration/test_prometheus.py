@@ -11,7 +11,9 @@ import pytest
 from sqlalchemy import Engine, event, text
 
 import pgqueue
+import pgqueue.testing
 from pgqueue import statements
+from pgqueue._sql import durable_statements
 
 prometheus_client = pytest.importorskip("prometheus_client")
 from pgqueue.contrib.prometheus import PrometheusHooks  # noqa: E402
@@ -124,6 +126,27 @@ def test_queue_gauges_from_the_depth_query(engine: Engine) -> None:
     assert m['pgqueue_queue_oldest_ready_age_seconds{queue="sms"}'] == 0
 
 
+def test_sleeping_and_awaiting_jobs_have_gauges_of_their_own(engine: Engine) -> None:
+    def durable(job: pgqueue.JobContext) -> None:
+        if job.payload == "sleep":
+            job.sleep("nap", 3600)
+        job.wait_for_signal("go", timeout=None if job.payload == "forever" else 3600)
+
+    with engine.begin() as conn:
+        pgqueue.enqueue_many(conn, ["sleep", "sleep", "wait", "forever"], queue="mail")
+        pgqueue.enqueue(conn, "later", queue="mail", delay=timedelta(hours=2))
+    pgqueue.testing.drain(engine, {"mail": durable}, queues=["mail"])
+    registry = prometheus_client.CollectorRegistry()
+    hooks = PrometheusHooks(registry=registry)
+    worker = pgqueue.Worker(engine, {"mail": _handler, "sms": _handler}, hooks=[hooks])
+    hooks.refresh_depth(worker)
+    m = _scrape(registry)
+    assert m['pgqueue_queue_suspended_jobs{queue="mail",state="sleeping"}'] == 2
+    assert m['pgqueue_queue_suspended_jobs{queue="mail",state="awaiting signal"}'] == 2
+    assert m['pgqueue_queue_suspended_jobs{queue="sms",state="sleeping"}'] == 0
+    assert m['pgqueue_queue_ready_jobs{queue="mail"}'] == 0
+
+
 def test_gauges_refresh_while_the_worker_runs(engine: Engine) -> None:
     with engine.begin() as conn:
         pgqueue.enqueue_many(conn, ["ok"] * 3, queue="mail")
@@ -161,7 +184,11 @@ def test_depth_query_walks_the_ready_index(engine: Engine) -> None:
         with engine.connect() as conn:
             stmt = statements.queue_depth_statement(1000)
             plan = "\n".join(conn.execute(stmt, {"queue_names": ["q1", "q2"]}).scalars())
+            waits = durable_statements.suspended_depth_statement(1000)
+            waits_plan = "\n".join(conn.execute(waits, {"queue_names": ["q1"]}).scalars())
     finally:
         event.remove(engine, "before_cursor_execute", explain)
     assert "jobs_ready_idx" in plan, plan
     assert "Seq Scan on jobs" not in plan, plan
+    assert "jobs_ready_idx" in waits_plan, waits_plan
+    assert "Seq Scan on jobs" not in waits_plan, waits_plan

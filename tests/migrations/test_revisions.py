@@ -170,6 +170,10 @@ def test_columns_are_exactly_r1(engine: Engine) -> None:
         ("timeout", "interval", "YES", None, "NO", None),  # pgqueue_0015
         ("expires_in", "interval", "YES", None, "NO", None),  # pgqueue_0015
         ("expired_at", "timestamp with time zone", "YES", None, "NO", None),  # pgqueue_0015
+        ("steps", "jsonb", "YES", None, "NO", None),  # pgqueue_0019
+        ("signals", "jsonb", "YES", None, "NO", None),  # pgqueue_0019
+        ("suspended_until", "timestamp with time zone", "YES", None, "NO", None),  # 0019
+        ("awaiting_signal", "text", "YES", None, "NO", None),  # pgqueue_0019
     ]
 
 

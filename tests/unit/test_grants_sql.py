@@ -14,7 +14,7 @@ def test_names_are_quoted_identifiers() -> None:
     assert out.splitlines() == [
         'GRANT USAGE ON SCHEMA "pgq" TO "Prod";',
         "GRANT INSERT, SELECT (id, queue, unique_key, status, result, last_error, progress, "
-        'finished_at, task, attempts, cancelled_at, expired_at) ON "pgq".jobs TO "Prod";',
+        'finished_at, task, attempts, cancelled_at, expired_at, steps) ON "pgq".jobs TO "Prod";',
         'GRANT USAGE ON SCHEMA "pgq" TO "w""; DROP TABLE jobs; --";',
         'GRANT SELECT, INSERT, UPDATE ON "pgq".jobs, "pgq".jobs_periodic '
         'TO "w""; DROP TABLE jobs; --";',
@@ -35,7 +35,7 @@ def test_producer_reads_only_what_a_unique_enqueue_and_a_wait_need() -> None:
     assert usage == 'GRANT USAGE ON SCHEMA "public" TO "p";'
     assert grant == (
         "GRANT INSERT, SELECT (id, queue, unique_key, status, result, last_error, progress, "
-        'finished_at, task, attempts, cancelled_at, expired_at) ON "public".jobs TO "p";'
+        'finished_at, task, attempts, cancelled_at, expired_at, steps) ON "public".jobs TO "p";'
     )
     for hidden in ("payload", "headers", "errors"):
         assert hidden not in grant.replace("last_error", "")

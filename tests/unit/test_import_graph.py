@@ -77,7 +77,7 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ),
     (
         "the runners and services on a connection",
-        "repository pooler listener health doctor waiting",
+        "repository pooler listener health doctor waiting durable",
     ),
     (
         "the producers' door on the runners: tasks, chains and groups, the async twins, and what"

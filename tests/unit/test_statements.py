@@ -748,7 +748,7 @@ def test_retry_calls_reject_a_non_positive_budget(attempts: int) -> None:
 @pytest.mark.parametrize("queue", [None, "emails"])
 def test_retry_failed_call_runs_even_without_ids(queue: str | None) -> None:
     """Every failed job (of one queue, or of all: ``NULL``) is found by the statement itself."""
-    call = _calls.retry_failed(queue, 2)
+    call = next(_calls.retry_failed(queue, 2))
     assert call.statement is statements.retry_statement(all_failed=True)
     assert call.params == {"queue_name": queue, "extra_attempts": 2}
     assert bind_names(statements.retry_statement(all_failed=True)) == set(call.params)
@@ -758,6 +758,8 @@ def test_retry_failed_call_checks_the_queue_name() -> None:
     """An empty queue name is a mistake, not "every queue" (that is ``None``)."""
     with pytest.raises(pgqueue.InvalidArgumentError, match="queue"):
         _calls.retry_failed("", 1)
+    with pytest.raises(pgqueue.InvalidArgumentTypeError, match="reset_steps"):
+        _calls.retry_failed(None, 1, reset_steps="yes")  # type: ignore[arg-type]
 
 
 def test_unique_enqueue_does_nothing_on_a_live_key_through_the_partial_index() -> None:

@@ -46,6 +46,8 @@ def test_overview_is_complete_html_with_every_queue_and_its_counts(
         "ready": "3",
         "scheduled": "1",
         "waiting": "0",
+        "sleeping": "0",
+        "awaiting_signal": "0",
         "running": "0",
         "expired_leases": "0",
         "failed": "1",  # a cancelled job is counted apart (issue #20, item 3)

@@ -52,8 +52,18 @@ def test_the_list_says_waiting_and_what_for_and_filters_by_state(
     assert shown("cancelled") == [cancelled]
     assert shown("failed") == [failed]
     assert shown("queued") == [parent]
-    options = re.findall(r'<option value="(\w+)"', client.get("/jobs").text)
-    assert options == ["queued", "waiting", "running", "done", "failed", "cancelled", "expired"]
+    options = re.findall(r'<option value="([\w ]+)"', client.get("/jobs").text)
+    assert options == [
+        "queued",
+        "waiting",
+        "running",
+        "done",
+        "failed",
+        "cancelled",
+        "expired",
+        "sleeping",
+        "awaiting signal",
+    ]
     # The waiting list offers Cancel, never Retry.
     waiting_page = client.get("/jobs", params={"status": "waiting"}).text
     assert 'value="cancel"' in waiting_page
