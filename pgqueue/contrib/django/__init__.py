@@ -1,0 +1,35 @@
+"""pgqueue under Django's task API (``django.tasks``, or the ``django_tasks`` backport).
+
+Needs the ``django`` extra (``pip install "pgqueue-sa[django]"``). Put ``"pgqueue.contrib.django"``
+in ``INSTALLED_APPS`` (the app of the management commands and the system check) and name
+:class:`PgQueueBackend` in ``TASKS``; docs/django.md says the rest.
+
+- ``backend``: :class:`PgQueueBackend` and its ``task_class``, ``PgQueueTask``; the mapping of
+  Django's task fields onto a job, and of a job's row onto a ``TaskResult``.
+- ``_bridge``: pgqueue's statements on Django's own connection, in Django's transaction.
+- ``_compat``: Django's task API from ``django.tasks`` or ``django_tasks``.
+- ``runner``: what ``manage.py pgqueue_worker`` runs: the project's tasks as a
+  :class:`pgqueue.Registry`, each job run as Django runs a task (signals, context, connections).
+- ``apps``: the Django app; ``checks``: the system check that pgqueue's schema is current.
+- ``management``: ``pgqueue_worker``, ``pgqueue_migrate`` and ``pgqueue_web``.
+
+Importing :mod:`pgqueue` or :mod:`pgqueue.contrib` never imports Django; this package's
+``__init__`` does not either (Django imports it to find the app): :class:`PgQueueBackend` is
+loaded on first access.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PgQueueBackend", "PgQueueTask"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from pgqueue.contrib.django import backend
+
+        return getattr(backend, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,187 @@
+"""What ``manage.py pgqueue_worker`` runs: the project's Django tasks as a :class:`pgqueue.Registry`.
+
+``pgqueue worker pgqueue.contrib.django.runner:registry`` (which the command runs, in each
+process under ``--processes``) imports this module: :func:`build_registry` sets Django up (once
+per process, from ``DJANGO_SETTINGS_MODULE``), imports each installed app's ``tasks`` module,
+and registers one :class:`pgqueue.Task` per Django task a ``PgQueueBackend`` validated, under
+its ``module_path``, with its queue, and a handler for each queue of the backend's ``QUEUES`` so
+that every one of them is claimed. Sync tasks run on the worker's threads, ``async def`` ones on
+its event loop (``async_concurrency``).
+
+Each job runs as Django runs a task: ``task_started`` then ``task_finished`` (on success, or
+on the failure of the last attempt) are sent with the job's ``TaskResult``, a ``takes_context``
+task gets its ``TaskContext``, and the database connections are closed before and after the job
+if they are unusable or past ``CONN_MAX_AGE`` (``close_old_connections``), as Django does around
+a request.
+
+.. versionadded:: 0.1.0
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+#: Every task a ``PgQueueBackend`` validated in this process, by ``module_path``: what the
+#: worker can run. ``@task`` validates at import, so importing a module registers its tasks.
+SEEN: dict[str, Any] = {}
+_LOCK = threading.Lock()
+
+
+def remember(task: Any) -> None:
+    """Record a validated task (the first one of a ``module_path``: ``using`` copies share it)."""
+    with _LOCK:
+        SEEN.setdefault(task.module_path, task)
+
+
+def setup_django() -> None:
+    """``django.setup()`` unless this process has done it (``manage.py`` has)."""
+    from django.apps import apps
+
+    if not apps.ready:
+        import django
+
+        django.setup()
+
+
+def build_registry() -> Any:
+    """The registry of the project's tasks (see the module's docstring)."""
+    setup_django()
+    from django.conf import settings
+    from django.utils.module_loading import autodiscover_modules
+
+    from pgqueue.contrib.django.checks import backend_databases
+    from pgqueue.errors import NoHandlerError
+    from pgqueue.jobs import JobContext, Registry
+
+    autodiscover_modules("tasks")
+    registry = Registry()
+    aliases = backend_databases()
+    queues: set[str] = set()
+    for alias in aliases:
+        queues.update(settings.TASKS[alias].get("QUEUES", ["default"]))
+    with _LOCK:
+        tasks = dict(SEEN)
+    for name, task in sorted(tasks.items()):
+        registry.task(name, queue=task.queue_name, **_pgqueue_options(task))(_runner(task))
+        queues.add(task.queue_name)
+    for queue in sorted(queues):
+
+        def no_task(job: JobContext) -> None:
+            raise NoHandlerError(job.queue)
+
+        registry.handler(queue)(no_task)
+    return registry
+
+
+def _pgqueue_options(task: Any) -> dict[str, Any]:
+    retry = getattr(task, "retry", None)
+    return {} if retry is None else {"retry": retry}
+
+
+def _runner(task: Any) -> Callable[..., Any]:
+    """The function the worker calls with the job's arguments: the Django task, with its
+    signals, its context and Django's connection hygiene around it."""
+    from asgiref.sync import sync_to_async
+    from django.db import close_old_connections
+    from django.utils.json import normalize_json
+
+    from pgqueue.contrib.django import _compat
+    from pgqueue.jobs import current_job
+
+    def begin(*args: Any, **kwargs: Any) -> tuple[Any, Any, Any]:
+        close_old_connections()
+        job = current_job()
+        backend = _compat.task_backends[task.backend]
+        result = _running_result(backend, job)
+        _compat.task_started.send(type(backend), task_result=result)
+        return backend, job, result
+
+    def finish(backend: Any, job: Any, result: Any, value: Any, error: bool) -> Any:
+        try:
+            final = not error or _last_attempt(job)
+            if final:
+                done = backend.result_of(
+                    {**_row_of(job), "status": "failed" if error else "done", "result": value}
+                )
+                object.__setattr__(done, "errors", result.errors)
+                _compat.task_finished.send(type(backend), task_result=done)
+        finally:
+            close_old_connections()
+        return value
+
+    def arguments(result: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (_compat.TaskContext(task_result=result), *args) if task.takes_context else args
+
+    if _is_async(task.func):
+
+        async def run_async(*args: Any, **kwargs: Any) -> Any:
+            backend, job, result = await sync_to_async(begin, thread_sensitive=False)()
+            try:
+                value = normalize_json(await task.func(*arguments(result, args), **kwargs))
+            except BaseException:
+                await sync_to_async(finish, thread_sensitive=False)(
+                    backend, job, result, None, True
+                )
+                raise
+            return await sync_to_async(finish, thread_sensitive=False)(
+                backend, job, result, value, False
+            )
+
+        run_async.__name__ = task.func.__name__
+        return run_async
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        backend, job, result = begin()
+        try:
+            value = normalize_json(task.func(*arguments(result, args), **kwargs))
+        except BaseException:
+            finish(backend, job, result, None, True)
+            raise
+        return finish(backend, job, result, value, False)
+
+    run.__name__ = task.func.__name__
+    return run
+
+
+def _is_async(func: Any) -> bool:
+    from pgqueue.tasks import is_async_callable
+
+    return is_async_callable(func)
+
+
+#: The rows read for the jobs running in this process, by job id (the start's read, reused by
+#: the end of the same attempt).
+_ROWS: dict[int, dict[str, Any]] = {}
+
+
+def _running_result(backend: Any, job: Any) -> Any:
+    """The job's ``TaskResult`` as it starts (``RUNNING``, this attempt counted), from its row."""
+    from pgqueue import admin
+
+    with job.engine.connect() as conn:
+        row = admin.get_job(conn, job.id)
+    if row is None:  # pragma: no cover - the worker holds the job
+        row = {"id": job.id, "task": job.task, "queue": job.queue, "payload": job.payload}
+    row = {**row, "status": "running", "attempts": job.attempts}
+    with _LOCK:
+        _ROWS[job.id] = row
+    return backend.result_of(row)
+
+
+def _row_of(job: Any) -> dict[str, Any]:
+    with _LOCK:
+        return _ROWS.pop(job.id, {"id": job.id, "task": job.task, "queue": job.queue})
+
+
+def _last_attempt(job: Any) -> bool:
+    with _LOCK:
+        row = _ROWS.get(job.id, {})
+    return int(row.get("max_attempts") or 0) <= job.attempts
+
+
+def __getattr__(name: str) -> Any:
+    if name == "registry":
+        return build_registry()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,111 @@
+"""The Django tests: a project made here (``djproject``, one app ``djapp`` with a model and
+tasks), on Django 6's ``django.tasks`` or on Django 5.2 with the ``django_tasks`` backport.
+
+Without either, nothing here is collected: Django is not in the ``dev`` extra, and ``.ci/run``
+runs this folder in venvs of its own (Python 3.12 + Django 6.1, Python 3.11 + Django 5.2 +
+django-tasks). In process, Django is set up once with ``djproject.settings``; the
+:func:`project` fixture points its ``default`` database at the test's own database (the
+``engine`` fixture's) and creates the app's table there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+
+def _has_task_api() -> bool:
+    try:
+        return importlib.util.find_spec("django.tasks") is not None
+    except ModuleNotFoundError:
+        return importlib.util.find_spec("django_tasks") is not None
+
+
+if not (_has_task_api() or importlib.util.find_spec("django_tasks") is not None):
+    collect_ignore_glob = ["test_*.py"]
+else:
+    sys.path.insert(0, str(HERE))
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "djproject.settings")
+    os.environ.setdefault("DJANGO_TEST_DB_NAME", "postgres")
+    import django
+
+    django.setup()
+
+
+@dataclass
+class Project:
+    """The test's database, as Django and as the subprocesses see it."""
+
+    env: dict[str, str]
+    tmp: Path
+
+    def manage(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "manage.py", *argv],
+            cwd=HERE,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def start_worker(self, *argv: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "manage.py", "pgqueue_worker", *argv],
+            cwd=HERE,
+            env=self.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
+
+
+def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> str:
+    """Stop a worker (bounded); its output."""
+    if process.poll() is None:
+        os.killpg(process.pid, sig)
+    try:
+        out, _ = process.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        out, _ = process.communicate(timeout=10)
+    return out or ""
+
+
+@pytest.fixture
+def project(engine, tmp_path: Path) -> Iterator[Project]:  # type: ignore[no-untyped-def]
+    from django.conf import settings
+    from django.db import connection, connections
+
+    from djapp.models import Note
+
+    url = engine.url
+    values = {
+        "NAME": url.database or "",
+        "HOST": url.host or "",
+        "PORT": str(url.port or ""),
+        "USER": url.username or "",
+        "PASSWORD": url.password or "",
+    }
+    connections.close_all()
+    settings.DATABASES["default"].update(values)
+    with connection.schema_editor() as editor:
+        editor.create_model(Note)
+    env = {**os.environ, **{f"DJANGO_TEST_DB_{k}": v for k, v in values.items()}}
+    env["DJANGO_SETTINGS_MODULE"] = "djproject.settings"
+    env.pop("PGQUEUE_DATABASE_URL", None)
+    try:
+        yield Project(env=env, tmp=tmp_path)
+    finally:
+        connections.close_all()

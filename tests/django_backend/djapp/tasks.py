@@ -1,0 +1,69 @@
+"""The test project's tasks (imported by the worker as each app's ``tasks`` module)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from djapp.models import Note
+
+try:
+    from django.tasks import task
+except ImportError:
+    from django_tasks import task
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task
+def count_notes() -> int:
+    return Note.objects.count()
+
+
+@task(queue_name="emails")
+def shout(text: str) -> str:
+    return text.upper()
+
+
+@task(takes_context=True)
+def attempt_of(context: Any, tag: str) -> dict[str, Any]:
+    return {"attempt": context.attempt, "id": context.task_result.id, "tag": tag}
+
+
+@task(takes_context=True, max_attempts=5)
+def flaky(context: Any) -> int:
+    """Fails on its first two attempts, then returns the attempt number."""
+    if context.attempt < 3:
+        raise RuntimeError(f"attempt {context.attempt} fails")
+    return context.attempt
+
+
+@task
+def wait_for_file(marker: str, release: str) -> str:
+    """Writes ``marker`` with its pid, then waits (bounded) until ``release`` exists."""
+    Path(marker).write_text(str(os.getpid()))
+    deadline = time.monotonic() + 60
+    while not Path(release).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return "released"
+
+
+@task
+def record(path: str, tag: str) -> str:
+    """Appends ``tag`` to a file: the order tasks ran in."""
+    with open(path, "a") as out:
+        out.write(tag + "\n")
+    return tag
+
+
+@task
+async def async_loop_name() -> dict[str, Any]:
+    await asyncio.sleep(0)
+    loop = asyncio.get_running_loop()
+    return {"running_loop": loop.is_running(), "pid": os.getpid()}

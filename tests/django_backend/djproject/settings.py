@@ -1,0 +1,27 @@
+"""Settings of the test project's subprocesses: the database from ``DJANGO_TEST_DB_*``."""
+
+from __future__ import annotations
+
+import os
+
+SECRET_KEY = "test"
+USE_TZ = True
+INSTALLED_APPS = ["pgqueue.contrib.django", "djapp"]
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": os.environ["DJANGO_TEST_DB_NAME"],
+        "USER": os.environ.get("DJANGO_TEST_DB_USER", ""),
+        "PASSWORD": os.environ.get("DJANGO_TEST_DB_PASSWORD", ""),
+        "HOST": os.environ.get("DJANGO_TEST_DB_HOST", ""),
+        "PORT": os.environ.get("DJANGO_TEST_DB_PORT", ""),
+    }
+}
+TASKS = {
+    "default": {
+        "BACKEND": "pgqueue.contrib.django.PgQueueBackend",
+        "QUEUES": ["default", "emails"],
+        "OPTIONS": {"database": "default"},
+    }
+}
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
