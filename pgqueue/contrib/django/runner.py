@@ -85,7 +85,6 @@ def _runner(task: Any) -> Callable[..., Any]:
     signals, its context and Django's connection hygiene around it."""
     from asgiref.sync import sync_to_async
     from django.db import close_old_connections
-    from django.utils.json import normalize_json
 
     from pgqueue.contrib.django import _compat
     from pgqueue.jobs import current_job
@@ -119,7 +118,7 @@ def _runner(task: Any) -> Callable[..., Any]:
         async def run_async(*args: Any, **kwargs: Any) -> Any:
             backend, job, result = await sync_to_async(begin, thread_sensitive=False)()
             try:
-                value = normalize_json(await task.func(*arguments(result, args), **kwargs))
+                value = await task.func(*arguments(result, args), **kwargs)
             except BaseException:
                 await sync_to_async(finish, thread_sensitive=False)(
                     backend, job, result, None, True
@@ -135,7 +134,7 @@ def _runner(task: Any) -> Callable[..., Any]:
     def run(*args: Any, **kwargs: Any) -> Any:
         backend, job, result = begin()
         try:
-            value = normalize_json(task.func(*arguments(result, args), **kwargs))
+            value = task.func(*arguments(result, args), **kwargs)
         except BaseException:
             finish(backend, job, result, None, True)
             raise

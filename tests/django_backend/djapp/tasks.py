@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from djapp.models import Note
+from pgqueue import RetryPolicy
 
 try:
     from django.tasks import task
@@ -36,7 +37,8 @@ def attempt_of(context: Any, tag: str) -> dict[str, Any]:
     return {"attempt": context.attempt, "id": context.task_result.id, "tag": tag}
 
 
-@task(takes_context=True, max_attempts=5)
+#: A fast retry policy, passed through @task to pgqueue (its default backs off from 10 s).
+@task(takes_context=True, max_attempts=5, retry=RetryPolicy(base=0.05, cap=0.2))
 def flaky(context: Any) -> int:
     """Fails on its first two attempts, then returns the attempt number."""
     if context.attempt < 3:
@@ -67,3 +69,21 @@ async def async_loop_name() -> dict[str, Any]:
     await asyncio.sleep(0)
     loop = asyncio.get_running_loop()
     return {"running_loop": loop.is_running(), "pid": os.getpid()}
+
+
+def _log_signal(kind: str) -> Any:
+    def receiver(sender: Any, task_result: Any, **kwargs: Any) -> None:
+        with open(os.environ["DJAPP_SIGNAL_LOG"], "a") as out:
+            out.write(f"{kind} {task_result.id} {task_result.status}\n")
+
+    return receiver
+
+
+if os.environ.get("DJAPP_SIGNAL_LOG"):  # the worker's signals, written where a test reads them
+    try:
+        from django.tasks.signals import task_finished, task_started
+    except ImportError:
+        from django_tasks.signals import task_finished, task_started
+    _STARTED, _FINISHED = _log_signal("started"), _log_signal("finished")
+    task_started.connect(_STARTED)
+    task_finished.connect(_FINISHED)

@@ -1,0 +1,161 @@
+"""``manage.py pgqueue_worker`` in real processes: it runs what a committed transaction
+enqueued, retries with the error history, honours run_after and priorities, and a ``kill -9``
+mid-task is recovered by another worker after the lease."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+from sqlalchemy import Engine, text
+
+from conftest import stop
+from djapp import tasks
+from djapp.models import Note
+from pgqueue.contrib.django import _compat
+
+pytestmark = [pytest.mark.processes]
+
+Status = _compat.TaskResultStatus
+#: Fast workers: a short poll, and a lease (the reaper runs every half lease) for the kill test.
+FAST = ("--poll-interval", "0.2s", "--lease", "2s", "--concurrency", "2")
+
+
+def wait_until(check: Callable[[], Any], timeout: float = 60, worker: Any = None) -> Any:
+    """``check()`` once true (bounded); a worker that exited meanwhile fails at once."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        if worker is not None and worker.poll() is not None:
+            raise AssertionError(f"the worker exited: {stop(worker)}")
+        time.sleep(0.05)
+    raise AssertionError(f"not true within {timeout} s")
+
+
+def finished(task: Any, result_id: str) -> Callable[[], Any]:
+    def check() -> Any:
+        got = task.get_result(result_id)
+        return got if got.is_finished else None
+
+    return check
+
+
+def test_committed_job_runs_on_the_worker_and_get_result_is_successful(
+    project: Any, engine: Engine
+) -> None:
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Note.objects.create(text="rolled back")
+        tasks.count_notes.enqueue()
+        raise RuntimeError
+    with transaction.atomic():
+        Note.objects.create(text="kept")
+        committed = tasks.count_notes.enqueue()
+    context = tasks.attempt_of.enqueue("ctx")
+    emails = tasks.shout.enqueue("hi")
+    signals = project.tmp / "signals.txt"
+    project.env["DJAPP_SIGNAL_LOG"] = str(signals)
+    worker = project.start_worker(*FAST)
+    try:
+        got = wait_until(finished(tasks.count_notes, committed.id), worker=worker)
+        assert got.status == Status.SUCCESSFUL, got.errors
+        assert got.return_value == 1  # the worker sees the committed row
+        ctx = wait_until(finished(tasks.attempt_of, context.id))
+        assert ctx.return_value == {"attempt": 1, "id": context.id, "tag": "ctx"}
+        assert wait_until(finished(tasks.shout, emails.id)).return_value == "HI"
+        # refresh() reads the row again.
+        assert committed.status == Status.READY
+        committed.refresh()
+        assert committed.status == Status.SUCCESSFUL and committed.attempts == 1
+        assert committed.started_at and committed.finished_at and committed.worker_ids[0]
+    finally:
+        out = stop(worker)
+    assert worker.returncode == 0, out
+    lines = signals.read_text().splitlines()
+    for result in (committed, context, emails):
+        assert f"started {result.id} RUNNING" in lines
+        assert f"finished {result.id} SUCCESSFUL" in lines
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM jobs")).scalar_one() == 3
+
+
+def test_fails_twice_then_succeeds_two_errors_three_attempts(project: Any) -> None:
+    result = tasks.flaky.enqueue()
+    worker = project.start_worker(*FAST)
+    try:
+        # The task's own RetryPolicy (given to @task) backs off 0.1 s, then 0.2 s.
+        got = wait_until(finished(tasks.flaky, result.id), worker=worker)
+    finally:
+        out = stop(worker)
+    assert got.status == Status.SUCCESSFUL, out
+    assert got.return_value == 3
+    assert got.attempts == 3
+    assert len(got.errors) == 2
+    for number, error in enumerate(got.errors, start=1):
+        assert error.exception_class_path == "builtins.RuntimeError"
+        assert error.exception_class is RuntimeError
+        assert "Traceback (most recent call last)" in error.traceback
+        assert f"RuntimeError: attempt {number} fails" in error.traceback
+
+
+def test_run_after_and_priority(project: Any, tmp_path: Path) -> None:
+    order = tmp_path / "order.txt"
+    later = tasks.record.using(run_after=timezone.now() + timedelta_s(2)).enqueue(
+        str(order), "later"
+    )
+    low = tasks.record.using(priority=-100).enqueue(str(order), "low")
+    high = tasks.record.using(priority=100).enqueue(str(order), "high")
+    worker = project.start_worker("--poll-interval", "0.2s", "--concurrency", "1")
+    try:
+        wait_until(finished(tasks.record, low.id))
+        wait_until(finished(tasks.record, high.id))
+        # Both ready ones ran, the deferred one not yet (its run_after is 2 s after enqueue).
+        assert tasks.record.get_result(later.id).status == Status.READY
+        assert order.read_text().split() == ["high", "low"]
+        got = wait_until(finished(tasks.record, later.id))
+        assert got.started_at >= got.enqueued_at + timedelta_s(1.9)
+    finally:
+        stop(worker)
+    assert order.read_text().split() == ["high", "low", "later"]
+
+
+def timedelta_s(seconds: float) -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=seconds)
+
+
+def test_kill_9_mid_task_is_run_by_another_worker_after_the_lease(
+    project: Any, engine: Engine, tmp_path: Path
+) -> None:
+    marker, release = tmp_path / "started", tmp_path / "release"
+    result = tasks.wait_for_file.enqueue(str(marker), str(release))
+    first = project.start_worker(*FAST)
+    try:
+        wait_until(marker.exists)
+        assert tasks.wait_for_file.get_result(result.id).status == Status.RUNNING
+        first_pid = int(marker.read_text())
+        os.kill(first_pid, signal.SIGKILL)
+        stop(first, signal.SIGKILL)
+        marker.unlink()
+        release.touch()
+        second = project.start_worker(*FAST)
+        try:
+            got = wait_until(finished(tasks.wait_for_file, result.id), timeout=60)
+            assert got.status == Status.SUCCESSFUL
+            assert got.return_value == "released"
+            assert int(marker.read_text()) != first_pid
+        finally:
+            stop(second)
+    finally:
+        stop(first, signal.SIGKILL)
+    with engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM jobs WHERE status = 'running'")).scalar_one() == 0
