@@ -85,12 +85,22 @@ def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> str:
 
 @pytest.fixture
 def project(engine, tmp_path: Path) -> Iterator[Project]:  # type: ignore[no-untyped-def]
+    """Django on the test's migrated database, with the app's table."""
+    yield from _pointed(engine.url, tmp_path)
+
+
+@pytest.fixture
+def empty_project(empty_db_url, tmp_path: Path) -> Iterator[Project]:  # type: ignore[no-untyped-def]
+    """Django on a database without pgqueue's schema, with the app's table."""
+    yield from _pointed(empty_db_url, tmp_path)
+
+
+def _pointed(url, tmp_path: Path) -> Iterator[Project]:  # type: ignore[no-untyped-def]
     from django.conf import settings
     from django.db import connection, connections
 
     from djapp.models import Note
 
-    url = engine.url
     values = {
         "NAME": url.database or "",
         "HOST": url.host or "",
