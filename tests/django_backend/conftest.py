@@ -98,7 +98,6 @@ def empty_project(empty_db_url, tmp_path: Path) -> Iterator[Project]:  # type: i
 def _pointed(url, tmp_path: Path) -> Iterator[Project]:  # type: ignore[no-untyped-def]
     from django.conf import settings
     from django.db import connection, connections
-
     from djapp.models import Note
 
     values = {

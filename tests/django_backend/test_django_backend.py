@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 from django.db import transaction
 from django.utils import timezone
-from sqlalchemy import Engine, text
-
 from djapp import tasks
 from djapp.models import Note
+from sqlalchemy import Engine, text
+
 from pgqueue.contrib.django import PgQueueBackend, PgQueueTask, _compat
 from pgqueue.contrib.django.backend import pgqueue_priority
 from pgqueue.errors import InvalidArgumentError, InvalidPayloadError
@@ -26,12 +26,19 @@ def _jobs(engine: Engine) -> list[Any]:
         )
 
 
-def test_rollback_leaves_no_job_and_commit_keeps_it(project: Any, engine: Engine) -> None:
-    with pytest.raises(RuntimeError), transaction.atomic():
+def failing_view() -> None:
+    """A view that writes a row, enqueues a task, then fails: its transaction rolls back."""
+    with transaction.atomic():
         Note.objects.create(text="rolled back")
         tasks.add.enqueue(1, 2)
         raise RuntimeError("the view fails")
+
+
+def test_rollback_leaves_no_job_and_commit_keeps_it(project: Any, engine: Engine) -> None:
+    with pytest.raises(RuntimeError, match="the view fails"):
+        failing_view()
     assert _jobs(engine) == []
+    assert not Note.objects.exists()
     with transaction.atomic():
         Note.objects.create(text="kept")
         result = tasks.add.enqueue(1, 2)
@@ -108,7 +115,8 @@ def test_get_result_fields_and_unknown_ids(project: Any) -> None:
     got = tasks.attempt_of.get_result(result.id)
     assert got.status == _compat.TaskResultStatus.READY
     assert (got.args, got.kwargs, got.errors, got.attempts) == (["x"], {}, [], 0)
-    assert got.enqueued_at is not None and got.finished_at is None
+    assert got.enqueued_at is not None
+    assert got.finished_at is None
     with pytest.raises(ValueError, match="not finished"):
         _ = got.return_value
     backend = tasks.add.get_backend()

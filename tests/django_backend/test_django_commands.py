@@ -35,14 +35,16 @@ def _revisions(url: Any) -> list[str]:
 def test_check_warns_when_missing_or_behind_and_is_silent_when_current(
     empty_project: Any, empty_db_url: Any
 ) -> None:
-    [missing] = schema_current()
+    assert schema_current() == []  # no database named: none queried
+    [missing] = schema_current(databases=["default"])
     assert missing.id == "pgqueue.W001"
-    assert "no jobs table" in missing.msg and "pgqueue_migrate" in missing.hint
+    assert "no jobs table" in missing.msg
+    assert "pgqueue_migrate" in missing.hint
     pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0010")
-    [behind] = schema_current()
+    [behind] = schema_current(databases=["default"])
     assert "behind the package's head" in behind.msg
     call_command("pgqueue_migrate", stdout=io.StringIO())
-    assert schema_current() == []
+    assert schema_current(databases=["default"]) == []
     assert _revisions(empty_db_url) == [_head()]
     # Django's migration history was never touched: pgqueue has its own version table.
     engine = create_engine(empty_db_url)
@@ -58,13 +60,13 @@ def test_pgqueue_migrate_from_manage_py(empty_project: Any, empty_db_url: Any) -
     assert done.returncode == 0, done.stderr
     assert "pgqueue's schema is at its head on 'default'" in done.stdout
     assert _revisions(empty_db_url) == [_head()]
-    check = empty_project.manage("check")
+    check = empty_project.manage("check", "--database", "default")
     assert check.returncode == 0, check.stderr
     assert "pgqueue.W001" not in check.stderr + check.stdout
 
 
 def test_manage_py_check_shows_the_warning(empty_project: Any) -> None:
-    check = empty_project.manage("check")
+    check = empty_project.manage("check", "--database", "default")
     assert "pgqueue.W001" in check.stderr + check.stdout
 
 

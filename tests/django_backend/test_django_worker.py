@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import stop
 from django.db import transaction
 from django.utils import timezone
-from sqlalchemy import Engine, text
-
-from conftest import stop
 from djapp import tasks
 from djapp.models import Note
+from sqlalchemy import Engine, text
+from test_django_backend import failing_view
+
 from pgqueue.contrib.django import _compat
 
 pytestmark = [pytest.mark.processes]
@@ -52,10 +53,8 @@ def finished(task: Any, result_id: str) -> Callable[[], Any]:
 def test_committed_job_runs_on_the_worker_and_get_result_is_successful(
     project: Any, engine: Engine
 ) -> None:
-    with pytest.raises(RuntimeError), transaction.atomic():
-        Note.objects.create(text="rolled back")
-        tasks.count_notes.enqueue()
-        raise RuntimeError
+    with pytest.raises(RuntimeError, match="the view fails"):
+        failing_view()
     with transaction.atomic():
         Note.objects.create(text="kept")
         committed = tasks.count_notes.enqueue()
@@ -74,8 +73,11 @@ def test_committed_job_runs_on_the_worker_and_get_result_is_successful(
         # refresh() reads the row again.
         assert committed.status == Status.READY
         committed.refresh()
-        assert committed.status == Status.SUCCESSFUL and committed.attempts == 1
-        assert committed.started_at and committed.finished_at and committed.worker_ids[0]
+        assert committed.status == Status.SUCCESSFUL
+        assert committed.attempts == 1
+        assert committed.started_at is not None
+        assert committed.finished_at is not None
+        assert committed.worker_ids[0]
     finally:
         out = stop(worker)
     assert worker.returncode == 0, out
@@ -158,4 +160,5 @@ def test_kill_9_mid_task_is_run_by_another_worker_after_the_lease(
     finally:
         stop(first, signal.SIGKILL)
     with engine.connect() as conn:
-        assert conn.execute(text("SELECT count(*) FROM jobs WHERE status = 'running'")).scalar_one() == 0
+        running = text("SELECT count(*) FROM jobs WHERE status = 'running'")
+        assert conn.execute(running).scalar_one() == 0

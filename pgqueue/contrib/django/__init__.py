@@ -29,7 +29,13 @@ __all__ = ["PgQueueBackend", "PgQueueTask"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from pgqueue.contrib.django import backend
+        try:
+            from pgqueue.contrib.django import backend
+        except ImportError as exc:
+            if (exc.name or "").partition(".")[0] not in ("django", "django_tasks", "asgiref"):
+                raise
+            from pgqueue.contrib import missing_extra
 
+            raise missing_extra("pgqueue.contrib.django", "django") from exc
         return getattr(backend, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

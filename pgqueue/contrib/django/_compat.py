@@ -1,4 +1,4 @@
-"""Django's task API, from ``django.tasks`` (Django 6) or the ``django_tasks`` backport (Django 5.2).
+"""Django's task API: ``django.tasks`` (Django 6) or the ``django_tasks`` backport (Django 5.2).
 
 The two have the same names and behaviour; the exception names differ (``InvalidTask`` in
 Django, ``InvalidTaskError`` in the backport), so both are read here, once.
@@ -6,26 +6,29 @@ Django, ``InvalidTaskError`` in the backport), so both are read here, once.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
+
+def _modules(package: str) -> tuple[Any, Any, Any, Any, Any]:
+    """``package``'s ``base``, ``exceptions``, ``signals``, itself and ``backends.base``."""
+    return tuple(  # type: ignore[return-value]
+        importlib.import_module(f"{package}{suffix}")
+        for suffix in (".base", ".exceptions", ".signals", "", ".backends.base")
+    )
+
+
 try:
-    from django.tasks import base as _base
-    from django.tasks import exceptions as _exceptions
-    from django.tasks import signals as _signals
-    from django.tasks import task_backends
-    from django.tasks.backends import base as _backends
+    _base, _exceptions, _signals, _package, _backends = _modules("django.tasks")
 except ImportError:
     try:
-        from django_tasks import base as _base  # type: ignore[no-redef]
-        from django_tasks import exceptions as _exceptions  # type: ignore[no-redef]
-        from django_tasks import signals as _signals  # type: ignore[no-redef]
-        from django_tasks import task_backends  # type: ignore[no-redef,attr-defined]
-        from django_tasks.backends import base as _backends  # type: ignore[no-redef]
+        _base, _exceptions, _signals, _package, _backends = _modules("django_tasks")
     except ImportError as exc:
         from pgqueue.contrib import missing_extra
 
         raise missing_extra("pgqueue.contrib.django", "django") from exc
 
+task_backends: Any = _package.task_backends
 BaseTaskBackend: Any = _backends.BaseTaskBackend
 Task: Any = _base.Task
 TaskResult: Any = _base.TaskResult

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.apps import AppConfig
 
 
-class PgQueueConfig(AppConfig):
+class PgQueueConfig(AppConfig):  # type: ignore[misc]
     """Registers :func:`pgqueue.contrib.django.checks.schema_current` when Django is ready."""
 
     name = "pgqueue.contrib.django"
@@ -17,4 +17,4 @@ class PgQueueConfig(AppConfig):
 
         from pgqueue.contrib.django.checks import schema_current
 
-        checks.register(schema_current, checks.Tags.database)
+        checks.register(schema_current, checks.Tags.database)  # migrate, check --database

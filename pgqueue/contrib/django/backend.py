@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import threading
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,12 +26,18 @@ from django.utils.module_loading import import_string
 
 from pgqueue import admin, repository
 from pgqueue._base.validation import encode_payload
-from pgqueue.contrib.django import _compat, runner
+from pgqueue.contrib.django import _compat
 from pgqueue.contrib.django._bridge import borrowed
 from pgqueue.enqueue_options import EnqueueOptions
 from pgqueue.errors import InvalidArgumentError
 from pgqueue.retry_policy import RetryPolicy
 from pgqueue.tasks import decode_call, encode_call
+
+#: Every task a ``PgQueueBackend`` validated in this process, by ``module_path``: what
+#: ``manage.py pgqueue_worker`` can run. ``@task`` validates at import, so importing a module
+#: records its tasks.
+SEEN: dict[str, Any] = {}
+_SEEN_LOCK = threading.Lock()
 
 #: pgqueue's priorities, 0 (lowest) to 9.
 _LEVELS = 9
@@ -122,9 +129,10 @@ class PgQueueBackend(_compat.BaseTaskBackend):  # type: ignore[misc]
 
     def validate_task(self, task: Any) -> None:
         """Django's checks, then the task is recorded for the worker of this process
-        (:data:`pgqueue.contrib.django.runner.SEEN`)."""
+        (:data:`SEEN`)."""
         super().validate_task(task)
-        runner.remember(task)
+        with _SEEN_LOCK:
+            SEEN.setdefault(task.module_path, task)  # ``using`` copies share the path
 
     # -- enqueue ------------------------------------------------------------------------------
 
@@ -199,7 +207,8 @@ class PgQueueBackend(_compat.BaseTaskBackend):  # type: ignore[misc]
         if row is None or not row.get("task"):
             raise _compat.TaskResultDoesNotExist(f"no task result {result_id!r}")
         try:
-            args, kwargs = decode_call(row["payload"])
+            call_args, kwargs = decode_call(row["payload"])
+            args = list(call_args)
         except InvalidArgumentError:
             raise _compat.TaskResultDoesNotExist(f"no task result {result_id!r}") from None
         task = import_string(row["task"])

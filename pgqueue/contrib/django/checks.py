@@ -1,8 +1,10 @@
 """The system check: pgqueue's schema on each backend's database is at the package's head.
 
-Silent when it is; a warning (``pgqueue.W001``) naming what was found and ``manage.py
-pgqueue_migrate`` when it is missing or behind. A database out of reach is not this check's
-finding (Django reports that itself when it matters), so it says nothing then either.
+A database check, as Django's contract for them says: it runs when Django names the databases
+it may query (``manage.py migrate``, ``manage.py check --database default``) and on those only.
+Silent when the schema is current; a warning (``pgqueue.W001``) naming what was found and
+``manage.py pgqueue_migrate`` when it is missing or behind. A database out of reach is not this
+check's finding (Django reports that itself when it matters), so it says nothing then either.
 """
 
 from __future__ import annotations
@@ -41,10 +43,8 @@ def schema_current(
     from pgqueue.contrib.django._bridge import borrowed
 
     messages: list[checks.CheckMessage] = []
-    wanted = None if databases is None else set(databases)
-    for database in sorted(set(backend_databases().values())):
-        if wanted is not None and database not in wanted:
-            continue
+    wanted = set(databases or ())  # None: no database may be queried
+    for database in sorted(set(backend_databases().values()) & wanted):
         try:
             with borrowed(database) as conn:
                 findings = revision_findings(conn)

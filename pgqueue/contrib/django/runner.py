@@ -1,4 +1,4 @@
-"""What ``manage.py pgqueue_worker`` runs: the project's Django tasks as a :class:`pgqueue.Registry`.
+"""What ``manage.py pgqueue_worker`` runs: the project's Django tasks as a ``pgqueue.Registry``.
 
 ``pgqueue worker pgqueue.contrib.django.runner:registry`` (which the command runs, in each
 process under ``--processes``) imports this module: :func:`build_registry` sets Django up (once
@@ -23,16 +23,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-#: Every task a ``PgQueueBackend`` validated in this process, by ``module_path``: what the
-#: worker can run. ``@task`` validates at import, so importing a module registers its tasks.
-SEEN: dict[str, Any] = {}
 _LOCK = threading.Lock()
-
-
-def remember(task: Any) -> None:
-    """Record a validated task (the first one of a ``module_path``: ``using`` copies share it)."""
-    with _LOCK:
-        SEEN.setdefault(task.module_path, task)
 
 
 def setup_django() -> None:
@@ -51,6 +42,7 @@ def build_registry() -> Any:
     from django.conf import settings
     from django.utils.module_loading import autodiscover_modules
 
+    from pgqueue.contrib.django import backend
     from pgqueue.contrib.django.checks import backend_databases
     from pgqueue.errors import NoHandlerError
     from pgqueue.jobs import JobContext, Registry
@@ -61,8 +53,8 @@ def build_registry() -> Any:
     queues: set[str] = set()
     for alias in aliases:
         queues.update(settings.TASKS[alias].get("QUEUES", ["default"]))
-    with _LOCK:
-        tasks = dict(SEEN)
+    with backend._SEEN_LOCK:
+        tasks = dict(backend.SEEN)
     for name, task in sorted(tasks.items()):
         registry.task(name, queue=task.queue_name, **_pgqueue_options(task))(_runner(task))
         queues.add(task.queue_name)
@@ -147,7 +139,7 @@ def _runner(task: Any) -> Callable[..., Any]:
 def _is_async(func: Any) -> bool:
     from pgqueue.tasks import is_async_callable
 
-    return is_async_callable(func)
+    return bool(is_async_callable(func))
 
 
 #: The rows read for the jobs running in this process, by job id (the start's read, reused by
@@ -177,7 +169,7 @@ def _row_of(job: Any) -> dict[str, Any]:
 def _last_attempt(job: Any) -> bool:
     with _LOCK:
         row = _ROWS.get(job.id, {})
-    return int(row.get("max_attempts") or 0) <= job.attempts
+    return bool(int(row.get("max_attempts") or 0) <= job.attempts)
 
 
 def __getattr__(name: str) -> Any:

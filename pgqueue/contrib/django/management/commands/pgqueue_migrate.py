@@ -16,7 +16,7 @@ from pgqueue.contrib.django._bridge import database_url
 from pgqueue.contrib.django.checks import backend_databases
 
 
-class Command(BaseCommand):
+class Command(BaseCommand):  # type: ignore[misc]
     help = "Apply pgqueue's revisions to the task backend's database (its own version table)."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -35,7 +35,7 @@ _PASSED = (
 )
 
 
-class Command(BaseCommand):
+class Command(BaseCommand):  # type: ignore[misc]
     help = "Run pgqueue's worker on this project's tasks (the options of `pgqueue worker`)."
 
     def add_arguments(self, parser: CommandParser) -> None:
