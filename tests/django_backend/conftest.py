@@ -10,6 +10,7 @@ django-tasks). In process, Django is set up once with ``djproject.settings``; th
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import signal
@@ -96,6 +97,7 @@ def empty_project(empty_db_url, tmp_path: Path) -> Iterator[Project]:  # type: i
 
 
 def _pointed(url, tmp_path: Path) -> Iterator[Project]:  # type: ignore[no-untyped-def]
+    from asgiref.sync import sync_to_async
     from django.conf import settings
     from django.db import connection, connections
     from djapp.models import Note
@@ -118,3 +120,6 @@ def _pointed(url, tmp_path: Path) -> Iterator[Project]:  # type: ignore[no-untyp
         yield Project(env=env, tmp=tmp_path)
     finally:
         connections.close_all()
+        # And the connections of the thread async code's database calls run on
+        # (sync_to_async's thread-sensitive executor), which the next test's database replaces.
+        asyncio.run(sync_to_async(connections.close_all)())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -65,10 +66,11 @@ def record(path: str, tag: str) -> str:
 
 
 @task
-async def async_loop_name() -> dict[str, Any]:
+async def async_loop_name(tag: str) -> dict[str, Any]:
+    """Where it runs: the thread of the worker's event loop, and a Django query from there."""
     await asyncio.sleep(0)
-    loop = asyncio.get_running_loop()
-    return {"running_loop": loop.is_running(), "pid": os.getpid()}
+    notes = await Note.objects.acount()
+    return {"thread": threading.current_thread().name, "notes": notes, "tag": tag}
 
 
 def _log_signal(kind: str) -> Any:
