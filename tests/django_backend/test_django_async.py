@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from sqlalchemy import Engine, text
-
 from conftest import stop
 from djapp import tasks
 from djapp.models import Note
-from pgqueue.contrib.django import _compat
+from sqlalchemy import Engine, text
 from test_django_worker import FAST, finished, wait_until
+
+from pgqueue.contrib.django import _compat
 
 Status = _compat.TaskResultStatus
 

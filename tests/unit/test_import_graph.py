@@ -93,9 +93,9 @@ LAYERS: tuple[tuple[str, str], ...] = (
         " contrib.django.backend contrib.django.checks contrib.django.runner",
     ),
     (
-        "the faces: the command line, the dashboard and Django's management commands (which"
-        " run them)",
-        "__main__ cli.* web.* contrib.django.management.*",
+        "the faces: the command line, the dashboard, and Django's management commands and"
+        " mounted dashboard (which run them)",
+        "__main__ cli.* web.* contrib.django.dashboard contrib.django.management.*",
     ),
 )
 

@@ -12,6 +12,7 @@ in ``INSTALLED_APPS`` (the app of the management commands and the system check) 
   :class:`pgqueue.Registry`, each job run as Django runs a task (signals, context, connections).
 - ``apps``: the Django app; ``checks``: the system check that pgqueue's schema is current.
 - ``management``: ``pgqueue_worker``, ``pgqueue_migrate`` and ``pgqueue_web``.
+- ``dashboard``: the dashboard mounted in the project's ASGI application, for staff users.
 
 Importing :mod:`pgqueue` or :mod:`pgqueue.contrib` never imports Django; this package's
 ``__init__`` does not either (Django imports it to find the app): :class:`PgQueueBackend` is

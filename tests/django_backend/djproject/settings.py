@@ -6,7 +6,15 @@ import os
 
 SECRET_KEY = "test"
 USE_TZ = True
-INSTALLED_APPS = ["pgqueue.contrib.django", "djapp"]
+INSTALLED_APPS = [
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "pgqueue.contrib.django",
+    "djapp",
+]
+LOGIN_URL = "/accounts/login/"
+ROOT_URLCONF = "djproject.urls"
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.postgresql",
