@@ -146,3 +146,28 @@ def test_backend_flags() -> None:
     assert PgQueueBackend.supports_async_task
     assert PgQueueBackend.supports_get_result
     assert PgQueueBackend.supports_priority
+
+
+def test_pgqueue_api_on_djangos_connection_joins_its_transaction(
+    project: Any, engine: Engine
+) -> None:
+    import pgqueue
+    from pgqueue.contrib.django import connection
+
+    result = tasks.add.enqueue(1, 2)
+
+    def cancel_then_fail() -> None:
+        with transaction.atomic(), connection("default") as conn:
+            assert pgqueue.cancel(conn, [int(result.id)]) == [int(result.id)]
+            raise RuntimeError("rolled back")
+
+    with pytest.raises(RuntimeError, match="rolled back"):
+        cancel_then_fail()
+    assert tasks.add.get_result(result.id).status == _compat.TaskResultStatus.READY
+    with transaction.atomic(), connection("default") as conn:
+        pgqueue.cancel(conn, [int(result.id)])
+        pgqueue.set_queue_limits(conn, "emails", rate=pgqueue.Rate(10, 1))
+    assert tasks.add.get_result(result.id).status == _compat.TaskResultStatus.FAILED
+    with engine.connect() as conn:
+        [limits] = pgqueue.queue_settings(conn, "emails")
+    assert limits.rate == pgqueue.Rate(10, 1)

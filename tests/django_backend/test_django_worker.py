@@ -161,3 +161,28 @@ def test_kill_9_mid_task_is_run_by_another_worker_after_the_lease(
     with engine.connect() as conn:
         running = text("SELECT count(*) FROM jobs WHERE status = 'running'")
         assert conn.execute(running).scalar_one() == 0
+
+
+def test_djangos_documented_examples(project: Any) -> None:
+    """The examples of Django's task documentation: enqueue, status, refresh, return_value,
+    get_result, takes_context."""
+    result = tasks.email_users.enqueue(
+        emails=["user@example.com"], subject="You have a message", message="Hello there!"
+    )
+    assert result.status == Status.READY
+    context = tasks.email_users_with_context.enqueue(
+        emails=["a@example.com", "b@example.com"], subject="Hi", message="Hello"
+    )
+    worker = project.start_worker(*FAST)
+    try:
+        wait_until(finished(tasks.email_users, result.id), worker=worker)
+        result.refresh()
+        assert result.status == Status.SUCCESSFUL
+        assert result.return_value == 1
+        assert tasks.email_users.get_result(result.id).return_value == 1
+        got = wait_until(finished(tasks.email_users_with_context, context.id), worker=worker)
+    finally:
+        stop(worker)
+    assert got.return_value == {"line": "Attempt 1: sending email to 2 users", "sent": 1}
+    with pytest.raises(_compat.TaskResultMismatch):
+        tasks.add.get_result(result.id)

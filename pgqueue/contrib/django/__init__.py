@@ -23,20 +23,32 @@ loaded on first access.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-__all__ = ["PgQueueBackend", "PgQueueTask"]
+__all__ = ["PgQueueBackend", "PgQueueTask", "connection", "database_url"]
+
+#: Where each public name lives: ``connection`` (a SQLAlchemy ``Connection`` on Django's own
+#: connection, in its transaction, for pgqueue's own API) and ``database_url`` (the alias's URL,
+#: for an engine of one's own) are the bridge's.
+_HOMES = {
+    "PgQueueBackend": ("backend", "PgQueueBackend"),
+    "PgQueueTask": ("backend", "PgQueueTask"),
+    "connection": ("_bridge", "borrowed"),
+    "database_url": ("_bridge", "database_url"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in _HOMES:
+        module, attr = _HOMES[name]
         try:
-            from pgqueue.contrib.django import backend
+            found = importlib.import_module(f"pgqueue.contrib.django.{module}")
         except ImportError as exc:
             if (exc.name or "").partition(".")[0] not in ("django", "django_tasks", "asgiref"):
                 raise
             from pgqueue.contrib import missing_extra
 
             raise missing_extra("pgqueue.contrib.django", "django") from exc
-        return getattr(backend, name)
+        return getattr(found, attr)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

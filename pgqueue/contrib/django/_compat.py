@@ -39,6 +39,7 @@ TASK_MIN_PRIORITY: int = _base.TASK_MIN_PRIORITY
 TASK_MAX_PRIORITY: int = _base.TASK_MAX_PRIORITY
 InvalidTask: Any = getattr(_exceptions, "InvalidTask", None) or _exceptions.InvalidTaskError
 TaskResultDoesNotExist: Any = _exceptions.TaskResultDoesNotExist
+TaskResultMismatch: Any = _exceptions.TaskResultMismatch
 task_enqueued: Any = _signals.task_enqueued
 task_started: Any = _signals.task_started
 task_finished: Any = _signals.task_finished
@@ -53,6 +54,7 @@ __all__ = [
     "TaskError",
     "TaskResult",
     "TaskResultDoesNotExist",
+    "TaskResultMismatch",
     "TaskResultStatus",
     "task_backends",
     "task_enqueued",

@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from django.core.mail import send_mail
+
 from djapp.models import Note
 from pgqueue import RetryPolicy
 
@@ -16,6 +18,22 @@ try:
     from django.tasks import task
 except ImportError:
     from django_tasks import task
+
+
+@task
+def email_users(emails: list[str], subject: str, message: str) -> int:
+    """Django's documented example."""
+    return send_mail(subject=subject, message=message, from_email=None, recipient_list=emails)
+
+
+@task(takes_context=True)
+def email_users_with_context(
+    context: Any, emails: list[str], subject: str, message: str
+) -> dict[str, Any]:
+    """Django's documented ``takes_context`` example, returning what it printed."""
+    line = f"Attempt {context.attempt}: sending email to {len(emails)} users"
+    sent = send_mail(subject=subject, message=message, from_email=None, recipient_list=emails)
+    return {"line": line, "sent": sent}
 
 
 @task

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import django
+
 SECRET_KEY = "test"
 USE_TZ = True
 INSTALLED_APPS = [
@@ -32,4 +34,8 @@ TASKS = {
         "OPTIONS": {"database": "default"},
     }
 }
+if django.VERSION >= (6, 1):  # MAILERS replaces EMAIL_BACKEND (deprecated in 6.1)
+    MAILERS = {"default": {"BACKEND": "django.core.mail.backends.locmem.EmailBackend"}}
+else:
+    EMAIL_BACKEND = "django.core.mail.backends.locmem.EmailBackend"
 DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
