@@ -186,3 +186,18 @@ def test_djangos_documented_examples(project: Any) -> None:
     assert got.return_value == {"line": "Attempt 1: sending email to 2 users", "sent": 1}
     with pytest.raises(_compat.TaskResultMismatch):
         tasks.add.get_result(result.id)
+
+
+def test_a_task_module_not_imported_at_start_is_imported_when_a_job_names_it(
+    project: Any,
+) -> None:
+    from djapp import late
+
+    result = late.late_add.enqueue(20, 22)
+    worker = project.start_worker(*FAST)
+    try:
+        got = wait_until(finished(late.late_add, result.id), worker=worker)
+    finally:
+        stop(worker)
+    assert got.status == Status.SUCCESSFUL, got.errors
+    assert got.return_value == 42

@@ -5,8 +5,9 @@ process under ``--processes``) imports this module: :func:`build_registry` sets 
 per process, from ``DJANGO_SETTINGS_MODULE``), imports each installed app's ``tasks`` module,
 and registers one :class:`pgqueue.Task` per Django task a ``PgQueueBackend`` validated, under
 its ``module_path``, with its queue, and a handler for each queue of the backend's ``QUEUES`` so
-that every one of them is claimed. Sync tasks run on the worker's threads, ``async def`` ones on
-its event loop (``async_concurrency``).
+that every one of them is claimed. A job naming a task none of those modules declared imports
+its ``module_path`` then (:func:`find_task`, asked once per name). Sync tasks run on the
+worker's threads, ``async def`` ones on its event loop (``async_concurrency``).
 
 Each job runs as Django runs a task: ``task_started`` then ``task_finished`` (on success, or
 on the failure of the last attempt) are sent with the job's ``TaskResult``, a ``takes_context``
@@ -48,7 +49,7 @@ def build_registry() -> Any:
     from pgqueue.jobs import JobContext, Registry
 
     autodiscover_modules("tasks")
-    registry = Registry()
+    registry = Registry(find_task=find_task)
     aliases = backend_databases()
     queues: set[str] = set()
     for alias in aliases:
@@ -65,6 +66,23 @@ def build_registry() -> Any:
 
         registry.handler(queue)(no_task)
     return registry
+
+
+def find_task(name: str) -> Any:
+    """The pgqueue task of a Django task a job names and no module imported yet declared:
+    ``name`` is its ``module_path``, imported here (``None`` when it is no Django task)."""
+    from django.utils.module_loading import import_string
+
+    from pgqueue.contrib.django import _compat
+    from pgqueue.tasks import Task
+
+    try:
+        task = import_string(name)
+    except ImportError:
+        return None
+    if not isinstance(task, _compat.Task) or task.module_path != name:
+        return None
+    return Task(_runner(task), name=name, queue=task.queue_name, **_pgqueue_options(task))
 
 
 def _pgqueue_options(task: Any) -> dict[str, Any]:
