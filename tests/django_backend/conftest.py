@@ -73,9 +73,13 @@ class Project:
 
 
 def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> str:
-    """Stop a worker (bounded); its output."""
+    """Stop a worker (bounded); its output. SIGTERM goes to the process alone (a supervisor
+    forwards it to its children), SIGKILL to its whole session."""
     if process.poll() is None:
-        os.killpg(process.pid, sig)
+        if sig == signal.SIGKILL:
+            os.killpg(process.pid, sig)
+        else:
+            process.send_signal(sig)
     try:
         out, _ = process.communicate(timeout=30)
     except subprocess.TimeoutExpired:

@@ -201,3 +201,22 @@ def test_a_task_module_not_imported_at_start_is_imported_when_a_job_names_it(
         stop(worker)
     assert got.status == Status.SUCCESSFUL, got.errors
     assert got.return_value == 42
+
+
+def test_processes_run_django_in_every_child(project: Any, engine: Engine) -> None:
+    """``--processes 2``: pgqueue's supervisor starts children that set Django up themselves."""
+    results = [tasks.add.enqueue(i, i) for i in range(4)]
+    worker = project.start_worker("--processes", "2", "--poll-interval", "0.2s")
+
+    def registered() -> int:
+        with engine.connect() as conn:
+            return int(conn.execute(text("SELECT count(*) FROM jobs_workers")).scalar_one())
+
+    try:
+        got = [wait_until(finished(tasks.add, r.id), worker=worker) for r in results]
+        # Both children running (a SIGTERM before a child's handlers exist kills it outright).
+        wait_until(lambda: registered() == 2, worker=worker)
+    finally:
+        out = stop(worker)
+    assert [g.return_value for g in got] == [0, 2, 4, 6], out
+    assert worker.returncode == 0, out
