@@ -91,12 +91,27 @@ def test_committed_job_runs_on_the_worker_and_get_result_is_successful(
 
 def test_fails_twice_then_succeeds_two_errors_three_attempts(project: Any) -> None:
     result = tasks.flaky.enqueue()
+    doomed = tasks.always_fails.enqueue()
+    signals = project.tmp / "signals.txt"
+    project.env["DJAPP_SIGNAL_LOG"] = str(signals)
     worker = project.start_worker(*FAST)
     try:
         # The task's own RetryPolicy (given to @task) backs off 0.1 s, then 0.2 s.
         got = wait_until(finished(tasks.flaky, result.id), worker=worker)
+        failed = wait_until(finished(tasks.always_fails, doomed.id), worker=worker)
     finally:
         out = stop(worker)
+    assert failed.status == Status.FAILED
+    assert [e.exception_class_path for e in failed.errors] == ["builtins.ValueError"] * 2
+    lines = signals.read_text().splitlines()
+    # task_started per attempt; task_finished once, when nothing follows.
+    assert lines.count(f"started {result.id} RUNNING") == 3
+    assert [x for x in lines if x.startswith(f"finished {result.id} ")] == [
+        f"finished {result.id} SUCCESSFUL"
+    ]
+    assert [x for x in lines if x.startswith(f"finished {doomed.id} ")] == [
+        f"finished {doomed.id} FAILED"
+    ]
     assert got.status == Status.SUCCESSFUL, out
     assert got.return_value == 3
     assert got.attempts == 3

@@ -107,18 +107,28 @@ def _runner(task: Any) -> Callable[..., Any]:
         _compat.task_started.send(type(backend), task_result=result)
         return backend, job, result
 
-    def finish(backend: Any, job: Any, result: Any, value: Any, error: bool) -> Any:
+    def finish(backend: Any, job: Any, result: Any, value: Any, exc: BaseException | None) -> Any:
         try:
-            final = not error or _last_attempt(job)
-            if final:
+            row = _row_of(job)
+            if exc is None or _last_attempt(row, job, exc):
                 done = backend.result_of(
-                    {**_row_of(job), "status": "failed" if error else "done", "result": value}
+                    {**row, "status": "done" if exc is None else "failed", "result": value}
                 )
-                object.__setattr__(done, "errors", result.errors)
+                errors = list(result.errors)
+                if exc is not None:  # this attempt's, not in the row yet
+                    errors.append(_task_error(exc))
+                object.__setattr__(done, "errors", errors)
                 _compat.task_finished.send(type(backend), task_result=done)
         finally:
             close_old_connections()
         return value
+
+    def _last_attempt(row: dict[str, Any], job: Any, exc: BaseException) -> bool:
+        """No attempt follows this failure: the budget is spent, or the task's retry policy
+        refuses this exception (the worker's own policy is not known here)."""
+        policy = getattr(task, "retry", None)
+        refused = policy is not None and not policy.should_retry(exc)
+        return refused or int(row.get("max_attempts") or 0) <= job.attempts
 
     def arguments(result: Any, args: tuple[Any, ...]) -> tuple[Any, ...]:
         return (_compat.TaskContext(task_result=result), *args) if task.takes_context else args
@@ -129,13 +139,11 @@ def _runner(task: Any) -> Callable[..., Any]:
             backend, job, result = await sync_to_async(begin, thread_sensitive=False)()
             try:
                 value = await task.func(*arguments(result, args), **kwargs)
-            except BaseException:
-                await sync_to_async(finish, thread_sensitive=False)(
-                    backend, job, result, None, True
-                )
+            except BaseException as exc:
+                await sync_to_async(finish, thread_sensitive=False)(backend, job, result, None, exc)
                 raise
             return await sync_to_async(finish, thread_sensitive=False)(
-                backend, job, result, value, False
+                backend, job, result, value, None
             )
 
         run_async.__name__ = task.func.__name__
@@ -145,10 +153,10 @@ def _runner(task: Any) -> Callable[..., Any]:
         backend, job, result = begin()
         try:
             value = task.func(*arguments(result, args), **kwargs)
-        except BaseException:
-            finish(backend, job, result, None, True)
+        except BaseException as exc:
+            finish(backend, job, result, None, exc)
             raise
-        return finish(backend, job, result, value, False)
+        return finish(backend, job, result, value, None)
 
     run.__name__ = task.func.__name__
     return run
@@ -184,10 +192,18 @@ def _row_of(job: Any) -> dict[str, Any]:
         return _ROWS.pop(job.id, {"id": job.id, "task": job.task, "queue": job.queue})
 
 
-def _last_attempt(job: Any) -> bool:
-    with _LOCK:
-        row = _ROWS.get(job.id, {})
-    return bool(int(row.get("max_attempts") or 0) <= job.attempts)
+def _task_error(exc: BaseException) -> Any:
+    """Django's ``TaskError`` of an exception raised now."""
+    import traceback
+
+    from pgqueue._base.urls import mask_text
+    from pgqueue.contrib.django import _compat
+
+    kind = type(exc)
+    return _compat.TaskError(
+        exception_class_path=f"{kind.__module__}.{kind.__qualname__}",
+        traceback=mask_text("".join(traceback.format_exception(exc))),
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -65,6 +65,11 @@ def flaky(context: Any) -> int:
     return context.attempt
 
 
+@task(max_attempts=2, retry=RetryPolicy(base=0.05, cap=0.2))
+def always_fails() -> None:
+    raise ValueError("never works")
+
+
 @task
 def wait_for_file(marker: str, release: str) -> str:
     """Writes ``marker`` with its pid, then waits (bounded) until ``release`` exists."""
