@@ -273,9 +273,9 @@ def finished_per_minute(
     minutes_ago, done, failed``, oldest minute first (minutes without a finished job are
     absent; ``minutes_ago`` is 0 for the current minute, read on the server's clock).
 
-    A range scan of the partial ``jobs_finished_at_idx`` (pgqueue_0009): its cost follows the jobs
-    finished within the window, never the whole history. A job retried since it finished is not
-    counted (a retry clears ``finished_at``).
+    A range scan of the partial ``jobs_prune_idx`` per queue (pgqueue_0016/0017): its cost follows
+    the jobs finished within the window and the number of queues, never the whole history. A job
+    retried since it finished is not counted (a retry clears ``finished_at``).
     """
     return [dict(row._mapping) for row in conn.execute(finished_per_minute_statement(window))]
 

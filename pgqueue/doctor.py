@@ -168,7 +168,10 @@ _EXPECTED_INDEXES = {
     "jobs_lease_idx": ("warning", "the reaper scans the whole table"),
     "jobs_unique_key_idx": ("error", "enqueue with a unique key fails (no ON CONFLICT arbiter)"),
     "jobs_failed_idx": ("warning", "listing and retrying failed jobs scans the whole table"),
-    "jobs_finished_at_idx": ("warning", "the dashboard's chart scans the whole table"),
+    "jobs_prune_idx": (
+        "warning",
+        "pruning and the dashboard's chart scan the whole table",
+    ),
 }
 
 

@@ -210,12 +210,6 @@ class Job(Base):
         ),
         # Leases of running jobs only: the reaper never scans finished history.
         Index("jobs_lease_idx", "locked_until", postgresql_where=text("status = 'running'")),
-        # Finished rows only (pgqueue_0009): the dashboard's last hour is a range scan of it.
-        Index(
-            "jobs_finished_at_idx",
-            "finished_at",
-            postgresql_where=text("finished_at IS NOT NULL"),
-        ),
         # Failed ids only: a page of failed jobs never walks the done history.
         Index("jobs_failed_idx", "id", postgresql_where=text("status = 'failed'")),
         # Running jobs that carry a key only (pgqueue_0012): a key's running count never reads
@@ -226,8 +220,9 @@ class Job(Base):
             "concurrency_key",
             postgresql_where=text("status = 'running' AND concurrency_key IS NOT NULL"),
         ),
-        # Finished rows by queue, status and age (pgqueue_0016): a queue's prune reads its own
-        # expired rows oldest first, never another queue's history.
+        # Finished rows by queue, status and age (pgqueue_0016), the only index of finished rows
+        # (pgqueue_0017): a queue's prune reads its own expired rows oldest first, never another
+        # queue's history, and the dashboard's last hour is a range scan of it per queue.
         Index(
             "jobs_prune_idx",
             "queue",

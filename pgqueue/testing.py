@@ -37,6 +37,7 @@ from pgqueue._base.validation import (
     encode_payload,
 )
 from pgqueue._sql import reads
+from pgqueue._sql.calls import rows_taken
 from pgqueue._worker.dispatch import Dispatch, registry_finder, registry_tasks
 from pgqueue._worker.executors import run_in_savepoint, run_inline, settle
 from pgqueue._worker.window import Held, Lane
@@ -256,6 +257,10 @@ def drain(
         result = pgqueue.testing.drain(engine, registry)
         assert result.results == {job_id: {"sent": "reset"}}
 
+    Time bounds: a job past its ``expires_in`` is expired by the claim here as in a worker (it
+    never runs). A job's ``timeout`` is not enforced: handlers run inline in the caller's thread,
+    with no watchdog to stop them; test timeouts with a :class:`pgqueue.Worker`.
+
     Args:
         conn_or_engine: An ``Engine`` runs in lease mode, like the worker: claim and commit, call
             the handler, then complete or fail and commit. A ``Connection`` or ``Session``
@@ -300,30 +305,42 @@ def drain(
     return result
 
 
+def _claim_one(conn: Connection | Session, queue: str) -> ClaimedJob | None:
+    """The next job of ``queue``, or ``None`` when none is ready. A claim that took only a job
+    past its deadline (failed it as expired: nobody runs it) is followed by another, as the
+    worker's claimer does: more may be waiting behind it."""
+    while True:
+        claimed = repository.claim(conn, queue=queue, limit=1)
+        if claimed:
+            return claimed[0]
+        if not rows_taken(claimed):
+            return None
+
+
 def _run_leased(engine: Engine, queue: str, dispatch: Dispatch) -> DrainedJob | None:
     with engine.begin() as conn:
-        claimed = repository.claim(conn, queue=queue, limit=1)
-    if not claimed:
+        claimed = _claim_one(conn, queue)
+    if claimed is None:
         return None
-    held = _held(claimed[0], None, engine)
+    held = _held(claimed, None, engine)
     target = dispatch.target(held.job)
     error = run_inline(target, held)
     with engine.begin() as conn:
         outcome, _ = settle(conn, held, error, target.retry or RetryPolicy())
-    return _drained(claimed[0], outcome, error, held)
+    return _drained(claimed, outcome, error, held)
 
 
 def _run_in_transaction(
     conn: Connection | Session, queue: str, dispatch: Dispatch
 ) -> DrainedJob | None:
-    claimed = repository.claim(conn, queue=queue, limit=1)
-    if not claimed:
+    claimed = _claim_one(conn, queue)
+    if claimed is None:
         return None
-    held = _held(claimed[0], conn.connection() if isinstance(conn, Session) else conn)
+    held = _held(claimed, conn.connection() if isinstance(conn, Session) else conn)
     target = dispatch.target(held.job)
     run = partial(run_inline, target, held)
     error, outcome, _ = run_in_savepoint(conn, held, run, target.retry or RetryPolicy())
-    return _drained(claimed[0], outcome, error, held)
+    return _drained(claimed, outcome, error, held)
 
 
 def _held(job: ClaimedJob, connection: Connection | None, engine: Engine | None = None) -> Held:

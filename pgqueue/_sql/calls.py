@@ -363,6 +363,20 @@ def extend_lease(job_id: int, attempts: int, lease: timedelta | float) -> Call[b
     )
 
 
+def retake_rolled_back(
+    job_id: int, attempts: int, lease: timedelta, locked_by: str | None, lock_timeout_ms: int
+) -> Call[bool]:
+    """The claim of attempt ``attempts`` again, after the server rolled it back (transaction
+    mode's terminated handler): the worker's own values, not checked again."""
+    params = {
+        **_guard_params(job_id, attempts),
+        "lease": lease,
+        "locked_by": locked_by,
+        "lock_timeout": _ms(lock_timeout_ms),
+    }
+    return Call(statements.RETAKE_ROLLED_BACK, params, _matched)
+
+
 def fail(
     job_id: int,
     attempts: int,

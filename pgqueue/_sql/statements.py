@@ -1066,6 +1066,35 @@ CANCEL_BACKEND: Select[Any] = select(func.pg_cancel_backend(bindparam("pid", typ
 #: The server process of this session (its transaction's, behind a pooler).
 BACKEND_PID: Select[Any] = select(func.pg_backend_pid())
 
+#: Ends a session from another one: the server rolls back its open transaction and frees its row
+#: locks. Transaction mode, for a handler still running at timeout + grace.
+TERMINATE_BACKEND: Select[Any] = select(func.pg_terminate_backend(bindparam("pid", type_=Integer)))
+
+#: Transaction mode, after :data:`TERMINATE_BACKEND` rolled a handler's transaction back: the
+#: claim that went with it, taken again (``attempts`` back to the claimed value, leased to the
+#: same worker), so that the attempt's failure is written by the ordinary guarded :data:`FAIL`
+#: and charged as any failure. Only the row as that claim found it (queued, one attempt fewer):
+#: a job claimed since by another worker is left to it. Waits at most ``:lock_timeout`` for the
+#: row, which the terminated session holds until the server has rolled it back.
+RETAKE_ROLLED_BACK: Update = (
+    jobs.update()
+    .where(
+        statement_lock_timeout(),
+        jobs.c.id == bindparam("job_id", type_=BigInteger),
+        # Spelled so that it does not imply jobs_ready_idx's predicate (see _still_running).
+        jobs.c.status.is_not_distinct_from(status_literal(JobStatus.QUEUED)),
+        jobs.c.attempts == bindparam("claimed_attempts", type_=Integer) - literal_column("1"),
+    )
+    .values(
+        status=status_literal(JobStatus.RUNNING),
+        attempts=jobs.c.attempts + 1,
+        locked_until=_lease_end(),
+        locked_by=_claimant(),
+        locked_at=func.now(),
+    )
+    .returning(jobs.c.id)
+)
+
 #: This transaction's ``lock_timeout``, to put back after a statement that set its own.
 CURRENT_LOCK_TIMEOUT: Select[Any] = select(
     func.current_setting(literal_column("'lock_timeout'", Text))

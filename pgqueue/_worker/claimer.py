@@ -350,9 +350,14 @@ class Claimer:
                 if not limit:
                     continue  # the lane claims for itself
                 flow = self._flow.settings(queue)
+                # The jobs finished before the claim is sent: one that finishes while it is on
+                # the wire may free a slot the claim did not see, so a queue it parks at a limit
+                # is claimed again on the first finish after this, not after the next one.
+                finished_before = rt.finished
             state: ClaimState | None = None
             try:
                 if flow.limited:
+                    limit = _limited_claim_size(limit, flow)
                     answer = self._claim_limited(queue, limit, flow.per_key is not None)
                     claimed, state = (None, None) if answer is None else answer
                 else:
@@ -367,10 +372,10 @@ class Claimer:
                 else:
                     # Rows the claim failed as expired count as taken: more may be waiting.
                     taken = rows_taken(claimed)
-                    parked = (
-                        state is not None
-                        and taken < limit
-                        and self._flow.claimed(queue, state, time.monotonic(), rt.finished)
+                    # A claim that left its queue at a limit parks it, full or short: claiming
+                    # again before one of its jobs finishes would take nothing.
+                    parked = state is not None and self._flow.claimed(
+                        queue, state, time.monotonic(), finished_before
                     )
                     if taken == limit and not parked:
                         self._ready[queue] = None  # more may be waiting: back of the line
@@ -409,3 +414,13 @@ class Claimer:
             ),
             what=f"claim on queue {queue}",
         )
+
+
+def _limited_claim_size(room: int, flow: QueueSettings) -> int:
+    """At most half a concurrency limit per claim (at least one job): the other half of the
+    queue's slots is then running, or being completed, while this claim is on the wire, where
+    one claim of the whole limit leaves the handlers idle from its last job's end until its
+    completions are written and the next claim is back."""
+    if flow.concurrency is None:
+        return room
+    return max(1, min(room, (flow.concurrency + 1) // 2))

@@ -95,6 +95,7 @@ class Completer:
         self._batch_size = batch_size
         self._lock_timeout_ms = lock_timeout_ms
         self._flush_delay = flush_delay
+        self._hurried = False  # under _cond: skip the next gathering wait
         self._cond = threading.Condition()
         self._done: list[Held] = []
         self._failed: list[Failure] = []
@@ -130,6 +131,12 @@ class Completer:
         with self._cond:
             self._snoozed.append(held)
             self._wake()
+
+    def hurry(self) -> None:
+        """The next outcome is the last for now (nothing else runs): write the batch it joins
+        without the gathering wait."""
+        with self._cond:
+            self._hurried = True
 
     def _wake(self) -> None:
         queued = len(self._done) + len(self._failed) + len(self._snoozed)
@@ -184,8 +191,9 @@ class Completer:
             self.pulse.step()
             # Let a burst gather: one statement for many jobs.
             queued = len(self._done) + len(self._failed) + len(self._snoozed)
-            if queued < self._batch_size and not self._closing:
+            if queued < self._batch_size and not self._closing and not self._hurried:
                 self._cond.wait(self._flush_delay)
+            self._hurried = False
             done, self._done = self._done[: self._batch_size], self._done[self._batch_size :]
             failed = self._failed[: self._batch_size]
             self._failed = self._failed[self._batch_size :]

@@ -234,7 +234,7 @@ class Runtime:
                 stack.rstrip(),
             )
         if not self.window.holds(held):  # transaction mode: its own transaction holds the row
-            return False
+            return held.abandon_transaction is not None
         held.abandoned = True
         self.window.abandon(held)
         return True
@@ -250,7 +250,11 @@ class Runtime:
             self.stats.stuck = len(self.stuck)
 
     def fail_timed_out(self, held: Held) -> None:
-        """Hand the failure of a job given up (:meth:`give_up`) to the completer. No lock."""
+        """Hand the failure of a job given up (:meth:`give_up`) to the completer, or, in
+        transaction mode, have its session ended and the failure written. No lock."""
+        if held.abandon_transaction is not None and not self.window.holds(held):
+            held.abandon_transaction()
+            return
         policy = self.policy_of(held)
         error = HandlerTimeoutError(held.timeout or 0.0)
         self.completer.fail(
@@ -296,6 +300,11 @@ class Runtime:
                 return
             self.window.finishing(held)
             self.wake_claimer()
+            # Nothing else is running or waiting to run: no outcome can join this one's batch,
+            # so the completer writes it without its gathering wait.
+            last = not self.window.any_busy()
+        if last:
+            self.completer.hurry()
         if error is None:
             self.completer.complete(held)
             return

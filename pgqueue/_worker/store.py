@@ -38,6 +38,26 @@ def complete_with_result(
     return run(conn, calls.complete_with_result(job_id, attempts, result_json, progress_json))
 
 
+def fail_rolled_back(
+    conn: Executor,
+    job_id: int,
+    attempts: int,
+    error: str,
+    *,
+    retry: bool,
+    policy: retry_policy.RetryPolicy,
+    lease: timedelta,
+    locked_by: str | None,
+    lock_timeout_ms: int,
+) -> FailResult | None:
+    """Transaction mode: fail attempt ``attempts`` of a job whose handler's session was ended
+    (its claim rolled back with it): the claim taken again, then the ordinary failure, both in
+    the caller's transaction. ``None`` when the row is no longer as that claim found it."""
+    if not run(conn, calls.retake_rolled_back(job_id, attempts, lease, locked_by, lock_timeout_ms)):
+        return None
+    return run(conn, calls.fail(job_id, attempts, error, retry, policy.base, policy.cap))
+
+
 def set_local_lock_timeout(conn: Executor, milliseconds: int) -> None:
     """``SET LOCAL lock_timeout`` for the rest of the caller's transaction (nothing outlives it)."""
     run(conn, calls.set_local_lock_timeout(milliseconds))

@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from functools import partial
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine
 
@@ -24,13 +24,17 @@ from pgqueue import repository
 from pgqueue._base.urls import error_line
 from pgqueue._sql.calls import rows_taken
 from pgqueue._sql.driver_errors import is_transient
-from pgqueue._sql.statements import BACKEND_PID, CANCEL_BACKEND
+from pgqueue._sql.statements import BACKEND_PID, CANCEL_BACKEND, TERMINATE_BACKEND
+from pgqueue._worker import store
 from pgqueue._worker.dispatch import Dispatch, as_dispatch
-from pgqueue._worker.executors import call_sync, run_in_savepoint
+from pgqueue._worker.executors import call_sync, retryable, run_in_savepoint
+from pgqueue._worker.outcomes import after_fail
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.window import Held, Lane
+from pgqueue.errors import HandlerTimeoutError
 from pgqueue.flow import QueueSettings
 from pgqueue.jobs import Handler, Outcome, end_transaction
+from pgqueue.retry_policy import RetryPolicy, describe_error
 
 log = logging.getLogger("pgqueue.worker")
 
@@ -193,10 +197,12 @@ class TransactionLane(_HandlerThreads):
                     else None
                 )
                 held.interrupt = interrupter
-                with rt.lock:
-                    rt.started(held)
                 target = self._dispatch.target(job)
                 policy = target.retry if target.retry is not None else rt.policy(queue)
+                if interrupter is not None:
+                    held.abandon_transaction = partial(self._abandon, held, interrupter, policy)
+                with rt.lock:
+                    rt.started(held)
                 run: Callable[[], BaseException | None] = partial(call_sync, target, held, rt.hooks)
                 if interrupter is not None:
                     run = interrupter.around(run)
@@ -216,7 +222,56 @@ class TransactionLane(_HandlerThreads):
                     rt.ended_in_transaction(held)
         if held is not None:
             with rt.lock:
+                if held.abandoned:  # its failure was written at timeout + grace
+                    log.warning(
+                        "job %d queue=%s attempt=%d: its handler returned after its session was "
+                        "ended at timeout + grace; what it did was rolled back",
+                        held.job.id,
+                        held.job.queue,
+                        held.job.attempts,
+                    )
+                    return
                 rt.record(held, outcome, detail)
+
+    def _abandon(self, held: Held, interrupter: _Interrupter, policy: RetryPolicy) -> None:
+        """At timeout + grace, a handler still running inside its transaction: end the session
+        from outside (the server rolls the transaction back, the row is as before the claim and
+        its lock is freed), then fail the attempt as its own transaction would have. Its thread
+        stays taken until the handler returns. Unlocked (I/O)."""
+        rt, job = self._rt, held.job
+
+        def mark() -> None:
+            with rt.lock:
+                held.abandoned = True
+
+        if not interrupter.terminate(mark):
+            return  # the handler returned meanwhile: its own transaction writes the outcome
+        error = HandlerTimeoutError(held.timeout or 0.0)
+        detail = describe_error(error)
+        try:
+            with self._engine.begin() as conn:
+                row = store.fail_rolled_back(
+                    conn,
+                    job.id,
+                    job.attempts,
+                    detail,
+                    retry=retryable(policy, error),
+                    policy=policy,
+                    lease=self._lease,
+                    locked_by=self._locked_by,
+                    lock_timeout_ms=_RETAKE_LOCK_TIMEOUT_MS,
+                )
+            outcome, detail = after_fail(row, detail)
+        except Exception as exc:  # the row is queued again: the job runs again, not charged
+            outcome = Outcome.LOST
+            detail = f"transaction rolled back; its failure not written: {error_line(exc)}"
+        with rt.lock:
+            rt.record(held, outcome, detail)
+
+
+#: How long the failure of a terminated session's attempt waits for the row, which the session
+#: holds until the server has rolled it back (milliseconds).
+_RETAKE_LOCK_TIMEOUT_MS = 5_000
 
 
 class _Interrupter:
@@ -253,6 +308,21 @@ class _Interrupter:
         with self._lock:
             if not self._armed:
                 return
-            with self._engine.connect() as other:
-                other.execute(CANCEL_BACKEND, {"pid": self._pid})
-                other.commit()
+            self._send(CANCEL_BACKEND)
+
+    def terminate(self, before: Callable[[], None]) -> bool:
+        """End the handler's session if the handler still runs: ``before()`` first, under the
+        lock that orders this before the handler's return. False when it had returned (nothing
+        done). Disarms: the handler's outcome can no longer be written by its transaction."""
+        with self._lock:
+            if not self._armed:
+                return False
+            self._armed = False
+            before()
+            self._send(TERMINATE_BACKEND)
+            return True
+
+    def _send(self, statement: Any) -> None:
+        with self._engine.connect() as other:
+            other.execute(statement, {"pid": self._pid})
+            other.commit()

@@ -95,6 +95,9 @@ class Held:
     #: Transaction mode: stops the statement its handler runs (``pg_cancel_backend``), so the
     #: handler's transaction rolls back to its savepoint at the timeout. I/O: called unlocked.
     interrupt: Callable[[], None] | None = field(default=None, repr=False)
+    #: Transaction mode: at timeout + grace, ends the session of a handler that still runs (its
+    #: transaction rolled back) and writes the attempt's failure. I/O: called unlocked.
+    abandon_transaction: Callable[[], None] | None = field(default=None, repr=False)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -203,6 +206,10 @@ class ClaimWindow:
 
     def __len__(self) -> int:
         return len(self._held)
+
+    def any_busy(self) -> bool:
+        """A held job is pending or running: its outcome may join the completer's next batch."""
+        return any(self._busy.values())
 
     # -- transitions ------------------------------------------------------------------------------
 

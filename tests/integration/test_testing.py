@@ -165,3 +165,24 @@ def test_drain_checks_its_arguments_and_stops_at_max_jobs(engine: Engine) -> Non
         pgqueue.enqueue_many(conn, [1, 2, 3], queue="mail")
     assert len(drain(engine, {"mail": lambda job: None}, max_jobs=2).ran) == 2
     assert len(drain(engine, {"mail": lambda job: None}).ran) == 1
+
+
+def test_drain_expires_a_job_past_its_deadline_as_a_worker_would(engine: Engine) -> None:
+    """``expires_in`` is the claim's business: drain never runs an expired job, runs the fresh
+    one beside it, and the expired one ends failed with its ``expired_at`` set."""
+    with engine.begin() as conn:
+        stale = pgqueue.enqueue(conn, {"n": 1}, queue="late", expires_in=1)
+        conn.execute(
+            text("UPDATE jobs SET run_at = now() - interval '1 minute' WHERE id = :id"),
+            {"id": stale},
+        )
+        fresh = pgqueue.enqueue(conn, {"n": 2}, queue="late", expires_in=60)
+    ran: list[int] = []
+    result = drain(engine, {"late": lambda job: ran.append(job.id)})
+    assert ran == [fresh]
+    assert [job.id for job in result.succeeded] == [fresh]
+    with engine.connect() as conn:
+        status, expired = conn.execute(
+            text("SELECT status, expired_at IS NOT NULL FROM jobs WHERE id = :id"), {"id": stale}
+        ).one()
+    assert (status, expired) == ("failed", True)

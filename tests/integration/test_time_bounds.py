@@ -237,6 +237,60 @@ def test_transaction_mode_rolls_back_the_handler_at_its_timeout(engine: Engine) 
     assert scalar(engine, "SELECT count(*) FROM tx_effects") == 0
 
 
+def test_transaction_mode_ends_the_session_of_a_handler_stuck_in_python_and_retries_it(
+    engine: Engine, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A handler that wrote, then blocks in Python (no statement to cancel): at timeout + grace
+    its session is ended, so its transaction rolls back (its write and its row lock gone), and
+    the attempt fails with HandlerTimeoutError, charged and retried by its policy, while the
+    thread still blocks. The retry runs on the other thread; the late return changes nothing."""
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE tx_stuck_effects (job_id bigint, attempt int)"))
+    release = threading.Event()
+    returned = threading.Event()
+
+    def writes_then_blocks(job: pgqueue.JobContext) -> None:
+        assert job.connection is not None
+        job.connection.execute(
+            text("INSERT INTO tx_stuck_effects VALUES (:id, :attempt)"),
+            {"id": job.id, "attempt": job.attempts},
+        )
+        if job.attempts == 1:
+            release.wait(20)  # deaf to job.stopping, and not in the database
+            returned.set()
+
+    job_id = _enqueue(engine, queue="txs", timeout=0.5, max_attempts=3)
+    worker = _worker(engine, {"txs": writes_then_blocks}, mode="transaction", concurrency=2)
+    with running(worker):
+        until(lambda: _row(engine, job_id).status == "done", 15, "the retry ran to the end")
+        assert not returned.is_set()  # the first attempt's handler still blocks
+        assert worker.stats.stuck == 1
+        row = _row(engine, job_id)
+        assert row.attempts == 2
+        assert [e["error"] for e in row.errors] == ["HandlerTimeoutError: timed out after 0.5 s"]
+        assert [e["attempt"] for e in row.errors] == [1]
+        # The first attempt's write was rolled back with its session; the retry's committed.
+        effects = conn_rows(engine, "SELECT job_id, attempt FROM tx_stuck_effects")
+        assert effects == [(job_id, 2)]
+        release.set()
+        until(lambda: worker.stats.stuck == 0, 10, "the thread came back")
+        until(
+            lambda: any(
+                "returned after its session was ended" in r.getMessage() for r in caplog.records
+            ),
+            5,
+            "the late return logged",
+        )
+    assert _row(engine, job_id).attempts == 2  # the late return wrote nothing
+    assert worker.stats.retried == 1
+    assert worker.stats.done == 1
+
+
+def conn_rows(engine: Engine, sql: str) -> list[tuple[Any, ...]]:
+    with engine.connect() as conn:
+        return [tuple(r) for r in conn.execute(text(sql))]
+
+
 # -- expires_in ------------------------------------------------------------------------------------
 
 

@@ -797,3 +797,38 @@ def test_time_bounds_revision_is_catalog_only_and_round_trips_in_a_schema_with_r
         ).scalar_one()
         assert left == 0
         assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2
+
+
+def test_one_finished_index_revision_drops_the_chart_index_and_its_downgrade_builds_it_again(
+    empty_db_url: URL, empty_engine: Engine
+) -> None:
+    """pgqueue_0017 drops ``jobs_finished_at_idx`` (``jobs_prune_idx`` serves the chart), keeps
+    the rows and the retention's index; its downgrade builds the dropped index again, valid."""
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0016", schema="queue")
+    with empty_engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO queue.jobs (payload, status, finished_at) "
+                "VALUES ('1', 'done', now()), ('2', 'queued', NULL)"
+            )
+        )
+
+    def finished_indexes() -> dict[str, bool]:
+        with empty_engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT c.relname, i.indisvalid FROM pg_index i "
+                    "JOIN pg_class c ON c.oid = i.indexrelid "
+                    "WHERE i.indrelid = 'queue.jobs'::regclass "
+                    "AND c.relname IN ('jobs_finished_at_idx', 'jobs_prune_idx')"
+                )
+            ).all()
+        return {name: valid for name, valid in rows}
+
+    assert finished_indexes() == {"jobs_finished_at_idx": True, "jobs_prune_idx": True}
+    pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0017", schema="queue")
+    assert finished_indexes() == {"jobs_prune_idx": True}
+    pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0016", schema="queue")
+    assert finished_indexes() == {"jobs_finished_at_idx": True, "jobs_prune_idx": True}
+    with empty_engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2

@@ -17,9 +17,14 @@ from dataclasses import replace
 from datetime import timedelta
 from itertools import pairwise
 
+import pytest
+
+from pgqueue._sql.limited_claim import ClaimState
+from pgqueue._worker import flow as flow_gate
 from pgqueue._worker.claimer import Claimer, ClaimerOptions
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.window import ClaimWindow, Lane
+from pgqueue.flow import QueueSettings
 from pgqueue.results import ClaimedJob
 from tests.worker_parts import (
     FakeCompleter,
@@ -280,3 +285,100 @@ def test_idle_means_nothing_held_and_no_work_for_idle_after() -> None:
 
 def no_jobs(queue: str, limit: int) -> list[ClaimedJob]:
     return []
+
+
+# -- limited queues --------------------------------------------------------------------------------
+
+
+class LimitedClaims:
+    """The claimer's limited-claim seam: records each ``limit``, answers ``limit`` jobs and a
+    state at the queue's limit; ``during`` runs while the claim is "on the wire"."""
+
+    def __init__(self, claims: Claims, *, during: Callable[[int], None] = lambda n: None) -> None:
+        self._claims = claims
+        self._during = during
+        self.limits: list[int] = []
+
+    def __call__(
+        self, queue: str, limit: int, per_key: bool
+    ) -> tuple[list[ClaimedJob], ClaimState]:
+        self.limits.append(limit)
+        self._during(len(self.limits))
+        jobs = self._claims(queue, limit) or []
+        return jobs, ClaimState(QueueSettings(queue, concurrency=10), at_limit=True)
+
+
+@contextmanager
+def claiming_limited(
+    limited: LimitedClaims, claims: Claims, window: ClaimWindow
+) -> Iterator[Runtime]:
+    """A claimer over queue ``q`` with ``concurrency=10``, claims through ``limited``."""
+    runtime = make_runtime(window, completer=FakeCompleter())
+    claims.runtime = runtime
+    claimer = Claimer(
+        runtime,
+        offline_engine(),
+        {"q": T},
+        OPTIONS,
+        window,
+        claim=claims,
+        claim_limited=limited,
+        read_settings=lambda queues: {"q": QueueSettings("q", concurrency=10)},
+    )
+    with in_thread(lambda: claimer.run(until_empty=False), lambda: stop(runtime)):
+        yield runtime
+
+
+def _reported(runtime: Runtime) -> None:
+    """What the completer's report of a written outcome does for the claimer: a job finished."""
+    with runtime.lock:
+        runtime.finished += 1
+        runtime.wake_claimer()
+
+
+def test_a_limited_claim_takes_at_most_half_the_concurrency_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Room for 20, a limit of 10: each claim asks for 5, so half the slots are at work while
+    the other half is claimed or completed."""
+    monkeypatch.setattr(flow_gate, "LIMIT_POLL", 60.0)
+    claims = Claims(lambda q, n: claims.jobs(q, n))
+    limited = LimitedClaims(claims)
+    with claiming_limited(limited, claims, window_of({T: 20}, batch_size=100)):
+        claims.wait_for(1)
+    assert limited.limits[0] == 5
+
+
+def test_a_full_claim_at_the_limit_parks_its_queue_until_a_job_finishes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A claim that took all it asked for but left the queue at its limit is not followed by
+    one that would take nothing: the next waits for a finished job (the poll is a minute)."""
+    monkeypatch.setattr(flow_gate, "LIMIT_POLL", 60.0)
+    claims = Claims(lambda q, n: claims.jobs(q, n))
+    limited = LimitedClaims(claims)
+    with claiming_limited(limited, claims, window_of({T: 20}, batch_size=100)) as runtime:
+        claims.wait_for(1)
+        time.sleep(0.3)
+        assert len(limited.limits) == 1  # parked: no empty claim behind the full one
+        _reported(runtime)
+        claims.wait_for(2)
+
+
+def test_a_job_finished_while_the_limited_claim_was_on_the_wire_unparks_its_queue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The claim saw the queue full, but a job finished before it returned: that finish may
+    have freed a slot the claim did not see, so the queue is claimed again at once, not after
+    the next finish (none may come) or the poll (a minute here)."""
+    monkeypatch.setattr(flow_gate, "LIMIT_POLL", 60.0)
+
+    def finish_during_first(n: int) -> None:
+        if n == 1:
+            assert claims.runtime is not None
+            _reported(claims.runtime)
+
+    claims = Claims(lambda q, n: claims.jobs(q, n))
+    limited = LimitedClaims(claims, during=finish_during_first)
+    with claiming_limited(limited, claims, window_of({T: 20}, batch_size=100)):
+        claims.wait_for(2)

@@ -217,3 +217,16 @@ def test_a_write_that_raises_reports_its_batch_lost_and_the_next_batch_is_writte
     assert rep.batches == [{1: (Outcome.LOST, "completion not written")}, {2: (Outcome.DONE, "")}]
     assert "flushing 1 job outcomes failed" in caplog.text
     assert "RuntimeError: a bug" in caplog.text
+
+
+def test_a_hurried_outcome_is_written_without_the_linger() -> None:
+    """``hurry()`` (the runtime: nothing else runs, so nothing can join the batch) ends the next
+    linger at once, and only that one: the following outcome lingers again."""
+    writes = Writes()
+    with completing(writes, flush_delay=60.0) as (completer, reports):
+        completer.hurry()
+        completer.complete(held_job(1))
+        until(lambda: len(reports.batches) == 1, "the hurried outcome written")
+        completer.complete(held_job(2))
+        time.sleep(0.3)
+        assert writes.batches == [([1], [], [])]  # the second lingers (a minute here)

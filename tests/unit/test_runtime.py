@@ -90,6 +90,24 @@ def test_a_handler_that_returned_hands_its_job_to_the_completer_and_frees_its_sl
     assert hooks.calls == [("on_claimed", 1, ()), ("on_succeeded", 1, (0.25,))]
 
 
+def test_the_last_busy_job_to_finish_hurries_the_completer_and_no_other_does() -> None:
+    """While another job is pending or running, an outcome may join this one's batch: the
+    completer lingers. The job that leaves nothing busy has it write at once."""
+    runtime, completer, _, _ = setup(slots=2)
+    first, second = started(runtime, 1, 2)
+    with runtime.lock:
+        runtime.accept(T, claimed_jobs([3]))  # pending: it will finish too
+    runtime.finish(first, None)
+    assert completer.hurried == 0
+    with runtime.lock:
+        third = runtime.window.start_next(T)
+    assert third is not None
+    runtime.finish(second, None)
+    assert completer.hurried == 0
+    runtime.finish(third, ValueError("the last one"))
+    assert completer.hurried == 1
+
+
 def test_a_handler_error_is_handed_over_as_a_failure_under_its_queues_policy() -> None:
     runtime, completer, _, _ = setup()
     plain, strict = started(runtime, 1), started(runtime, 2, queue="strict")

@@ -133,13 +133,61 @@ def test_the_chart_reads_only_the_last_hour_of_finished_at(history: Engine) -> N
     assert sum(r["failed"] for r in rows) == 10
 
 
+#: The chart's rows by the plain reading of its definition (every finished row of the window,
+#: grouped): what the per-queue statement must return.
+_CHART_BY_DEFINITION = text(
+    "SELECT queue, date_trunc('minute', finished_at) AS minute, "
+    "count(*) FILTER (WHERE status = 'done') AS done, "
+    "count(*) FILTER (WHERE status = 'failed') AS failed FROM jobs "
+    "WHERE finished_at >= now() - interval '1 hour' AND finished_at <= now() "
+    "GROUP BY 1, 2 ORDER BY 2, 1"
+)
+
+
+def test_the_chart_over_two_hundred_queues_probes_each_once_and_counts_as_defined(
+    history: Engine,
+) -> None:
+    """Queues found by one index probe each (no skip scan before PostgreSQL 18), then a range
+    scan per queue: the buffers follow the queues and the last hour, not the history."""
+    with history.connect() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (queue, payload, status, attempts, finished_at) "
+                "SELECT 'q' || (i % 200), '{}', CASE WHEN i % 7 = 0 THEN 'failed' ELSE 'done' END, "
+                "1, now() - make_interval(secs => i * 3) FROM generate_series(1, 2000) AS i"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO jobs (queue, payload, status, attempts, finished_at) "
+                "SELECT 'old' || (i % 50), '{}', 'done', 1, now() - interval '2 days' "
+                "FROM generate_series(1, 5000) AS i"
+            )
+        )
+        conn.execute(text("ANALYZE jobs"))
+        plan = _plan(conn, admin.finished_per_minute_statement())
+        rows = [
+            (r["queue"], r["minute"], r["done"], r["failed"])
+            for r in admin.finished_per_minute(conn)
+        ]
+        expected = [tuple(r) for r in conn.execute(_CHART_BY_DEFINITION)]
+        conn.rollback()
+    assert rows == expected
+    assert len({queue for queue, *_ in rows}) == 201  # the 200 new queues and 'bulk'
+    kinds = [node["Node Type"] for node in _nodes(plan)]
+    assert "Seq Scan" not in kinds, kinds
+    assert any(n.get("Index Name") == "jobs_prune_idx" for n in _nodes(plan)), kinds
+    # 251 queues with finished rows, each a probe and a range scan of a few pages: thousands of
+    # buffers (3,759 seen), where reading the history would be over ten thousand.
+    assert _buffers(plan) < 6_000, _buffers(plan)
+
+
 def _assert_bounded_chart(plan: dict[str, Any]) -> None:
     kinds = [node["Node Type"] for node in _nodes(plan)]
     assert "Seq Scan" not in kinds, kinds
-    # One of the indexes of finished rows: jobs_finished_at_idx's range scan, or (PostgreSQL 18's
-    # skip scan) an index-only scan of the retention's (queue, status, finished_at).
-    finished = {"jobs_finished_at_idx", "jobs_prune_idx"}
-    assert any(n.get("Index Name") in finished for n in _nodes(plan)), kinds
+    # The one index of finished rows (pgqueue_0017): a probe per queue, then a range scan of
+    # (queue, status, finished_at) per queue.
+    assert any(n.get("Index Name") == "jobs_prune_idx" for n in _nodes(plan)), kinds
     # An hour of a job a second is ~3,600 rows: tens of heap pages, not the table's thousands.
     assert _buffers(plan) < 1_000, _buffers(plan)
 
