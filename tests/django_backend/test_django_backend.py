@@ -171,3 +171,15 @@ def test_pgqueue_api_on_djangos_connection_joins_its_transaction(
     with engine.connect() as conn:
         [limits] = pgqueue.queue_settings(conn, "emails")
     assert limits.rate == pgqueue.Rate(10, 1)
+
+
+def test_without_use_tz_a_naive_run_after_is_in_time_zone(project: Any, engine: Engine) -> None:
+    from zoneinfo import ZoneInfo
+
+    from django.test import override_settings
+
+    with override_settings(USE_TZ=False, TIME_ZONE="Europe/Paris"):
+        naive = timezone.now().replace(microsecond=0) + timedelta(hours=1)
+        tasks.add.using(run_after=naive).enqueue(1, 1)
+    [job] = _jobs(engine)
+    assert job.run_at == naive.replace(tzinfo=ZoneInfo("Europe/Paris"))

@@ -172,10 +172,15 @@ class PgQueueBackend(_compat.BaseTaskBackend):  # type: ignore[misc]
             ) from None
         payload = encode_call(args, kwargs)
         encode_payload(payload, argument=f"the arguments of task {task.module_path!r}")
+        run_at = task.run_after
+        if run_at is not None and timezone.is_naive(run_at):
+            # Only without USE_TZ (validate_task refuses it otherwise): Django's naive times are
+            # in its TIME_ZONE.
+            run_at = timezone.make_aware(run_at)
         options: dict[str, Any] = {
             "queue": task.queue_name,
             "priority": pgqueue_priority(task.priority),
-            "run_at": task.run_after,
+            "run_at": run_at,
         }
         for name in _PASSED:
             value = getattr(task, name, None)
