@@ -189,7 +189,10 @@ def _running_result(backend: Any, job: Any) -> Any:
 
 def _row_of(job: Any) -> dict[str, Any]:
     with _LOCK:
-        return _ROWS.pop(job.id, {"id": job.id, "task": job.task, "queue": job.queue})
+        found = _ROWS.pop(job.id, None)
+    if found is None:  # pragma: no cover - begin() stored it
+        found = {"id": job.id, "task": job.task, "queue": job.queue, "payload": job.payload}
+    return found
 
 
 def _task_error(exc: BaseException) -> Any:
