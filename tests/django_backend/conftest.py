@@ -13,11 +13,8 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
-import signal
-import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -42,50 +39,7 @@ else:
 
     django.setup()
 
-
-@dataclass
-class Project:
-    """The test's database, as Django and as the subprocesses see it."""
-
-    env: dict[str, str]
-    tmp: Path
-
-    def manage(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "manage.py", *argv],
-            cwd=HERE,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-
-    def start_worker(self, *argv: str) -> subprocess.Popen[str]:
-        return subprocess.Popen(
-            [sys.executable, "manage.py", "pgqueue_worker", *argv],
-            cwd=HERE,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
-
-
-def stop(process: subprocess.Popen[str], sig: int = signal.SIGTERM) -> str:
-    """Stop a worker (bounded); its output. SIGTERM goes to the process alone (a supervisor
-    forwards it to its children), SIGKILL to its whole session."""
-    if process.poll() is None:
-        if sig == signal.SIGKILL:
-            os.killpg(process.pid, sig)
-        else:
-            process.send_signal(sig)
-    try:
-        out, _ = process.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, _ = process.communicate(timeout=10)
-    return out or ""
+    from django_project import Project
 
 
 @pytest.fixture

@@ -7,11 +7,10 @@ from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
-from conftest import stop
+from django_project import FAST, finished, stop, wait_until
 from djapp import tasks
 from djapp.models import Note
 from sqlalchemy import Engine, text
-from test_django_worker import FAST, finished, wait_until
 
 from pgqueue.contrib.django import _compat
 

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.db import transaction
 from django.utils import timezone
+from django_project import failing_view
 from djapp import tasks
 from djapp.models import Note
 from sqlalchemy import Engine, text
@@ -24,14 +25,6 @@ def _jobs(engine: Engine) -> list[Any]:
                 text("SELECT id, task, queue, priority, payload, run_at FROM jobs ORDER BY id")
             )
         )
-
-
-def failing_view() -> None:
-    """A view that writes a row, enqueues a task, then fails: its transaction rolls back."""
-    with transaction.atomic():
-        Note.objects.create(text="rolled back")
-        tasks.add.enqueue(1, 2)
-        raise RuntimeError("the view fails")
 
 
 def test_rollback_leaves_no_job_and_commit_keeps_it(project: Any, engine: Engine) -> None:

@@ -9,12 +9,13 @@ import urllib.request
 from typing import Any
 
 import pytest
-from conftest import stop
 from django.contrib.auth.models import User
 from django.contrib.sessions.backends.db import SessionStore
 from django.core.asgi import get_asgi_application
 from django.core.management import call_command
+from django_project import HERE, stop
 from djapp import tasks
+from sqlalchemy import Engine
 from starlette.testclient import TestClient
 
 from pgqueue.contrib.django.dashboard import with_dashboard
@@ -29,13 +30,13 @@ def _session_of(user: Any) -> str:
     return str(session.session_key)
 
 
-def test_mounted_dashboard_is_for_staff_only(project: Any) -> None:
+def test_mounted_dashboard_is_for_staff_only(project: Any, engine: Engine) -> None:
     call_command("migrate", "auth", verbosity=0)
     call_command("migrate", "sessions", verbosity=0)
     staff = User.objects.create_user("ops", password="x", is_staff=True)
     plain = User.objects.create_user("bob", password="x")
     tasks.add.enqueue(1, 2)
-    app = with_dashboard(get_asgi_application(), prefix="/pgqueue")
+    app = with_dashboard(get_asgi_application(), prefix="/pgqueue", engine=engine)
     with TestClient(app, base_url="http://localhost") as client:
         assert client.get("/hello/").text == "hello from django"
         anonymous = client.get("/pgqueue/", follow_redirects=False)
@@ -60,8 +61,6 @@ def _free_port() -> int:
 def test_manage_py_pgqueue_web_serves_the_dashboard(project: Any) -> None:
     import subprocess
     import sys
-
-    from conftest import HERE
 
     port = _free_port()
     server = subprocess.Popen(

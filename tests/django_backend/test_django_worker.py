@@ -6,48 +6,22 @@ from __future__ import annotations
 
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import stop
 from django.db import transaction
 from django.utils import timezone
+from django_project import FAST, failing_view, finished, stop, wait_until
 from djapp import tasks
 from djapp.models import Note
 from sqlalchemy import Engine, text
-from test_django_backend import failing_view
 
 from pgqueue.contrib.django import _compat
 
 pytestmark = [pytest.mark.processes]
 
 Status = _compat.TaskResultStatus
-#: Fast workers: a short poll, and a lease (the reaper runs every half lease) for the kill test.
-FAST = ("--poll-interval", "0.2s", "--lease", "2s", "--concurrency", "2")
-
-
-def wait_until(check: Callable[[], Any], timeout: float = 60, worker: Any = None) -> Any:
-    """``check()`` once true (bounded); a worker that exited meanwhile fails at once."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        if worker is not None and worker.poll() is not None:
-            raise AssertionError(f"the worker exited: {stop(worker)}")
-        time.sleep(0.05)
-    raise AssertionError(f"not true within {timeout} s")
-
-
-def finished(task: Any, result_id: str) -> Callable[[], Any]:
-    def check() -> Any:
-        got = task.get_result(result_id)
-        return got if got.is_finished else None
-
-    return check
 
 
 def test_committed_job_runs_on_the_worker_and_get_result_is_successful(

@@ -21,10 +21,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
 from importlib import import_module
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from asgiref.sync import sync_to_async
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Any, Any], Awaitable[None]]
@@ -93,28 +96,39 @@ async def _answer(send: Any, status: int, headers: list[tuple[bytes, bytes]], bo
     await send({"type": "http.response.body", "body": body})
 
 
-def dashboard(database: str = "default", **options: Any) -> ASGIApp:
+def dashboard(
+    database: str = "default", *, engine: Engine | None = None, **options: Any
+) -> ASGIApp:
     """The dashboard of ``DATABASES[database]``'s pgqueue schema, for staff only.
 
-    ``options`` are :func:`pgqueue.web.create_app`'s (``read_only``, ``allowed_hosts``,
-    ``secret``...). Its engine is its own (``pool_pre_ping``: a dashboard idles for hours).
+    ``engine``: the SQLAlchemy engine it reads through, which the caller owns (disposes);
+    default: one of its own on the database's URL, with ``pool_pre_ping`` (a dashboard idles for
+    hours), kept for the life of the process. ``options`` are :func:`pgqueue.web.create_app`'s
+    (``read_only``, ``allowed_hosts``, ``secret``...).
     """
     from sqlalchemy import create_engine
 
     import pgqueue.web
     from pgqueue.contrib.django._bridge import database_url
 
-    engine = create_engine(database_url(database), pool_pre_ping=True)
+    if engine is None:
+        engine = create_engine(database_url(database), pool_pre_ping=True)
     return staff_only(pgqueue.web.create_app(engine, **options))
 
 
 def with_dashboard(
-    django_app: ASGIApp, prefix: str = "/pgqueue", database: str = "default", **options: Any
+    django_app: ASGIApp,
+    prefix: str = "/pgqueue",
+    database: str = "default",
+    *,
+    engine: Engine | None = None,
+    **options: Any,
 ) -> ASGIApp:
-    """Django's ASGI application with the staff-only dashboard mounted at ``prefix``."""
+    """Django's ASGI application with the staff-only dashboard (:func:`dashboard`) mounted at
+    ``prefix``."""
     from starlette.applications import Starlette
     from starlette.routing import Mount
 
-    inner = dashboard(database, **options)
+    inner = dashboard(database, engine=engine, **options)
     routes = [Mount(prefix.rstrip("/"), app=inner), Mount("", app=django_app)]
     return Starlette(routes=routes)
