@@ -20,6 +20,7 @@ from sqlalchemy import Connection
 from pgqueue._base.connections import WORKER_PREFIX
 from pgqueue._base.readable import Unreadable as Unreadable  # returned by the readers below
 from pgqueue._base.readable import decoded
+from pgqueue._base.schedule import scheduled_for
 from pgqueue._base.validation import check_job_id, check_positive_int
 from pgqueue._sql.reads import JOB_COLUMNS as JOB_COLUMNS
 from pgqueue._sql.reads import MAX_SEARCH_CHARS as MAX_SEARCH_CHARS
@@ -27,12 +28,16 @@ from pgqueue._sql.reads import (
     OLDEST_SNAPSHOT,
     SCHEMA_PRESENT,
     TABLE_STATS,
+    WORKFLOW_IDS,
     job_links_statement,
     job_statement,
     job_statuses_statement,
     key_holders_statement,
+    periodic_last_jobs_statement,
     queue_overview_statement,
     queue_stats_statement,
+    workflow_edges_statement,
+    workflow_nodes_statement,
 )
 from pgqueue._sql.reads import (
     connected_workers_statement as connected_workers_statement,  # public: its plan is checked
@@ -44,6 +49,7 @@ from pgqueue._sql.reads import get_job_statement as get_job_statement  # public,
 from pgqueue._sql.reads import list_jobs_statement as list_jobs_statement  # public, as above
 from pgqueue.flow import Rate
 from pgqueue.models import JobState, JobStatus
+from pgqueue.results import PeriodicRow
 
 
 def list_jobs(
@@ -323,3 +329,50 @@ def connected_workers(conn: Connection) -> list[dict[str, Any]]:
             host, _, pid = row["name"].removeprefix(WORKER_PREFIX).rpartition(":")
             row["host"], row["pid"] = host or None, int(pid) if pid.isdigit() else None
     return rows
+
+
+def periodic_last_jobs(conn: Connection, rows: list[PeriodicRow]) -> dict[str, dict[str, Any]]:
+    """``{name: {"id", "status"}}``: the job each definition of ``rows`` enqueued for its last
+    tick, found by the headers every periodic job carries (``periodic``, ``scheduled_for``);
+    absent when there is none (not fired yet, or purged).
+
+    .. versionadded:: 0.1.0
+    """
+    fired = [r for r in rows if r.last_tick is not None]
+    if not fired:
+        return {}
+    params = {
+        "names": [r.name for r in fired],
+        "queues": [r.queue for r in fired],
+        "ticks": [scheduled_for(r.last_tick, r.timezone) for r in fired if r.last_tick],
+    }
+    result = conn.execute(periodic_last_jobs_statement(), params)
+    return {row.name: {"id": row.id, "status": row.status} for row in result}
+
+
+#: Most jobs :func:`workflow` reads: a graph of more says it was cut.
+WORKFLOW_LIMIT = 500
+
+
+def workflow(conn: Connection, job_id: int, limit: int = WORKFLOW_LIMIT) -> dict[str, Any]:
+    """The workflow of job ``job_id``: every job linked to it by ``depends_on`` either way, at
+    most ``limit``, for the dashboard's graph. Returns ``{"nodes": [{"id", "queue", "task",
+    "status"}, ...] by id, "edges": [(depends_on, job_id), ...], "cut": bool}`` (``cut``: the
+    workflow has more jobs than ``limit``; the first ones walked from the job are shown).
+
+    .. versionadded:: 0.1.0
+    """
+    job_id = check_job_id(job_id)
+    limit = check_positive_int("limit", limit)
+    ids = [int(r.id) for r in conn.execute(WORKFLOW_IDS, {"job_id": job_id, "limit": limit + 1})]
+    cut = len(ids) > limit
+    ids = ids[:limit]
+    nodes = [
+        {"id": int(r.id), "queue": r.queue, "task": r.task, "status": str(r.status)}
+        for r in conn.execute(workflow_nodes_statement(), {"ids": ids})
+    ]
+    edges = [
+        (int(r.depends_on), int(r.job_id))
+        for r in conn.execute(workflow_edges_statement(), {"ids": ids})
+    ]
+    return {"nodes": sorted(nodes, key=lambda n: int(n["id"])), "edges": edges, "cut": cut}

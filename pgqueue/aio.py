@@ -34,6 +34,7 @@ from pgqueue import waiting as _waiting
 from pgqueue import workflows as _workflows
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import flow_calls as _flow_calls
+from pgqueue._sql import log_calls as _log_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue._sql import retention_calls as _retention_calls
 from pgqueue._sql.runners import adrive, arun
@@ -56,6 +57,7 @@ from pgqueue.results import (
     EnqueuedJob,
     FailResult,
     JobResult,
+    LogLine,
     PeriodicRow,
     ReapedJob,
 )
@@ -87,6 +89,7 @@ __all__ = [
     "fetch_result",
     "forget_queue_settings",
     "group",
+    "job_logs",
     "pause",
     "periodic_states",
     "purge",
@@ -173,6 +176,13 @@ async def complete(conn: AsyncExecutor, job_id: int, attempts: int) -> bool:
 async def fetch_result(conn: AsyncExecutor, job_id: int) -> JobResult | None:
     """A job's status, result, progress and error; see :func:`pgqueue.repository.fetch_result`."""
     return await arun(conn, _calls.fetch_result(job_id))
+
+
+async def job_logs(
+    conn: AsyncExecutor, job_id: int, *, attempt: int | None = None
+) -> list[LogLine]:
+    """A job's log lines; see :func:`pgqueue.repository.job_logs`."""
+    return await arun(conn, _log_calls.job_lines(job_id, attempt))
 
 
 async def extend_lease(

@@ -28,15 +28,17 @@ roles get only DML:
   it stops); ``SELECT, UPDATE`` on ``jobs_queues`` (the claim reads a queue's pause and limits
   and moves its rate window); ``DELETE`` on ``jobs`` and ``SELECT, INSERT, UPDATE`` on
   ``jobs_retention`` (pgqueue_0016: workers delete the finished jobs past their queue's
-  retention, noting each visit in the queue's row; ``Worker(prune=False)`` needs neither).
+  retention, noting each visit in the queue's row; ``Worker(prune=False)`` needs neither);
+  ``SELECT, INSERT, UPDATE, DELETE`` on ``jobs_logs`` (pgqueue_0018: the jobs' log lines,
+  upserted by the outcome and heartbeat statements, deleted with their jobs by the pruner).
   ``LISTEN`` needs no privilege.
 - monitor (``doctor``, ``stats``, ``periodic``, ``queues``, ``retention``): ``pg_monitor`` to see
   every session, ``SELECT`` on ``jobs``, ``jobs_periodic``, ``jobs_workers``, ``jobs_queues``,
-  ``jobs_dependencies``, ``jobs_retention`` and ``alembic_version``.
+  ``jobs_dependencies``, ``jobs_retention``, ``jobs_logs`` and ``alembic_version``.
 
 Each role gets ``USAGE`` on the schema. ``purge``, ``retry``, ``cancel`` and ``unblock`` are
-maintenance: run them as the owner, or grant ``DELETE`` (purge) and ``UPDATE`` (retry, cancel,
-unblock; which also read ``jobs_dependencies``) to a role of yours;
+maintenance: run them as the owner, or grant ``DELETE`` (purge: on ``jobs`` and ``jobs_logs``)
+and ``UPDATE`` (retry, cancel, unblock; which also read ``jobs_dependencies``) to a role of yours;
 so is ``pgqueue periodic --remove`` (``DELETE`` on ``jobs_periodic``), and so are ``pause``,
 ``resume`` and ``set_queue_limits`` (``SELECT, INSERT, UPDATE`` on ``jobs_queues``: they upsert
 the queue's row), and ``set_retention`` (``SELECT, INSERT, UPDATE`` on ``jobs_retention``).
@@ -116,6 +118,7 @@ def grants_sql(
     version = sql.SQL("{}.alembic_version").format(place)
     edges = sql.SQL("{}.jobs_dependencies").format(place)
     retention = sql.SQL("{}.jobs_retention").format(place)
+    logs = sql.SQL("{}.jobs_logs").format(place)
     lines: list[sql.Composable] = []
     roles = {
         "role_producer": producer,
@@ -154,10 +157,13 @@ def grants_sql(
             lines.append(
                 sql.SQL("GRANT SELECT, INSERT, UPDATE ON {} TO {};").format(retention, who)
             )
+            lines.append(
+                sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {};").format(logs, who)
+            )
         else:
             lines.append(
-                sql.SQL("GRANT SELECT ON {}, {}, {}, {}, {}, {}, {} TO {};").format(
-                    jobs, periodic, workers, queues, edges, retention, version, who
+                sql.SQL("GRANT SELECT ON {}, {}, {}, {}, {}, {}, {}, {} TO {};").format(
+                    jobs, periodic, workers, queues, edges, retention, logs, version, who
                 )
             )
             lines.append(sql.SQL("GRANT pg_monitor TO {};").format(who))

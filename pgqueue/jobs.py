@@ -22,6 +22,7 @@ from sqlalchemy import Connection, Engine
 
 from pgqueue import repository
 from pgqueue._base.events import stopping_event
+from pgqueue._base.joblog import LogBuffer
 from pgqueue._base.validation import check_queue, check_snooze_delay, encode_payload
 from pgqueue.enqueue_options import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from pgqueue.errors import (
@@ -55,15 +56,30 @@ class JobMarks:
     once, so another thread reads a number and its text together.
     """
 
-    __slots__ = ("cancelled", "lease_lost", "progress", "progress_written")
+    __slots__ = ("cancelled", "capture", "lease_lost", "logs", "progress", "progress_written")
 
     def __init__(self) -> None:
         self.lease_lost = False
         self.cancelled = False
+        #: Whether the ``logging`` records of the handler's thread or task are recorded as the
+        #: job's lines (``Worker(capture_logs=True)``: set by the runtime when it holds the job).
+        self.capture = False
+        #: The attempt's lines (:class:`~pgqueue._base.joblog.LogBuffer`), made by the first.
+        self.logs: LogBuffer | None = None
         #: ``(number, JSON text)`` of the last :meth:`JobContext.set_progress`, ``None`` before.
         self.progress: tuple[int, str] | None = None
         #: The number of the last progress written to the row (by a heartbeat or the completion).
         self.progress_written = 0
+
+    def lines(self) -> LogBuffer:
+        """The attempt's line buffer, made on first use (jobs that log nothing have none)."""
+        logs = self.logs
+        if logs is None:
+            with _LOGS_MADE:
+                logs = self.logs
+                if logs is None:
+                    logs = self.logs = LogBuffer()
+        return logs
 
     def pending_progress(self) -> tuple[int, str] | None:
         """The last progress set and not yet written, as ``(number, JSON text)``, else ``None``."""
@@ -76,6 +92,10 @@ class JobMarks:
         """The progress numbered ``number`` (from :meth:`pending_progress`) is on the row now."""
         if number > self.progress_written:
             self.progress_written = number
+
+
+#: Guards the first line of a job: its handler's thread and a task it started may both log.
+_LOGS_MADE = threading.Lock()
 
 
 @dataclass(eq=False)
@@ -169,6 +189,23 @@ class JobContext:
         marks = self._marks
         previous = marks.progress
         marks.progress = (1 if previous is None else previous[0] + 1, text)
+
+    def log(self, message: str, **fields: Any) -> None:
+        """Record a line in the job's log, for this attempt: level ``info``, ``message``, and
+        ``fields`` stored as JSON (``pgqueue show ID --logs``, :func:`pgqueue.job_logs`, the
+        dashboard's job page).
+
+        The line is buffered in the worker and written with the job's outcome, or by the
+        heartbeat while the job runs on (no statement of its own). An attempt keeps its last
+        1,000 lines / 256 KiB (the oldest are dropped and counted); passwords in URLs are masked;
+        a message or fields no client could read (bad UTF-8, a cyclic or unencodable field) are
+        stored as their ``repr``: a line never fails the job. The fields are encoded when the
+        line is written, not when it is recorded (a line costs the handler about a
+        microsecond): pass values, not objects the handler goes on changing.
+
+        .. versionadded:: 0.1.0
+        """
+        self._marks.lines().add("info", message, fields, None)
 
     def dependency_results(self) -> dict[int, JobResult]:
         """``{job_id: JobResult}`` of every job this one depends on (``depends_on``, or the

@@ -16,6 +16,7 @@ from pgqueue import enqueue_options as _options
 from pgqueue import retry_policy
 from pgqueue._sql import calls as _calls
 from pgqueue._sql import flow_calls as _flow_calls
+from pgqueue._sql import log_calls as _log_calls
 from pgqueue._sql import periodic_calls as _periodic_calls
 from pgqueue._sql import retention_calls as _retention_calls
 from pgqueue._sql.runners import Executor
@@ -31,6 +32,7 @@ from pgqueue.results import (
     EnqueuedJob,
     FailResult,
     JobResult,
+    LogLine,
     PeriodicRow,
     ReapedJob,
 )
@@ -62,6 +64,7 @@ __all__ = [
     "fail",
     "fetch_result",
     "forget_queue_settings",
+    "job_logs",
     "lock_queue_settings",
     "pause",
     "periodic_states",
@@ -265,6 +268,21 @@ def dependency_results(conn: Executor, job_id: int) -> dict[int, JobResult]:
     .. versionadded:: 0.1.0
     """
     return _run(conn, _calls.dependency_results(job_id))
+
+
+def job_logs(conn: Executor, job_id: int, *, attempt: int | None = None) -> list[LogLine]:
+    """The log lines job ``job_id`` recorded (:meth:`pgqueue.JobContext.log`, and the
+    ``logging`` records a worker with ``capture_logs=True`` captured), oldest attempt first and
+    each attempt's in the order recorded; only attempt ``attempt``'s when given. ``[]`` for a job
+    with no lines (or an unknown id). The list is a :class:`pgqueue.results.LogLines`: its
+    ``dropped`` says how many older lines each attempt's bound (1,000 lines / 256 KiB) dropped.
+
+    A running job's lines are those the worker's last heartbeat wrote; a finished job's are all
+    of them. One ``SELECT`` by primary key in the caller's transaction.
+
+    .. versionadded:: 0.1.0
+    """
+    return _run(conn, _log_calls.job_lines(job_id, attempt))
 
 
 def extend_lease(

@@ -192,3 +192,42 @@ class JobResult:
     def succeeded(self) -> bool:
         """``done``: :attr:`value` is what the job returned."""
         return self.status == "done"
+
+
+@dataclass(frozen=True)
+class LogLine:
+    """One line of a job's log (:func:`pgqueue.job_logs`).
+
+    Attributes:
+        time: When the line was recorded (the worker's clock, UTC).
+        attempt: The attempt that recorded it.
+        level: ``"info"`` for :meth:`pgqueue.JobContext.log`; a captured ``logging`` record's
+            level in lower case (``"warning"``, ``"error"`` ...).
+        message: The message, its passwords masked (a message no client could read: its repr).
+        fields: The line's fields as stored JSON (``{}`` for none; a captured record has none).
+        logger: The logger's name for a captured record, ``None`` for a ``job.log`` line.
+
+    .. versionadded:: 0.1.0
+    """
+
+    time: datetime
+    attempt: int
+    level: str
+    message: str
+    fields: dict[str, Any]
+    logger: str | None
+
+
+class LogLines(list[LogLine]):
+    """The lines :func:`pgqueue.job_logs` returns, oldest attempt first, each attempt's in the
+    order recorded; ``dropped`` says how many older lines each attempt's bound dropped (by
+    attempt, only those that dropped any).
+
+    .. versionadded:: 0.1.0
+    """
+
+    dropped: dict[int, int]
+
+    def __init__(self, lines: list[LogLine] | None = None, dropped: dict[int, int] | None = None):
+        super().__init__(lines or [])
+        self.dropped = dropped or {}

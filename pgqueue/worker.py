@@ -10,10 +10,10 @@ claim replayed on the driver by ``replay`` and its queues' pauses and limits fol
 retention (``pruner``), the handler timeouts (``deadlines``, enforced by the ``watchdog``),
 the retried short transaction
 (``transient``), what a loop does with an unexpected error (``faults``), the liveness pulses
-(``pulse``), the stop signals (``signals``), the worker's row (``registration``) and the outcome
-table (``outcomes``), meeting in ``runtime``. Every statement the components send goes through
-the worker's door, ``store``, or the users' functions it shares with them (claim, complete,
-fail, snooze, reap).
+(``pulse``), the stop signals (``signals``), the worker's row (``registration``), the jobs' log
+lines (``capture``) and the outcome table (``outcomes``), meeting in ``runtime``. Every
+statement the components send goes through the worker's door, ``store``, or the users'
+functions it shares with them (claim, complete, fail, snooze, reap).
 
 .. versionadded:: 0.1.0
 """
@@ -45,7 +45,7 @@ from pgqueue._base.validation import (
     check_seconds,
     check_threads,
 )
-from pgqueue._worker import store
+from pgqueue._worker import capture, store
 from pgqueue._worker.claimer import Claimer, ClaimerOptions, Intake
 from pgqueue._worker.completer import FLUSH_SIZE, Completer
 from pgqueue._worker.deadlines import Deadlines
@@ -195,6 +195,12 @@ class Worker:
             in the job's ``errors``) on the lines after its log line: the retry's at WARNING,
             the final failure's at ERROR. Default True; False logs the one-line error only (the
             traceback is stored either way).
+        capture_logs: Record every ``logging`` record at INFO or above that a handler's own
+            thread or task emits while it runs as a line of the job's log (with its level and
+            logger name; it still reaches the normal handlers), beside the lines of
+            :meth:`pgqueue.JobContext.log`. A record must pass its logger's level first: one
+            below the effective level (WARNING for the root logger unless configured) is never
+            made. Default True; ``pgqueue worker --no-capture-logs``.
         default_timeout: The execution timeout of a job without its own (``timeout=`` of
             :func:`pgqueue.enqueue`), a ``timedelta`` or seconds. Default None: such a job may
             run for ever. The clock starts when the attempt starts; at the timeout an async
@@ -256,6 +262,7 @@ class Worker:
         health_host: str = DEFAULT_HOST,
         stuck_after: timedelta | float = DEFAULT_STUCK_AFTER,
         log_tracebacks: bool = True,
+        capture_logs: bool = True,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         prune: bool = True,
         force_bounds: bool = False,
@@ -349,6 +356,9 @@ class Worker:
         if not isinstance(log_tracebacks, bool):
             raise InvalidArgumentTypeError("log_tracebacks", "a bool", log_tracebacks)
         self.log_tracebacks = log_tracebacks
+        if not isinstance(capture_logs, bool):
+            raise InvalidArgumentTypeError("capture_logs", "a bool", capture_logs)
+        self.capture_logs = capture_logs
         self.default_timeout = (
             None if default_timeout is None else check_seconds("default_timeout", default_timeout)
         )
@@ -486,6 +496,8 @@ class Worker:
         )
         if self._hooks is not None:
             self._hooks.worker_started(self)
+        if self.capture_logs:
+            capture.install()
         try:
             registration.add()
             watchdog.start()
@@ -545,6 +557,8 @@ class Worker:
             if pruner is not None:
                 pruner.join(5.0)
             registration.remove()
+            if self.capture_logs:
+                capture.uninstall()
             restore()
             if self._hooks is not None:
                 self._hooks.worker_stopped(self)
@@ -674,6 +688,7 @@ class Worker:
             completer=completer,
             wake_async=wake_async,
             log_tracebacks=self.log_tracebacks,
+            capture_logs=self.capture_logs,
             split=self._dispatch.split,
             engine=self.engine,
             deadlines=Deadlines(self.default_timeout, self.timeout_grace),

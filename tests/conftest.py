@@ -66,6 +66,7 @@ PROCESS_FILES = (
     "tests/integration/test_workflow_processes.py",
     "tests/pooler/test_pgbouncer.py",
     "tests/web/test_browser.py",
+    "tests/web/test_browser_pages.py",
     "tests/test_bench_smoke.py",
     "tests/test_bench_processes_smoke.py",
     "tests/cli/test_process_smoke.py",

@@ -8,8 +8,9 @@ the forms users paste and masks their passwords in every message; ``connections`
 pgqueue's connections in ``pg_stat_activity``; ``durations`` reads and prints ``7d``, ``5m``,
 ``250ms``; ``text`` draws tables like ``psql``; ``tracebacks`` trims a failed attempt's traceback
 as ``jobs.errors`` stores it; ``embedded`` starts a throwaway PostgreSQL for ``pgqueue demo``;
-``events`` builds the per-job ``stopping`` event cheaply; ``distribution`` is the name pgqueue is
-published under, for the install lines messages print.
+``events`` builds the per-job ``stopping`` event cheaply; ``joblog`` buffers one attempt's log
+lines, encoded and bounded, until a write the worker makes anyway carries them;
+``distribution`` is the name pgqueue is published under, for the install lines messages print.
 
 May import: :mod:`pgqueue.errors` and each other, nothing else of pgqueue. Anything may import
 them.

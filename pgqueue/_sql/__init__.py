@@ -8,7 +8,9 @@ dependencies of ``jobs_dependencies`` and ``limited_claim`` for the claim of a q
 ``jobs_periodic``: ``periodic_statements`` and ``periodic_calls``; ``jobs_queues``:
 ``flow_statements`` and ``flow_calls``; ``jobs_workers`` (a worker's row):
 ``worker_statements`` and ``worker_calls``; ``jobs_retention`` (how long finished jobs are kept,
-and the prune that deletes them): ``retention_statements`` and ``retention_calls``. The enqueue
+and the prune that deletes them): ``retention_statements`` and ``retention_calls``; ``jobs_logs``
+(the lines each attempt of a job recorded, written inside the worker's batched statements):
+``log_statements`` and ``log_calls``. The enqueue
 calls take the options whole, as one checked :class:`pgqueue.EnqueueOptions`.
 
 ``runners`` executes them, the only I/O here: ``run`` and ``drive`` on a connection or session,

@@ -33,7 +33,7 @@ from pgqueue._base.validation import (
     encode_payload,
     encode_payloads,
 )
-from pgqueue._sql import statements, workflow_statements
+from pgqueue._sql import log_statements, statements, workflow_statements
 from pgqueue._sql.driver_errors import DriverError, classify, unique_key_error
 from pgqueue.enqueue_options import EnqueueOptions
 from pgqueue.errors import (
@@ -420,7 +420,7 @@ def purge_done(
     if queue is not None:
         params["queue_name"] = check_queue(queue)
     stmt = statements.purge_statement(status, by_queue=queue is not None)
-    return Call(stmt, params, _rowcount)
+    return Call(log_statements.with_lines_deleted(stmt), params, _scalar_int)
 
 
 def retry(job_ids: Iterable[int], attempts: int) -> Plan[list[int]]:

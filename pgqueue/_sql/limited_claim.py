@@ -45,6 +45,8 @@ from sqlalchemy import (
     literal_column,
     null,
     select,
+    true,
+    union_all,
 )
 
 from pgqueue._sql.calls import Call, claim
@@ -54,6 +56,7 @@ from pgqueue._sql.statements import (
     claim_statement,
     claim_values,
     ready_ids,
+    ready_levels,
     statement_lock_timeout,
     status_literal,
 )
@@ -138,8 +141,9 @@ def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
     limit): each key's ready jobs are ranked after its running ones, and only ranks up to
     ``per_key`` are candidates, so a key with a long backlog takes its share and the next keys'
     first jobs come in the same claim (no head-of-line blocking); jobs without a key are not
-    limited by it. That variant reads every ready job of the queue once per claim (a window
-    over them); the plain variant walks ``jobs_ready_idx`` as the unlimited claim does.
+    limited by it. That variant probes ``jobs_ready_key_idx`` once per key with queued jobs
+    (:func:`_per_key_ids`), never the whole backlog; the plain variant walks ``jobs_ready_idx``
+    as the unlimited claim does.
     """
     q = queues
     fresh = q.c.rate_limit.is_not(None) & ~_window_open()
@@ -203,8 +207,71 @@ def settings_value(column: Any) -> Any:
     return select(column).scalar_subquery()
 
 
+#: How many ready jobs of a ``per_key`` queue, in claim order, a claim looks through for jobs
+#: without a key (the keyed ones are found per key, through ``jobs_ready_key_idx``).
+UNKEYED_LOOKAHEAD = 1000
+
+
+def _ready_keys() -> Any:
+    """Every key with a queued job in the queue, each found by one probe of
+    ``jobs_ready_key_idx`` (a loose index scan): the claim's cost follows the keys, not the
+    backlog."""
+    keyed = (
+        jobs.c.queue == _queue(),
+        jobs.c.status == status_literal(JobStatus.QUEUED),
+        jobs.c.concurrency_key.is_not(None),
+    )
+    first = (
+        select(jobs.c.concurrency_key)
+        .where(*keyed)
+        .order_by(jobs.c.concurrency_key)
+        .limit(literal_column("1"))
+    )
+    keys = select(first.scalar_subquery().label("key")).cte("ready_keys", recursive=True)
+    following = (
+        select(jobs.c.concurrency_key)
+        .where(*keyed, jobs.c.concurrency_key > keys.c.key)
+        .order_by(jobs.c.concurrency_key)
+        .limit(literal_column("1"))
+        .scalar_subquery()
+    )
+    return keys.union_all(select(following.label("key")).where(keys.c.key.is_not(None)))
+
+
+def _ahead() -> Any:
+    """The first :data:`UNKEYED_LOOKAHEAD` ready jobs of the queue in claim order, read as the
+    plain claim reads them (a range of ``jobs_ready_idx`` per priority level, under one
+    limit), not locked: where a ``per_key`` claim looks for jobs without a key."""
+    lookahead: Any = literal_column(str(UNKEYED_LOOKAHEAD))
+    levels = ready_levels()
+    level = (
+        select(jobs.c.id, jobs.c.priority, jobs.c.run_at, jobs.c.concurrency_key)
+        .where(
+            jobs.c.queue == _queue(),
+            jobs.c.priority == levels.c.level,
+            jobs.c.status == status_literal(JobStatus.QUEUED),
+            jobs.c.run_at <= func.now(),
+        )
+        .order_by(jobs.c.run_at)
+        .limit(lookahead)
+        .lateral("level_ahead")
+    )
+    return (
+        select(level.c.id, level.c.priority, level.c.run_at, level.c.concurrency_key)
+        .select_from(levels.join(level, true()))
+        .limit(lookahead)
+        .subquery("ahead")
+    )
+
+
 def _per_key_ids(settings: Any, take: Any) -> Select[Any]:
-    """Ready ids within ``per_key``, in claim order, at most ``take``, locked (SKIP LOCKED)."""
+    """Ready ids within ``per_key``, in claim order, at most ``take``, locked (SKIP LOCKED).
+
+    Per key with queued jobs (:func:`_ready_keys`), its first ``per_key - running`` ready jobs
+    (a range of ``jobs_ready_key_idx``), so a key with a long backlog takes its share and the
+    next keys' first jobs come in the same claim; jobs without a key from the first
+    :data:`UNKEYED_LOOKAHEAD` ready jobs of the queue (``jobs_ready_idx``). No claim reads
+    the whole backlog."""
     per_key = func.coalesce(settings_value(settings.c.per_key), _NO_LIMIT)
     held = (
         select(jobs.c.concurrency_key, func.count().label("running"))
@@ -217,33 +284,33 @@ def _per_key_ids(settings: Any, take: Any) -> Select[Any]:
         .cte("held")
         .prefix_with("MATERIALIZED")
     )
-    running = func.coalesce(held.c.running, _ZERO)
-    rank = func.row_number().over(
-        partition_by=jobs.c.concurrency_key,
-        order_by=(jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id),
+    keys = _ready_keys()
+    # At most the claim's budget per key too: a key's backlog is never read past it.
+    room = func.least(take, func.greatest(_ZERO, per_key - func.coalesce(held.c.running, _ZERO)))
+    ready = (jobs.c.status == status_literal(JobStatus.QUEUED), jobs.c.run_at <= func.now())
+    order = (jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
+    of_key = (
+        select(jobs.c.id, jobs.c.priority, jobs.c.run_at)
+        .where(jobs.c.queue == _queue(), jobs.c.concurrency_key == keys.c.key, *ready)
+        .order_by(*order)
+        .limit(room)
+        .lateral("of_key")
     )
-    ranked = (
-        select(
-            jobs.c.id,
-            jobs.c.concurrency_key,
-            jobs.c.priority,
-            jobs.c.run_at,
-            (rank + running).label("rank"),
+    keyed = (
+        select(of_key.c.id, of_key.c.priority, of_key.c.run_at)
+        .select_from(
+            keys.outerjoin(held, held.c.concurrency_key == keys.c.key).join(of_key, true())
         )
-        .select_from(jobs.outerjoin(held, held.c.concurrency_key == jobs.c.concurrency_key))
-        .where(
-            jobs.c.queue == _queue(),
-            jobs.c.status == status_literal(JobStatus.QUEUED),
-            jobs.c.run_at <= func.now(),
-            running < per_key,  # a key already at its limit is left out before the sort
-        )
-        .cte("ranked")
-        .prefix_with("MATERIALIZED")
+        .where(keys.c.key.is_not(None))
     )
+    ahead = _ahead()
+    unkeyed = select(ahead.c.id, ahead.c.priority, ahead.c.run_at).where(
+        ahead.c.concurrency_key.is_(None)
+    )
+    candidates = union_all(keyed, unkeyed).cte("candidates").prefix_with("MATERIALIZED")
     chosen = (
-        select(ranked.c.id)
-        .where(ranked.c.concurrency_key.is_(None) | (ranked.c.rank <= per_key))
-        .order_by(ranked.c.priority.desc(), ranked.c.run_at, ranked.c.id)
+        select(candidates.c.id)
+        .order_by(candidates.c.priority.desc(), candidates.c.run_at, candidates.c.id)
         .limit(take)
     )
     return (

@@ -43,7 +43,7 @@ from sqlalchemy import (
     union_all,
 )
 from sqlalchemy import Text as TextType
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.sql.elements import Label
 from sqlalchemy.sql.expression import column
 
@@ -725,4 +725,73 @@ def other_queues_statement(queue: str) -> Select[Any]:
         .where(jobs.c.queue != queue)
         .group_by(jobs.c.queue)
         .order_by(jobs.c.queue)
+    )
+
+
+# -- the dashboard: periodic definitions ----------------------------------------------------------
+
+
+def periodic_last_jobs_statement() -> Select[Any]:
+    """The job each periodic definition enqueued for its last tick: ``name, id, status`` for the
+    arrays ``:names``, ``:queues`` and ``:ticks`` (the ``scheduled_for`` header's text of each
+    last tick), a definition without such a job absent. One walk per definition of its queue's
+    jobs, newest id first, stopping at the first match."""
+    wanted = (
+        func.unnest(
+            bindparam("names", type_=ARRAY(TextType)),
+            bindparam("queues", type_=ARRAY(TextType)),
+            bindparam("ticks", type_=ARRAY(TextType)),
+        )
+        .table_valued("name", "queue", "tick")
+        .render_derived(name="wanted")
+    )
+    marks = func.jsonb_build_object(
+        literal("periodic", TextType),
+        wanted.c.name,
+        literal("scheduled_for", TextType),
+        wanted.c.tick,
+    )
+    last = (
+        select(jobs.c.id, JOB_STATE.label("status"))
+        .where(jobs.c.queue == wanted.c.queue, jobs.c.headers.op("@>")(marks))
+        .order_by(jobs.c.id.desc())
+        .limit(1)
+        .lateral("last")
+    )
+    return select(wanted.c.name, last.c.id, last.c.status).select_from(wanted.join(last, true()))
+
+
+# -- the dashboard: a job's workflow ---------------------------------------------------------------
+
+#: Every job linked to ``:job_id`` by ``depends_on`` either way (its workflow), at most
+#: ``:limit``: a recursive walk of the edges, each step one probe of the edges' primary key
+#: (``depends_on`` leading) or ``jobs_dependencies_job_id_idx``; ``UNION`` drops the jobs seen, so
+#: it ends, and the ``LIMIT`` stops it early on a vast workflow. Text: a recursive CTE whose one
+#: self-reference joins on either column.
+WORKFLOW_IDS = text(
+    """
+    WITH RECURSIVE linked(id) AS (
+        SELECT CAST(:job_id AS bigint)
+        UNION
+        SELECT CASE WHEN d.job_id = l.id THEN d.depends_on ELSE d.job_id END
+        FROM linked l JOIN jobs_dependencies d ON d.job_id = l.id OR d.depends_on = l.id
+    )
+    SELECT id FROM linked LIMIT :limit
+    """
+)
+
+
+def workflow_nodes_statement() -> Select[Any]:
+    """The jobs ``:ids``: ``id, queue, task, status`` (its :class:`pgqueue.JobState`)."""
+    return select(jobs.c.id, jobs.c.queue, jobs.c.task, JOB_STATE.label("status")).where(
+        jobs.c.id == func.any(bindparam("ids", type_=ARRAY(BigInteger)))
+    )
+
+
+def workflow_edges_statement() -> Select[Any]:
+    """The edges among the jobs ``:ids``: ``depends_on, job_id``."""
+    edges = dependencies_table
+    ids = bindparam("ids", type_=ARRAY(BigInteger))
+    return select(edges.c.depends_on, edges.c.job_id).where(
+        edges.c.job_id == func.any(ids), edges.c.depends_on == func.any(ids)
     )

@@ -12,6 +12,7 @@ from typing import Any
 
 from sqlalchemy import Result
 
+from pgqueue._sql import log_statements
 from pgqueue._sql import retention_statements as statements
 from pgqueue._sql.calls import Call, Plan
 from pgqueue.retention_policy import DEFAULT_ROW, KINDS, Retention, check_retention
@@ -57,7 +58,8 @@ def take(
 
 def prune(queue: str, kind: str, kept: timedelta) -> Call[int]:
     params = {"queue_name": queue, "kept": kept}
-    return Call(statements.prune_statement(kind), params, _rowcount)
+    stmt = log_statements.with_lines_deleted(statements.prune_statement(kind))
+    return Call(stmt, params, _count)
 
 
 def entry(row: Any) -> Retention:
@@ -89,5 +91,5 @@ def _scalar_bool(result: Result[Any] | None) -> bool:
     return bool(result.scalar_one())
 
 
-def _rowcount(result: Result[Any] | None) -> int:
-    return 0 if result is None else int(result.rowcount)  # type: ignore[attr-defined]
+def _count(result: Result[Any] | None) -> int:
+    return 0 if result is None else int(result.scalar_one())

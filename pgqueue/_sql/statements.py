@@ -254,6 +254,27 @@ KEY_HOLDERS: Select[Any] = select(jobs.c.id, jobs.c.unique_key).where(
 # -- claim -----------------------------------------------------------------------------------------
 
 
+def ready_levels() -> Any:
+    """The priority levels of queue ``:queue_name`` to read, highest first (``levels.level``).
+
+    From the queue's highest queued priority (any run_at) down: one backward probe of the
+    index's first entries, so a queue whose jobs all have the default priority scans one level.
+    """
+    top = (
+        select(func.coalesce(func.max(jobs.c.priority), literal_column(str(MIN_PRIORITY))))
+        .where(
+            jobs.c.queue == bindparam("queue_name", type_=Text),
+            jobs.c.status == status_literal(JobStatus.QUEUED),
+        )
+        .scalar_subquery()
+    )
+    return (
+        func.generate_series(top, literal_column(str(MIN_PRIORITY)), literal_column("-1"))
+        .table_valued("level")
+        .render_derived(name="levels")
+    )
+
+
 def ready_ids(limit: int, *, skip_locked: bool, take: ColumnElement[Any] | None = None) -> Any:
     """Up to ``limit`` ready ids, highest priority first, oldest ``run_at`` first within one.
 
@@ -267,21 +288,7 @@ def ready_ids(limit: int, *, skip_locked: bool, take: ColumnElement[Any] | None 
     jobs (``run_at > now()``) end its scan, so a backlog of retries or delayed jobs at a high
     priority is never walked, as a single scan of ``(queue, priority, run_at)`` would walk it.
     """
-    # From the queue's highest queued priority (any run_at) down: one backward probe of the
-    # index's first entries, so a queue whose jobs all have the default priority scans one level.
-    top = (
-        select(func.coalesce(func.max(jobs.c.priority), literal_column(str(MIN_PRIORITY))))
-        .where(
-            jobs.c.queue == bindparam("queue_name", type_=Text),
-            jobs.c.status == status_literal(JobStatus.QUEUED),
-        )
-        .scalar_subquery()
-    )
-    levels = (
-        func.generate_series(top, literal_column(str(MIN_PRIORITY)), literal_column("-1"))
-        .table_valued("level")
-        .render_derived(name="levels")
-    )
+    levels = ready_levels()
     limit_literal = literal(limit, Integer, literal_execute=True)
     level = (
         select(jobs.c.id)

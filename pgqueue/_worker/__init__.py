@@ -14,7 +14,8 @@ worker whose every thread is stuck; ``transient`` retries short
 transactions; ``faults`` decides what a loop does with an error it did not expect; ``pulse`` tells
 ``/livez`` each loop's liveness; ``signals`` installs the stop handlers; ``outcomes`` is the table
 that counts, logs and names the hook of each outcome; ``registration`` writes the worker's row in
-``jobs_workers``. ``store`` is the worker's
+``jobs_workers``; ``capture`` records jobs' ``logging`` records as their log lines and says
+which lines a batch carries. ``store`` is the worker's
 door to the database: its batched statements and its row, run on the repository's runner.
 
 May import: the concept modules below the worker (:mod:`pgqueue.jobs`, :mod:`pgqueue.hooks`,

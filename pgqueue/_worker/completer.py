@@ -3,12 +3,13 @@
 Handlers hand their outcome over and return at once; one thread turns everything that arrived
 within a few milliseconds into one flush: ``complete_many``, ``fail_many`` per retry policy,
 ``snooze_many`` (only when a handler raised :class:`pgqueue.Snooze`), then one ``settled_among``
-for any job whose guard matched nothing. Each is one statement in autocommit that sets its own
-lock timeout, so a flush of completions is one round trip. A lost connection, a deadlock or a
-lock timeout retries the flush from the first statement that did not commit, so a finished job is
-not run again for want of its write. A statement the database refuses for one row's value is
-written again in halves (:mod:`pgqueue._worker.culprits`): the other outcomes land, and the job
-whose write was refused fails for good, saying what was refused and why.
+for any job whose guard matched nothing. The jobs' log lines ride on the same statements
+(:mod:`pgqueue._worker.capture`): none of their own. Each is one statement in autocommit that
+sets its own lock timeout, so a flush of completions is one round trip. A lost connection, a
+deadlock or a lock timeout retries the flush from the first statement that did not commit, so a
+finished job is not run again for want of its write. A statement the database refuses for one
+row's value is written again in halves (:mod:`pgqueue._worker.culprits`): the other outcomes
+land, and the job whose write was refused fails for good, saying what was refused and why.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from sqlalchemy import Connection, Engine
 
 from pgqueue._base.urls import error_line
 from pgqueue._worker import store
+from pgqueue._worker.capture import pending_lines
 from pgqueue._worker.culprits import Rows
 from pgqueue._worker.faults import Fatal, Faults
 from pgqueue._worker.outcomes import after_complete, after_fail, after_snooze, unmatched
@@ -137,6 +139,7 @@ class Completer:
         without the gathering wait."""
         with self._cond:
             self._hurried = True
+            self._cond.notify()  # ends a gathering wait already under way
 
     def _wake(self) -> None:
         queued = len(self._done) + len(self._failed) + len(self._snoozed)
@@ -309,8 +312,11 @@ class Flush:
         """Completions in one statement: with results and progress when one of its jobs has
         either, else the plain one (handlers that return ``None``: nothing more sent)."""
         progress = [marks_of(h.job).pending_progress() for h in done]
+        lines, _ = pending_lines(done)
         if all(h.result is None for h in done) and not any(progress):
-            return store.complete_many(conn, keys(done), lock_timeout_ms=self._lock_timeout_ms)
+            return store.complete_many(
+                conn, keys(done), lock_timeout_ms=self._lock_timeout_ms, lines=lines
+            )
         matched = store.complete_many_with_results(
             conn,
             [
@@ -318,6 +324,7 @@ class Flush:
                 for h, p in zip(done, progress, strict=True)
             ],
             lock_timeout_ms=self._lock_timeout_ms,
+            lines=lines,
         )
         for h, p in zip(done, progress, strict=True):
             if p is not None and h.job.id in matched:
@@ -333,6 +340,7 @@ class Flush:
             base=policy.base,
             cap=policy.cap,
             lock_timeout_ms=self._lock_timeout_ms,
+            lines=pending_lines(f.held for f in failures)[0],
         )
 
     def _snooze(self, conn: Connection, snoozed: list[Held]) -> set[int]:
@@ -340,6 +348,7 @@ class Flush:
             conn,
             [(h.job.id, h.job.attempts, h.snooze or timedelta(0)) for h in snoozed],
             lock_timeout_ms=self._lock_timeout_ms,
+            lines=pending_lines(snoozed)[0],
         )
 
     def _refused(self) -> list[Refusal]:

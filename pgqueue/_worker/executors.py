@@ -21,6 +21,7 @@ from pgqueue._base.tracebacks import format_traceback
 from pgqueue._base.validation import encode_payload
 from pgqueue._sql.runners import Executor
 from pgqueue._worker import store
+from pgqueue._worker.capture import pending_lines
 from pgqueue._worker.outcomes import Decision, after_complete, after_fail, after_snooze, unmatched
 from pgqueue._worker.window import Held
 from pgqueue.errors import HandlerTimeoutError, InvalidPayloadError, InvalidResultError
@@ -177,7 +178,8 @@ def settle(
 ) -> Decision:
     """Complete, snooze or fail one job in the caller's transaction and say what became of it.
 
-    A completion stores the job's result and its last progress in the same statement.
+    A completion stores the job's result and its last progress in the same statement; the
+    job's log lines, if it recorded any, follow in one more.
     """
     job = held.job
     if error is None:
@@ -209,6 +211,9 @@ def settle(
             traceback=held.traceback,
         )
         decision = after_fail(row, detail)
+    lines, _ = pending_lines([held])
+    if lines:  # alone: one statement more, in the same transaction, for a job that logged
+        store.write_lines(conn, lines)
     if decision[0] is not Outcome.LOST:
         return decision
     return unmatched(store.settled_among(conn, [held.key]).get(job.id), decision[1])

@@ -2,7 +2,9 @@
 
 Every ``lease / 3`` (or at once when :meth:`Heartbeat.poke` says a job was cancelled) it extends
 all held leases in one statement, which also writes the progress the jobs set since the last beat
-(:meth:`pgqueue.JobContext.set_progress`: coalesced, the last value of each job). A job the
+(:meth:`pgqueue.JobContext.set_progress`: coalesced, the last value of each job) and the log
+lines they recorded (:mod:`pgqueue._worker.capture`; a beat that isolates a refused progress
+leaves them to the next beat or the outcome). A job the
 extension misses was completed by its handler's own transaction, cancelled, or reaped and perhaps
 claimed by another worker; one more statement tells which, and the runtime stops the handler of a
 job that is no longer worth running. It is a thread
@@ -29,6 +31,7 @@ from sqlalchemy import Connection, Engine
 from pgqueue._base.urls import error_line
 from pgqueue._sql.driver_errors import DriverError, classify
 from pgqueue._worker import store
+from pgqueue._worker.capture import pending_lines, written
 from pgqueue._worker.culprits import Rows
 from pgqueue._worker.faults import Faults
 from pgqueue._worker.pulse import Pulse
@@ -113,6 +116,8 @@ class Heartbeat:
         # The progress jobs set since the last beat rides on the lease extension: the same
         # rows, the same one statement, however many set_progress calls there were.
         progress = [marks_of(h.job).pending_progress() for h in held]
+        lines, versions = pending_lines(held)
+        sent = [False]  # whether the statement that committed carried the lines
         bounded = self._bounded(held)
 
         def work(conn: Connection) -> Beat:
@@ -123,6 +128,7 @@ class Heartbeat:
                         (h.job.id, h.job.attempts, seconds, None if p is None else p[1])
                         for h, seconds, p in zip(held, bounded, progress, strict=True)
                     ],
+                    lines,
                 )
             elif any(progress):
                 kept = store.extend_leases_with_progress(
@@ -132,12 +138,15 @@ class Heartbeat:
                         for h, p in zip(held, progress, strict=True)
                     ],
                     self._lease,
+                    lines,
                 )
             else:
-                kept = store.extend_leases(conn, keys(held), self._lease)
+                kept = store.extend_leases(conn, keys(held), self._lease, lines)
+            sent[0] = True
             return kept, self._settled(conn, held, kept), []
 
         def isolating(conn: Connection) -> Beat:
+            sent[0] = False
             # The database refused one job's progress: every lease first, then the progress
             # in halves, each try in a savepoint, until the refused ones stand alone.
             if bounded is not None:
@@ -175,6 +184,8 @@ class Heartbeat:
         if result is None:
             return
         kept, settled, refused = result
+        if sent[0]:
+            written(versions, kept)
         for h, error in refused:
             log.warning(
                 "job %d queue=%s attempt=%d: the database refused its progress (%s); dropped",

@@ -117,8 +117,9 @@ class Pruner:
             except ProgrammingError as exc:
                 self.missing_table = True
                 fix = (
-                    "grant the worker's role DELETE on jobs and SELECT, INSERT, UPDATE on "
-                    "jobs_retention (`pgqueue grants --role-worker`), or run it with prune=False"
+                    "grant the worker's role DELETE on jobs and jobs_logs and SELECT, INSERT, "
+                    "UPDATE on jobs_retention (`pgqueue grants --role-worker`), or run it with "
+                    "prune=False"
                     if classify(exc) is DriverError.DENIED
                     else "is the jobs_retention table there? apply pgqueue's revisions up to "
                     "pgqueue_0016"

@@ -77,6 +77,7 @@ class Runtime:
         completer: Completer,
         wake_async: Callable[[], None] = lambda: None,
         log_tracebacks: bool = True,
+        capture_logs: bool = False,
         split: Callable[[Lane, list[JobContext]], list[tuple[Lane, list[JobContext]]]]
         | None = None,
         engine: Engine | None = None,
@@ -102,6 +103,8 @@ class Runtime:
         self.engine = engine
         #: Whether a failed attempt's log line carries its traceback (``Worker(log_tracebacks)``).
         self.log_tracebacks = log_tracebacks
+        #: Whether held jobs' ``logging`` records are their lines (``Worker(capture_logs)``).
+        self.capture_logs = capture_logs
         self.last_work = time.monotonic()
         #: Jobs whose end was recorded: a queue parked at a flow limit is claimed again once this
         #: moves (one of this worker's jobs left ``running``, so a slot may be free).
@@ -129,6 +132,9 @@ class Runtime:
         jobs = [JobContext.of(c, engine=engine) for c in claimed]
         if not jobs:
             return 0
+        if self.capture_logs:
+            for job in jobs:
+                marks_of(job).capture = True
         self._count_claimed(len(jobs))
         for to, some in [(lane, jobs)] if self._split is None else self._split(lane, jobs):
             self._accept(to, some)
@@ -139,6 +145,7 @@ class Runtime:
         and announced as :meth:`accept` does, and held by that thread, not the window (its row is
         locked by the transaction, so the heartbeat must not extend it). Lock held."""
         job = JobContext.of(claimed, connection=connection)
+        marks_of(job).capture = self.capture_logs
         self._count_claimed(1)
         held = Held(job, Lane.THREADS, self.last_work, State.RUNNING)
         self._announce(held)

@@ -17,8 +17,9 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from pgqueue import retry_policy
-from pgqueue._sql import calls, periodic_calls, retention_calls, worker_calls
+from pgqueue._sql import calls, log_calls, periodic_calls, retention_calls, worker_calls
 from pgqueue._sql.calls import BatchCompletion, BatchFailure
+from pgqueue._sql.log_calls import JobLines
 from pgqueue._sql.runners import Executor, run
 from pgqueue.periodic import Periodic
 from pgqueue.results import FailResult, Fired, PeriodicRow, Settled
@@ -67,14 +68,19 @@ def set_local_lock_timeout(conn: Executor, milliseconds: int) -> None:
 
 
 def complete_many(
-    conn: Executor, held: Sequence[tuple[int, int]], *, lock_timeout_ms: int | None = None
+    conn: Executor,
+    held: Sequence[tuple[int, int]],
+    *,
+    lock_timeout_ms: int | None = None,
+    lines: Sequence[JobLines] = (),
 ) -> set[int]:
     """R10 for a batch: the ids that were still ours and are now ``done``.
 
     ``lock_timeout_ms``: wait at most that long for a row lock (the statement sets it for its own
-    transaction: in autocommit, for itself alone). Default: the session's.
+    transaction: in autocommit, for itself alone). Default: the session's. ``lines``: the log
+    lines of jobs of the batch, written by the same statement (:mod:`pgqueue._sql.log_calls`).
     """
-    return run(conn, calls.complete_many(held, lock_timeout_ms))
+    return run(conn, log_calls.with_lines(calls.complete_many(held, lock_timeout_ms), lines))
 
 
 def complete_many_with_results(
@@ -82,10 +88,12 @@ def complete_many_with_results(
     completions: Sequence[BatchCompletion],
     *,
     lock_timeout_ms: int | None = None,
+    lines: Sequence[JobLines] = (),
 ) -> set[int]:
     """:func:`complete_many` for ``(job_id, attempts, result_json, progress_json)``: each job's
     result and last progress written by the same one statement (``lock_timeout_ms`` likewise)."""
-    return run(conn, calls.complete_many_with_results(completions, lock_timeout_ms))
+    call = calls.complete_many_with_results(completions, lock_timeout_ms)
+    return run(conn, log_calls.with_lines(call, lines))
 
 
 def fail_many(
@@ -95,10 +103,13 @@ def fail_many(
     base: timedelta = retry_policy.DEFAULT_RETRY_BASE,
     cap: timedelta = retry_policy.DEFAULT_RETRY_CAP,
     lock_timeout_ms: int | None = None,
+    lines: Sequence[JobLines] = (),
 ) -> dict[int, FailResult]:
     """R11 for a batch of ``(job_id, attempts, error, retry[, traceback])`` sharing one backoff,
     by id, in one statement (``lock_timeout_ms`` as for :func:`complete_many`)."""
-    return run(conn, calls.fail_many(failures, base, cap, lock_timeout_ms))
+    return run(
+        conn, log_calls.with_lines(calls.fail_many(failures, base, cap, lock_timeout_ms), lines)
+    )
 
 
 def snooze_many(
@@ -106,33 +117,49 @@ def snooze_many(
     snoozes: Sequence[tuple[int, int, timedelta]],
     *,
     lock_timeout_ms: int | None = None,
+    lines: Sequence[JobLines] = (),
 ) -> set[int]:
     """Snoozes for a batch of ``(job_id, attempts, delay)``: the ids that were still ours and are
     queued again (``lock_timeout_ms`` as for :func:`complete_many`)."""
-    return run(conn, calls.snooze_many(snoozes, lock_timeout_ms))
+    return run(conn, log_calls.with_lines(calls.snooze_many(snoozes, lock_timeout_ms), lines))
 
 
-def extend_leases(conn: Executor, held: Sequence[tuple[int, int]], lease: timedelta) -> set[int]:
-    """R14 for a batch: the ids whose lease now ends at ``now() + lease``; the rest are lost."""
-    return run(conn, calls.extend_leases(held, lease))
+def extend_leases(
+    conn: Executor,
+    held: Sequence[tuple[int, int]],
+    lease: timedelta,
+    lines: Sequence[JobLines] = (),
+) -> set[int]:
+    """R14 for a batch: the ids whose lease now ends at ``now() + lease``; the rest are lost.
+    ``lines``: the log lines running jobs recorded since the last beat, in the same statement."""
+    return run(conn, log_calls.with_lines(calls.extend_leases(held, lease), lines))
 
 
 def extend_leases_with_progress(
     conn: Executor,
     held: Sequence[tuple[int, int, str | None]],
     lease: timedelta,
+    lines: Sequence[JobLines] = (),
 ) -> set[int]:
     """:func:`extend_leases` for ``(job_id, attempts, progress_json)``: the heartbeat's one
     statement also writes the progress each job set since the last beat (``None``: keep it)."""
-    return run(conn, calls.extend_leases_with_progress(held, lease))
+    return run(conn, log_calls.with_lines(calls.extend_leases_with_progress(held, lease), lines))
 
 
 def extend_leases_bounded(
-    conn: Executor, held: Sequence[tuple[int, int, float, str | None]]
+    conn: Executor,
+    held: Sequence[tuple[int, int, float, str | None]],
+    lines: Sequence[JobLines] = (),
 ) -> set[int]:
     """:func:`extend_leases_with_progress` with a lease of its own per job, in seconds: the
     heartbeat's while a held job has a timeout (its lease ends by timeout + grace)."""
-    return run(conn, calls.extend_leases_bounded(held))
+    return run(conn, log_calls.with_lines(calls.extend_leases_bounded(held), lines))
+
+
+def write_lines(conn: Executor, lines: Sequence[JobLines]) -> None:
+    """The log lines of jobs whose outcome was written alone (transaction mode,
+    ``testing.drain``), in the caller's transaction: one statement, only for jobs that logged."""
+    run(conn, log_calls.write_lines(lines))
 
 
 def release_many(conn: Executor, held: Sequence[tuple[int, int]]) -> set[int]:

@@ -244,8 +244,18 @@ class TransactionLane(_HandlerThreads):
             with rt.lock:
                 held.abandoned = True
 
-        if not interrupter.terminate(mark):
-            return  # the handler returned meanwhile: its own transaction writes the outcome
+        try:
+            if not interrupter.terminate(mark):
+                return  # the handler returned meanwhile: its own transaction writes the outcome
+        except Exception as exc:  # not ended: the handler's own transaction writes its outcome
+            with rt.lock:
+                held.abandoned = False
+            log.warning(
+                "job %d: could not end its handler's session at timeout + grace (%s)",
+                job.id,
+                error_line(exc),
+            )
+            return
         error = HandlerTimeoutError(held.timeout or 0.0)
         detail = describe_error(error)
         try:

@@ -6,8 +6,9 @@ Exit codes: 0 success, 1 partly done or warnings (``doctor``, ``retry``, ``cance
 (bad arguments, no connection, no schema). Passwords are masked in every line printed.
 
 This module parses and dispatches; the commands live beside it in ``ops``, ``flow`` (``queues``,
-``pause``, ``resume``, ``limit``), ``retention``, ``worker`` (with the process ``supervisor``),
-``web`` and ``dev_db``, on the helpers of ``common``, and none of them imports this module back.
+``pause``, ``resume``, ``limit``), ``retention``, ``logs`` (a job's log lines), ``worker`` (with
+the process ``supervisor``), ``web`` and ``dev_db``, on the helpers of ``common``, and none of
+them imports this module back.
 ``python -m pgqueue`` and ``python -m pgqueue.cli`` (``__main__``) run :func:`run`.
 """
 
@@ -43,6 +44,7 @@ from pgqueue.cli.common import (
 )
 from pgqueue.cli.dev_db import cmd_dev_db
 from pgqueue.cli.flow import cmd_limit, cmd_pause, cmd_queues, cmd_resume, rate_arg
+from pgqueue.cli.logs import cmd_logs
 from pgqueue.cli.ops import (
     cmd_cancel,
     cmd_doctor,
@@ -178,6 +180,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="log each failed attempt's traceback with its line (default: yes)",
     )
     p.add_argument(
+        "--capture-logs",
+        action=argparse.BooleanOptionalAction,
+        help="record each job's logging records (INFO and above, from its handler) as its log "
+        "lines, shown by pgqueue logs ID (default: yes)",
+    )
+    p.add_argument(
         "--prune",
         action=argparse.BooleanOptionalAction,
         help="delete finished jobs past their queue's retention, at most once a minute per "
@@ -284,6 +292,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = add("show", cmd_show, "show one job with its payload")
     p.add_argument("id", type=job_id)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--logs", action="store_true", help="also print the job's log lines")
+
+    p = add("logs", cmd_logs, "print one job's log lines (job.log and captured logging)")
+    p.add_argument("id", type=job_id)
+    p.add_argument("--attempt", type=positive_int, help="only this attempt's lines")
+    p.add_argument(
+        "--follow",
+        action="store_true",
+        help="keep printing new lines until the job is finished (a running job's lines arrive "
+        "with the worker's heartbeats)",
+    )
+    p.add_argument(
+        "--interval",
+        type=parse_duration,
+        default=timedelta(seconds=1),
+        help="how often --follow reads again (default 1s)",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
 
     p = add("stats", cmd_stats, "per-queue counts and the jobs table's vacuum statistics")
     p.add_argument("--json", action="store_true")

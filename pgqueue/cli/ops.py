@@ -38,6 +38,7 @@ from pgqueue.cli.common import (
     table,
     transaction,
 )
+from pgqueue.cli.logs import line_json, print_show_logs
 from pgqueue.enqueue_options import EnqueueOptions
 from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobState, JobStatus
@@ -244,11 +245,15 @@ def cmd_show(args: argparse.Namespace) -> int:
     with transaction(args) as conn:
         job = admin.get_job(conn, args.id)
         links = admin.job_links(conn, args.id) if job is not None else {}
+        lines = repository.job_logs(conn, args.id) if job is not None and args.logs else None
     if job is None:
         raise UserError(f"no job with id {args.id}", code=1)
     note_unreadable([job])
     if args.json:
-        emit_json({**job, "waits_for": links["waits_for"], "waited_by": links["waited_by"]})
+        data = {**job, "waits_for": links["waits_for"], "waited_by": links["waited_by"]}
+        if lines is not None:
+            data["logs"] = [line_json(line) for line in lines]
+        emit_json(data)
         return 0
     errors = job.pop("errors")
     for key, value in job.items():
@@ -263,6 +268,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         shown = ", ".join(f"{link['id']} ({link['status']})" for link in links[side]) or "-"
         emit(f"{label:<14} {shown}{', and more' if links['more'][side] else ''}")
     _show_errors(errors)
+    if lines is not None:
+        print_show_logs(lines)
     return 0
 
 

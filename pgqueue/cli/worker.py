@@ -211,6 +211,7 @@ def _build_worker(args: argparse.Namespace) -> Any:
         "--timeout-grace": args.timeout_grace,
         "--listen-url": args.listen_url,
         "--[no-]log-tracebacks": args.log_tracebacks,
+        "--[no-]capture-logs": args.capture_logs,
         "--[no-]prune": args.prune,
         "--url": getattr(args, "url", None),
     }
@@ -249,6 +250,7 @@ def _build_worker(args: argparse.Namespace) -> Any:
             ("timeout_grace", args.timeout_grace),
             ("listen_url", args.listen_url),
             ("log_tracebacks", args.log_tracebacks),
+            ("capture_logs", args.capture_logs),
             ("prune", args.prune),
         ):
             if value is not None:

@@ -10,12 +10,13 @@ without JavaScript); a small script of the package's own refreshes the overview,
 are inline SVG: nothing is loaded from a CDN. See ``docs/web.md``.
 
 The modules, all private: ``_app`` puts the app together (routes, middleware, settings); ``_pages``
-serves the GET pages and ``_actions`` the POST actions (retry, cancel, purge, pause, resume);
-``_db`` runs every database round off the event loop, ``_snapshot`` reads what the overview shows
-and ``_chart`` computes its charts' geometry; ``_render`` turns templates into responses. In front
-of every route: ``_auth`` (HTTP basic auth), ``_csrf`` (tokens bound to a cookie), ``_hosts`` (which
-``Host`` and ``Origin`` a request may name) and ``_headers`` (security headers), written against the
-ASGI types of ``_asgi``.
+serves the GET pages and ``_actions`` the POST actions (retry, cancel, purge, pause, resume,
+a queue's limits); ``_db`` runs every database round off the event loop, ``_snapshot`` reads what
+the overview shows and ``_chart`` computes its charts' geometry, ``_graph`` lays out a job's
+workflow graph; ``_render`` turns templates into responses. In front of every route: ``_auth``
+(HTTP basic auth), ``_csrf`` (tokens bound to a cookie), ``_hosts`` (which ``Host`` and
+``Origin`` a request may name) and ``_headers`` (security headers), written against the ASGI
+types of ``_asgi``.
 
 .. versionadded:: 0.1.0
 """

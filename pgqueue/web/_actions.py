@@ -1,5 +1,6 @@
 """The POST actions: retry and cancel a job or the jobs selected on the list, retry a queue's
-failed jobs, purge its done jobs (after a confirmation page), pause and resume a queue.
+failed jobs, purge its done jobs (after a confirmation page), pause and resume a queue, set its
+limits (from its page).
 
 Each runs the repository function the CLI runs, in a short transaction of its own, and answers
 with a redirect (303) back to the page it came from. In order, before anything changes: a
@@ -24,6 +25,7 @@ from pgqueue import admin, repository
 from pgqueue._base.durations import format_duration, parse_duration
 from pgqueue._base.validation import check_queue, is_ascii_digits
 from pgqueue.errors import JobWaitingError, PgQueueError
+from pgqueue.flow import Rate
 from pgqueue.web import _csrf
 from pgqueue.web._db import in_thread
 from pgqueue.web._pages import MAX_JOB_ID, MAX_PAGE_SIZE, STATES
@@ -175,12 +177,56 @@ async def _queue_switch(
     request: Request, switch: Callable[[Connection, str], bool], changed: str, unchanged: str
 ) -> Response:
     try:
-        await _checked_form(request)
+        fields = await _checked_form(request)
         queue = _queue(request)
     except Refused as refused:
         return error_page(request, refused.status, str(refused))
     done = await _write(request, lambda conn: switch(conn, queue))
-    return redirect(url(request, "overview", query={"done": changed if done else unchanged}))
+    return redirect(_back(request, fields, queue, {"done": changed if done else unchanged}))
+
+
+def _back(request: Request, fields: dict[str, str], queue: str, query: dict[str, object]) -> str:
+    """Where a queue's action returns: its own page when the form came from there (a fixed
+    ``back=queue`` field, never a URL from the form), else the overview."""
+    if fields.get("back") == "queue":
+        return url(request, "queue", query=query, queue=queue)
+    return url(request, "overview", query=query)
+
+
+async def queue_limits(request: Request) -> Response:
+    """Set the queue's three limits from its page's form (a blank field: no such limit), as
+    ``pgqueue limit``; back to the queue's page. A value that is no limit answers 400, nothing
+    written."""
+    try:
+        fields = await _checked_form(request)
+        queue = _queue(request)
+        concurrency = _limit(fields, "concurrency")
+        per_key = _limit(fields, "per_key")
+        rate_text = fields.get("rate", "").strip()
+        try:
+            rate = Rate.parse(rate_text) if rate_text else None
+        except PgQueueError as exc:
+            raise Refused(400, f"rate: {exc}") from exc
+    except Refused as refused:
+        return error_page(request, refused.status, str(refused))
+
+    def write(conn: Connection) -> None:
+        repository.set_queue_limits(
+            conn, queue, concurrency=concurrency, per_key=per_key, rate=rate
+        )
+
+    await _write(request, write)
+    return redirect(url(request, "queue", query={"done": "limits-set"}, queue=queue))
+
+
+def _limit(fields: dict[str, str], name: str) -> int | None:
+    """A limit field: blank for none, else a whole number from 1 (ASCII digits only)."""
+    raw = fields.get(name, "").strip()
+    if not raw:
+        return None
+    if not is_ascii_digits(raw) or int(raw) < 1 or int(raw) > 2_147_483_647:
+        raise Refused(400, f"{name}: must be a whole number from 1, or blank for none")
+    return int(raw)
 
 
 #: The field a purge's confirmation page adds; without it a purge deletes nothing.

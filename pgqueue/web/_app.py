@@ -45,6 +45,7 @@ def _routes() -> list[Route | Mount]:
         Route("/workers", _pages.workers, name="workers"),
         # :int matches digits only: /jobs/abc is a 404, never a query with a bad id.
         Route("/jobs/{job_id:int}", _pages.job, name="job"),
+        Route("/jobs/{job_id:int}/graph", _pages.job_graph, name="job_graph"),
         Route("/jobs/{job_id:int}/retry", _actions.job_retry, methods=["POST"], name="job_retry"),
         Route(
             "/jobs/{job_id:int}/cancel", _actions.job_cancel, methods=["POST"], name="job_cancel"
@@ -74,6 +75,15 @@ def _routes() -> list[Route | Mount]:
             methods=["POST"],
             name="queue_resume",
         ),
+        Route(
+            "/queues/{queue:path}/limits",
+            _actions.queue_limits,
+            methods=["POST"],
+            name="queue_limits",
+        ),
+        # After the POST routes: a GET of their paths is this page of a queue so named.
+        Route("/queues/{queue:path}", _pages.queue, name="queue"),
+        Route("/periodic", _pages.periodic, name="periodic"),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
 

@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 from starlette.requests import Request
 from starlette.responses import Response
 
-from pgqueue import admin
+from pgqueue import admin, repository
+from pgqueue import periodic as periodic_rules
 from pgqueue._base.readable import Unreadable, decode_json
 from pgqueue._base.validation import (
     check_queue,
@@ -21,6 +22,10 @@ from pgqueue._base.validation import (
 )
 from pgqueue.errors import InvalidArgumentError, PgQueueError
 from pgqueue.models import JobState
+from pgqueue.results import LogLine, LogLines, PeriodicRow
+from pgqueue.retention_policy import retention_of
+from pgqueue.web import _graph
+from pgqueue.web._chart import MINUTES, finished_charts
 from pgqueue.web._db import in_thread
 from pgqueue.web._render import error_page, page, settings
 
@@ -58,6 +63,7 @@ MESSAGES = {
     "already-paused": "The queue was already paused: nothing changed.",
     "resumed": "Queue resumed: workers claim its jobs again.",
     "not-paused": "The queue was not paused: nothing changed.",
+    "limits-set": "Limits saved: running workers follow within about a second.",
 }
 
 
@@ -228,11 +234,17 @@ async def jobs(request: Request) -> Response:
 async def job(request: Request) -> Response:
     job_id = int(request.path_params["job_id"])
 
-    def job_and_links(conn: Any) -> tuple[dict[str, Any] | None, dict[str, Any]]:
+    def job_and_links(
+        conn: Any,
+    ) -> tuple[dict[str, Any] | None, dict[str, Any], list[LogLine]]:
         found = admin.get_job(conn, job_id, payload_chars=PAYLOAD_PREVIEW_CHARS)
-        return found, admin.job_links(conn, job_id) if found is not None else {}
+        if found is None:
+            return None, {}, []
+        return found, admin.job_links(conn, job_id), repository.job_logs(conn, job_id)
 
-    found, links = await read(request, job_and_links) if job_id <= MAX_JOB_ID else (None, {})
+    found, links, lines = (
+        await read(request, job_and_links) if job_id <= MAX_JOB_ID else (None, {}, [])
+    )
     if found is None:
         return error_page(request, 404, f"No job with id {job_id}.")
     return page(
@@ -240,12 +252,42 @@ async def job(request: Request) -> Response:
         "job.html",
         job=found,
         links=links,
+        attempts=_by_attempt(lines),
+        running_for_s=_since(found.get("locked_at")),
         payload=_payload_shown(found),
         result=_json_shown(found.get("result")),
         progress=_json_shown(found.get("progress")),
         payload_limit=PAYLOAD_PREVIEW_CHARS,
         message=message(request),
     )
+
+
+def _since(moment: object) -> float | None:
+    """Seconds from ``moment`` (a running job's claim) to now, ``None`` when unknown."""
+    if not isinstance(moment, datetime):
+        return None
+    return max(0.0, (datetime.now(timezone.utc) - moment).total_seconds())
+
+
+@dataclass(frozen=True)
+class AttemptLines:
+    """One attempt's log lines on the job page, with its fields as JSON text."""
+
+    attempt: int
+    lines: list[tuple[LogLine, str | None]]
+    dropped: int
+
+
+def _by_attempt(lines: list[LogLine]) -> list[AttemptLines]:
+    """The job's lines by attempt, newest attempt first, each attempt's oldest line first."""
+    dropped = lines.dropped if isinstance(lines, LogLines) else {}
+    attempts: dict[int, list[tuple[LogLine, str | None]]] = {}
+    for line in lines:
+        fields = (
+            json.dumps(line.fields, ensure_ascii=False, sort_keys=True) if line.fields else None
+        )
+        attempts.setdefault(line.attempt, []).append((line, fields))
+    return [AttemptLines(n, attempts[n], dropped.get(n, 0)) for n in sorted(attempts, reverse=True)]
 
 
 def _payload_shown(job: dict[str, Any]) -> str:
@@ -268,6 +310,114 @@ def _json_shown(value: Any) -> str | None:
     if isinstance(value, Unreadable):
         return str(value)
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+#: A queue's counts, in the order its page lists them, and the state each links to (if any).
+QUEUE_COUNTS = (
+    ("ready", "queued"),
+    ("scheduled", None),
+    ("waiting", "waiting"),
+    ("running", "running"),
+    ("expired_leases", None),
+    ("failed", "failed"),
+    ("cancelled", "cancelled"),
+    ("expired", "expired"),
+    ("done", "done"),
+)
+
+
+async def queue(request: Request) -> Response:
+    """One queue: its counts by state, pause, limits and retention, the last hour's finished
+    jobs per minute, the oldest ready job's age, the workers that serve it, and its forms."""
+    try:
+        name = check_queue(request.path_params["queue"])
+    except PgQueueError as exc:
+        return error_page(request, 404, f"No such queue: {exc}")
+
+    def one_queue(conn: Any) -> dict[str, Any]:
+        counts = next((q for q in admin.queue_stats(conn) if q["queue"] == name), None)
+        (stored,) = repository.queue_settings(conn, name)
+        workers = [w for w in admin.connected_workers(conn) if name in (w["queues"] or [])]
+        return {
+            "counts": counts or {**dict.fromkeys(n for n, _ in QUEUE_COUNTS), "known": False},
+            "settings": stored,
+            "retention": retention_of(repository.retention(conn), name),
+            "finished": finished_charts(admin.finished_per_minute(conn)).get(name),
+            "workers": workers,
+        }
+
+    data = await read(request, one_queue)
+    counts = data["counts"]
+    return page(
+        request,
+        "queue.html",
+        queue=name,
+        counts=[(label, counts.get(label) or 0, state) for label, state in QUEUE_COUNTS],
+        known=counts.get("known", True),
+        oldest_ready_s=counts.get("oldest_ready_age_s"),
+        settings=data["settings"],
+        retention=data["retention"],
+        finished=data["finished"],
+        minutes=MINUTES,
+        workers=data["workers"],
+        message=message(request),
+    )
+
+
+async def job_graph(request: Request) -> Response:
+    """The job's whole workflow (every job linked to it by ``depends_on`` either way, at most
+    :data:`pgqueue.admin.WORKFLOW_LIMIT`) as a server-drawn SVG."""
+    job_id = int(request.path_params["job_id"])
+
+    def flow(conn: Any) -> dict[str, Any] | None:
+        if not admin.job_statuses(conn, [job_id]):
+            return None
+        return admin.workflow(conn, job_id)
+
+    found = await read(request, flow) if job_id <= MAX_JOB_ID else None
+    if found is None:
+        return error_page(request, 404, f"No job with id {job_id}.")
+    return page(
+        request,
+        "graph.html",
+        job_id=job_id,
+        graph=_graph.layout(found["nodes"], found["edges"], job_id, found["cut"]),
+        limit=admin.WORKFLOW_LIMIT,
+        fold_over=_graph.FOLD_OVER,
+        box_w=_graph.BOX_W,
+        box_h=_graph.BOX_H,
+        states=STATES,
+    )
+
+
+async def periodic(request: Request) -> Response:
+    """Every periodic definition the database knows: its schedule, queue, last and next tick,
+    whether a worker still declares it, and the job its last tick enqueued."""
+
+    def definitions(conn: Any) -> tuple[list[PeriodicRow], dict[str, dict[str, Any]]]:
+        rows = repository.periodic_states(conn)
+        return rows, admin.periodic_last_jobs(conn, rows)
+
+    rows, last = await read(request, definitions)
+    now = datetime.now(timezone.utc)
+    shown = [
+        {
+            "row": row,
+            "next_tick": _next_tick(row, now),
+            "stale": periodic_rules.is_stale(row, now),
+            "last_job": last.get(row.name),
+        }
+        for row in rows
+    ]
+    return page(request, "periodic.html", definitions=shown)
+
+
+def _next_tick(row: PeriodicRow, now: datetime) -> datetime | None:
+    """The next tick a worker will enqueue, ``None`` for a schedule this version cannot read."""
+    try:
+        return periodic_rules.next_tick(row, now)
+    except PgQueueError:
+        return None
 
 
 async def workers(request: Request) -> Response:

@@ -9,6 +9,7 @@ queue name may hold any character.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -17,7 +18,7 @@ from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, pass_context
 from jinja2.runtime import Context
-from markupsafe import Markup
+from markupsafe import Markup, escape
 from sqlalchemy import Engine
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse
@@ -99,6 +100,37 @@ def _masked(context: Context, value: object) -> object:
     return value
 
 
+#: Where a name may break when it must: after a separator people put in queue and task names.
+_BREAK_AFTER = re.compile(r"(?<=[._:/@-])")
+
+
+@pass_context
+def _breakable(context: Context, value: object) -> Markup:
+    """A name (masked, escaped) with a ``<wbr>`` after each separator: a long ``tenant.a.b``
+    breaks there, and a short name never mid-word (the CSS breaks an unbroken one at its cell's
+    width only)."""
+    text = str(_masked(context, str(value)))
+    return Markup("<wbr>").join(escape(part) for part in _BREAK_AFTER.split(text))
+
+
+def _progress(value: object) -> tuple[float, str] | None:
+    """A progress value a bar can show, as ``(fraction, label)``: a number from 0 to 1, or an
+    object with numeric ``done`` and ``total`` (``total`` > 0), or one with a ``fraction``."""
+    if isinstance(value, dict):
+        done, total = value.get("done"), value.get("total")
+        if _number(done) and _number(total) and total > 0:  # type: ignore[operator]
+            fraction = min(1.0, max(0.0, float(done) / float(total)))  # type: ignore[arg-type]
+            return fraction, f"{done} / {total}"
+        value = value.get("fraction")
+    if _number(value) and 0.0 <= float(value) <= 1.0:  # type: ignore[arg-type]
+        return float(value), f"{float(value) * 100:.0f}%"  # type: ignore[arg-type]
+    return None
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
 def _environment() -> Environment:
     # autoescape=True for every template: every value from the database is escaped, in text
     # and in attributes alike; finalize masks the passwords in each one first.
@@ -110,7 +142,15 @@ def _environment() -> Environment:
         lstrip_blocks=True,
         finalize=_masked,
     )
-    env.filters.update(age=_age, when=_when, json=_json, masked=_masked, duration=_duration)
+    env.filters.update(
+        age=_age,
+        when=_when,
+        json=_json,
+        masked=_masked,
+        duration=_duration,
+        breakable=_breakable,
+        progress_bar=_progress,
+    )
     return env
 
 

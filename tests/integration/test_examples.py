@@ -269,5 +269,5 @@ def test_the_fastapi_service_mounts_the_dashboard_and_runs_a_worker_in_its_lifes
         )
         assert done is not None
         assert done.group(1) == "1"
-        assert 'href="/queue/jobs?queue=welcome_email"' in page.text
+        assert 'href="/queue/queues/welcome_email"' in page.text  # its queue's page
     assert not any(t.name == "myservice-worker" for t in threading.enumerate())

@@ -88,6 +88,7 @@ def test_objects_live_in_the_schema(placed: tuple[Engine, Engine]) -> None:
         "jobs_failed_idx",  # pgqueue_0009
         "jobs_running_key_idx",  # pgqueue_0012
         "jobs_prune_idx",  # pgqueue_0016 (pgqueue_0017 dropped jobs_finished_at_idx for it)
+        "jobs_ready_key_idx",  # pgqueue_0017
     }
     assert f"ON {SCHEMA}.jobs" in trigger
     assert f"EXECUTE FUNCTION {SCHEMA}.jobs_notify()" in trigger

@@ -799,11 +799,12 @@ def test_time_bounds_revision_is_catalog_only_and_round_trips_in_a_schema_with_r
         assert conn.execute(text("SELECT count(*) FROM queue.jobs")).scalar_one() == 2
 
 
-def test_one_finished_index_revision_drops_the_chart_index_and_its_downgrade_builds_it_again(
+def test_indexes_revision_swaps_the_chart_index_for_the_keyed_ready_one_and_back(
     empty_db_url: URL, empty_engine: Engine
 ) -> None:
-    """pgqueue_0017 drops ``jobs_finished_at_idx`` (``jobs_prune_idx`` serves the chart), keeps
-    the rows and the retention's index; its downgrade builds the dropped index again, valid."""
+    """pgqueue_0017 drops ``jobs_finished_at_idx`` (``jobs_prune_idx`` serves the chart) and
+    builds ``jobs_ready_key_idx`` (the per_key claim's), keeping the rows and the retention's
+    index; its downgrade undoes both, the dropped index built again, valid."""
     pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0016", schema="queue")
     with empty_engine.begin() as conn:
         conn.execute(
@@ -820,14 +821,15 @@ def test_one_finished_index_revision_drops_the_chart_index_and_its_downgrade_bui
                     "SELECT c.relname, i.indisvalid FROM pg_index i "
                     "JOIN pg_class c ON c.oid = i.indexrelid "
                     "WHERE i.indrelid = 'queue.jobs'::regclass "
-                    "AND c.relname IN ('jobs_finished_at_idx', 'jobs_prune_idx')"
+                    "AND c.relname IN ('jobs_finished_at_idx', 'jobs_prune_idx', "
+                    "'jobs_ready_key_idx')"
                 )
             ).all()
         return {name: valid for name, valid in rows}
 
     assert finished_indexes() == {"jobs_finished_at_idx": True, "jobs_prune_idx": True}
     pgqueue.migrations.upgrade(empty_db_url, "pgqueue_0017", schema="queue")
-    assert finished_indexes() == {"jobs_prune_idx": True}
+    assert finished_indexes() == {"jobs_prune_idx": True, "jobs_ready_key_idx": True}
     pgqueue.migrations.downgrade(empty_db_url, "pgqueue_0016", schema="queue")
     assert finished_indexes() == {"jobs_finished_at_idx": True, "jobs_prune_idx": True}
     with empty_engine.connect() as conn:

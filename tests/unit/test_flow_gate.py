@@ -75,4 +75,7 @@ def test_the_limited_claim_counts_and_claims_in_one_statement() -> None:
         assert "UPDATE jobs SET status=CASE WHEN" in sql  # running, or failed when expired
         assert "THEN 'failed' ELSE 'running' END" in sql
         assert "UPDATE jobs_queues SET window_start" in sql  # the rate window, same statement
-        assert ("row_number() OVER (PARTITION BY jobs.concurrency_key" in sql) is per_key
+        # per_key: the keys by a loose scan, then each key's first ready jobs; no ranking of
+        # the whole backlog.
+        assert ("ready_keys(key) AS" in sql) is per_key
+        assert "row_number()" not in sql

@@ -23,6 +23,7 @@ def test_names_are_quoted_identifiers() -> None:
         'GRANT SELECT, INSERT, UPDATE ON "pgq".jobs_dependencies TO "w""; DROP TABLE jobs; --";',
         'GRANT DELETE ON "pgq".jobs TO "w""; DROP TABLE jobs; --";',
         'GRANT SELECT, INSERT, UPDATE ON "pgq".jobs_retention TO "w""; DROP TABLE jobs; --";',
+        'GRANT SELECT, INSERT, UPDATE, DELETE ON "pgq".jobs_logs TO "w""; DROP TABLE jobs; --";',
     ]
 
 
@@ -59,7 +60,7 @@ def test_monitor_gets_pg_monitor_and_read_access() -> None:
     assert (
         'GRANT SELECT ON "public".jobs, "public".jobs_periodic, "public".jobs_workers, '
         '"public".jobs_queues, "public".jobs_dependencies, "public".jobs_retention, '
-        '"public".alembic_version TO "mon";' in out
+        '"public".jobs_logs, "public".alembic_version TO "mon";' in out
     )
     assert 'GRANT pg_monitor TO "mon";' in out
 

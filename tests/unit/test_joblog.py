@@ -1,0 +1,161 @@
+"""The line buffer of one attempt (#34): bounds, what a writer sees pending, and lines that are
+always valid jsonb text; and the statement that carries lines beside an outcome."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from sqlalchemy.dialects import postgresql
+
+from pgqueue._base.joblog import MAX_BYTES, MAX_LINE_BYTES, MAX_LINES, LogBuffer, encode_line
+from pgqueue._sql import log_calls
+from pgqueue._sql import statements as job_statements
+from pgqueue._sql.calls import complete_many
+
+
+def test_pending_is_the_whole_buffer_once_per_addition() -> None:
+    buffer = LogBuffer()
+    assert buffer.pending() is None
+    buffer.add("info", "one", {"k": 1}, None)
+    version, lines, dropped = buffer.pending() or (0, "", 0)
+    assert [line[4] for line in json.loads(lines)] == ["one"]
+    assert dropped == 0
+    buffer.written(version)
+    assert buffer.pending() is None
+    buffer.add("warning", "two", {}, "app")
+    _, lines, _ = buffer.pending() or (0, "", 0)
+    assert [(x[4], x[1], x[2]) for x in json.loads(lines)] == [
+        ("one", "info", None),
+        ("two", "warning", "app"),
+    ]
+    buffer.written(version)  # an older version does not hide the newer line
+    assert buffer.pending() is not None
+
+
+def test_the_bounds_drop_the_oldest() -> None:
+    buffer = LogBuffer()
+    for i in range(MAX_LINES + 5):
+        buffer.add("info", str(i), {}, None)
+    _, lines, dropped = buffer.pending() or (0, "", 0)
+    decoded = json.loads(lines)
+    assert (len(decoded), decoded[0][4], dropped) == (MAX_LINES, "5", 5)
+    big = LogBuffer()
+    for i in range(40):
+        big.add("info", f"{i}" + "y" * 10_000, {}, None)
+    _, lines, dropped = big.pending() or (0, "", 0)
+    assert len(lines) <= MAX_BYTES + MAX_LINES
+    assert dropped == 40 - len(json.loads(lines))
+    assert json.loads(lines)[-1][4].startswith("39")
+
+
+def test_a_line_is_always_ascii_jsonb_text() -> None:
+    cyclic: list[object] = []
+    cyclic.append(cyclic)
+    for message, fields in [
+        ("\x00\udcff", {}),
+        ("ok", {"cycle": cyclic}),
+        ("ok", {"nan": float("nan")}),
+        ("ok", {"set": {1, 2}}),
+        ("ok", {"\udcff": "key"}),
+        (object(), {}),
+    ]:
+        line = encode_line(1.5, "info", message, fields, "a\udcffb")
+        assert line.isascii()
+        decoded = json.loads(line)
+        when, level, logger, stored_fields, stored_message = decoded
+        assert (when, level) == (1.5, "info")
+        assert isinstance(stored_fields, dict)
+        assert isinstance(stored_message, str)
+        assert isinstance(logger, str)
+        # every string jsonb would store: valid UTF-8, no U+0000
+        for text in _strings(decoded):
+            text.encode("utf-8")
+            assert "\x00" not in text
+
+
+def _strings(value: object) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in [*_strings(k), *_strings(v)]]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v)]
+    return []
+
+
+def test_a_huge_line_is_cut() -> None:
+    line = encode_line(0.0, "info", "z" * 100_000, {"big": "w" * 100_000}, None)
+    assert len(line) <= MAX_LINE_BYTES
+    assert json.loads(line)[4].endswith("cut)")
+
+
+def test_concurrent_adds_lose_nothing() -> None:
+    buffer = LogBuffer()
+
+    def add() -> None:
+        for i in range(200):
+            buffer.add("info", str(i), {}, None)
+
+    threads = [threading.Thread(target=add) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    _, lines, dropped = buffer.pending() or (0, "", 0)
+    assert (len(json.loads(lines)), dropped, buffer.version) == (800, 0, 800)
+
+
+def test_lines_ride_in_the_outcomes_own_statement() -> None:
+    plain = complete_many([(1, 1)])
+    assert log_calls.with_lines(plain, []) is plain
+    carried = log_calls.with_lines(plain, [(1, 1, 0, '[{"m":"x"}]')])
+    sql = str(carried.statement.compile(dialect=postgresql.dialect()))  # type: ignore[union-attr]
+    assert sql.startswith("WITH mine AS MATERIALIZED")
+    assert "UPDATE jobs SET status" in sql
+    assert "INSERT INTO jobs_logs" in sql
+    assert "ON CONFLICT (job_id, attempt) DO UPDATE" in sql
+    assert json.loads(carried.params["batch_lines"]) == [
+        {"id": 1, "attempt": 1, "dropped": 0, "lines": [{"m": "x"}]}
+    ]
+    assert plain.statement is job_statements.COMPLETE_MANY
+
+
+def test_the_fast_path_masks_and_escapes_as_the_careful_one() -> None:
+    """A plain line takes one ``json.dumps``; any sign of a password, an unstorable character or
+    deep nesting sends it down the careful path, so what is stored is the same."""
+    plain = json.loads(encode_line(2.0, "info", "sent", {"n": 1}, None))
+    assert plain == [2.0, "info", None, {"n": 1}, "sent"]
+    masked = json.loads(
+        encode_line(2.0, "info", "to PostgreSQL://u:pw@h/d", {"Password": "x"}, None)
+    )
+    assert "pw" not in masked[4]
+    assert masked[3] == {"Password": "x"}  # a key is no password=value pair: kept
+    pair = json.loads(encode_line(2.0, "info", "dsn password=hunter2", {"dsn": "PASSWORD=s"}, None))
+    assert "hunter2" not in pair[4]
+    assert pair[3] == {"dsn": "PASSWORD=***"}
+    deep: object = "leaf"
+    for _ in range(200):
+        deep = [deep]
+    nested = json.loads(encode_line(2.0, "info", "deep", {"d": deep}, None))
+    assert set(nested[3]) == {"repr"}  # deeper than jsonb should hold: its repr
+    emoji = json.loads(encode_line(2.0, "info", "ok \U0001f600", {}, None))
+    assert emoji[4] == "ok \U0001f600"  # a pair of surrogate escapes is a valid character
+
+
+def test_a_buffer_mixing_cut_raw_and_careful_lines_encodes_each_right() -> None:
+    buffer = LogBuffer()
+    buffer.add("info", 'first [with] {brackets} and "quotes"', {"a": [1, {"b": "]"}]}, None)
+    buffer.add("info", "z" * (MAX_LINE_BYTES + 10), {}, None)  # cut when recorded
+    buffer.add("warning", "last", {}, "app")
+    _, lines, _ = buffer.pending() or (0, "", 0)
+    decoded = json.loads(lines)
+    assert decoded[0][3:] == [{"a": [1, {"b": "]"}]}, 'first [with] {brackets} and "quotes"']
+    assert decoded[1][4].endswith("cut)")
+    assert decoded[2][1:] == ["warning", "app", {}, "last"]
+    buffer.add("info", "see https://u:pw@h/x", {}, None)  # one line needs care: all are right
+    _, lines, _ = buffer.pending() or (0, "", 0)
+    decoded = json.loads(lines)
+    assert len(decoded) == 4
+    assert decoded[3][4] == "see https://u:***@h/x"
+    assert decoded[0][4] == 'first [with] {brackets} and "quotes"'
