@@ -85,14 +85,7 @@ def run_checks(
     longer (default :data:`DEFAULT_BACKLOG_AGE`).
     """
     if not admin.schema_present(conn):
-        return [
-            Finding(
-                "schema",
-                "error",
-                "no jobs table in this database (or not on the search_path)",
-                "run `pgqueue migrate`",
-            )
-        ]
+        return [_NO_SCHEMA]
     findings: list[Finding] = []
     for check in (
         _revision,
@@ -111,6 +104,25 @@ def run_checks(
     ):
         findings.extend(check(conn))
     return findings
+
+
+_NO_SCHEMA = Finding(
+    "schema",
+    "error",
+    "no jobs table in this database (or not on the search_path)",
+    "run `pgqueue migrate`",
+)
+
+
+def revision_findings(conn: Connection) -> list[Finding]:
+    """The schema and revision checks alone (no ``jobs`` table, or its revision against the
+    package's head): cheap enough for a framework's start-up check (the Django app's).
+
+    .. versionadded:: 0.1.0
+    """
+    if not admin.schema_present(conn):
+        return [_NO_SCHEMA]
+    return list(_revision(conn))
 
 
 def _package_revisions() -> tuple[str, set[str]]:

@@ -577,10 +577,22 @@ class Registry(Mapping[str, Handler]):
     .. versionadded:: 0.1.0
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, find_task: Callable[[str], Task[..., Any] | None] | None = None) -> None:
         self._handlers: dict[str, Handler] = {}
         self._periodic: dict[str, Periodic] = {}
         self._tasks: dict[str, Task[..., Any]] = {}
+        self._find_task = find_task
+
+    def find_task(self, name: str) -> Task[..., Any] | None:
+        """The task of ``name`` when this registry has none: what ``find_task`` (given to the
+        constructor) answers, ``None`` without one. A worker asks it once per name, when a job
+        first names a task it lacks (a module the worker did not import at start-up), and runs
+        the answer on the thread or the event loop that claimed the job; ``None`` fails the
+        attempt with :class:`~pgqueue.errors.UnknownTaskError` as before. Default: no finder.
+
+        .. versionadded:: 0.1.0
+        """
+        return None if self._find_task is None else self._find_task(name)
 
     def periodic(
         self,
@@ -727,6 +739,7 @@ class Registry(Mapping[str, Handler]):
         subset._handlers = {q: h for q, h in self._handlers.items() if q in wanted}
         subset._tasks = {n: t for n, t in self._tasks.items() if t.queue in wanted}
         subset._periodic = dict(self._periodic)
+        subset._find_task = self._find_task
         return subset
 
     def __getitem__(self, queue: str) -> Handler:

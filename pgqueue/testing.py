@@ -38,7 +38,7 @@ from pgqueue._base.validation import (
 )
 from pgqueue._sql import reads
 from pgqueue._sql.calls import rows_taken
-from pgqueue._worker.dispatch import Dispatch, registry_tasks
+from pgqueue._worker.dispatch import Dispatch, registry_finder, registry_tasks
 from pgqueue._worker.executors import run_in_savepoint, run_inline, settle
 from pgqueue._worker.window import Held, Lane
 from pgqueue.errors import InvalidArgumentError
@@ -280,7 +280,7 @@ def drain(
     Raises:
         InvalidArgumentError: for a queue without a handler or task, before any SQL.
     """
-    dispatch = Dispatch(handlers, registry_tasks(handlers))
+    dispatch = Dispatch(handlers, registry_tasks(handlers), find_task=registry_finder(handlers))
     served = dispatch.queue_lanes
     names = [check_queue(q) for q in (served if queues is None else queues)]
     missing = [q for q in names if q not in served]

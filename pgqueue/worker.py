@@ -49,7 +49,7 @@ from pgqueue._worker import capture, store
 from pgqueue._worker.claimer import Claimer, ClaimerOptions, Intake
 from pgqueue._worker.completer import FLUSH_SIZE, Completer
 from pgqueue._worker.deadlines import Deadlines
-from pgqueue._worker.dispatch import Dispatch, registry_tasks
+from pgqueue._worker.dispatch import Dispatch, registry_finder, registry_tasks
 from pgqueue._worker.event_loop import AsyncLane
 from pgqueue._worker.executors import DEFAULT_MAX_RESULT_BYTES
 from pgqueue._worker.heartbeat import Heartbeat
@@ -272,7 +272,12 @@ class Worker:
         tasks = registry_tasks(handlers)
         self.handlers = check_handlers(handlers, allow_empty=bool(tasks))
         self.max_result_bytes = check_positive_int("max_result_bytes", max_result_bytes)
-        self._dispatch = Dispatch(self.handlers, tasks, max_result_bytes=self.max_result_bytes)
+        self._dispatch = Dispatch(
+            self.handlers,
+            tasks,
+            max_result_bytes=self.max_result_bytes,
+            find_task=registry_finder(handlers),
+        )
         self.periodic = check_definitions(
             [
                 *(periodic if periodic is not None else ()),

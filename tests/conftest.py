@@ -32,7 +32,7 @@ import pgqueue.migrations
 from pgqueue._base.urls import to_libpq_url, to_sqlalchemy_url
 from tests.clones import Clones, create, drop, fresh_name
 
-DB_TIERS = ("integration", "migrations", "cli", "pooler", "web")
+DB_TIERS = ("integration", "migrations", "cli", "pooler", "web", "django_backend")
 
 # What can differ between PostgreSQL versions, run again on the embedded PostgreSQL 18 by .ci/run
 # (``-m server``): whole files (revisions, schema and triggers, claim plans, doctor, the article's
@@ -73,6 +73,7 @@ PROCESS_FILES = (
     "tests/cli/test_process_smoke.py",
     "tests/cli/test_dev_db.py",
     "tests/cli/test_worker_stuck_exit.py",
+    "tests/django_backend/test_django_worker.py",
 )
 
 

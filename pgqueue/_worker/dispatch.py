@@ -8,6 +8,10 @@ or a queue-keyed job on a queue this worker runs tasks of only, gets a target th
 fails with that ``last_error`` and is retried as usual, never run by the wrong code and never
 lost.
 
+A registry made with ``Registry(find_task=...)`` is asked for a name it lacks when a job first
+names it (a task module not imported at start-up): what it returns runs in whichever lane claimed
+the job (:func:`_run_anywhere`), and is kept, so the finder is asked once per name.
+
 Each queue is claimed for one lane (threads or the event loop); a queue whose tasks and handler
 are of both kinds is *mixed*, and :meth:`Dispatch.split` sends each job of its claims to its own
 target's lane.
@@ -15,6 +19,9 @@ target's lane.
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -47,6 +54,23 @@ def _task_call(task: Task[..., Any]) -> Callable[[JobContext], object]:
     return run
 
 
+def _run_anywhere(task: Task[..., Any]) -> Callable[[JobContext], object]:
+    """A found task for either lane: on a handler thread, the call (an ``async def`` one under
+    ``asyncio.run``); on the event loop, a coroutine (a sync one on ``asyncio.to_thread``, which
+    carries the job's context). A queue's lane was fixed before the task was known."""
+    call = _task_call(task)
+
+    def run(job: JobContext) -> object:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a handler thread
+            value = call(job)
+            return asyncio.run(value) if inspect.isawaitable(value) else value  # type: ignore[arg-type]
+        return call(job) if task.is_async else asyncio.to_thread(call, job)
+
+    return run
+
+
 def _raises(error: Exception) -> Callable[[JobContext], object]:
     def run(job: JobContext) -> object:
         raise error
@@ -61,6 +85,8 @@ class Dispatch:
         handlers: ``{queue: handler}``, checked.
         tasks: ``{name: Task}`` (a :class:`pgqueue.Registry`'s ``tasks``).
         max_result_bytes: The bound of a result's JSON text (``Worker(max_result_bytes)``).
+        find_task: Asked for a task name none of ``tasks`` has (``Registry(find_task=...)``);
+            ``None``: such a job fails its attempt with ``UnknownTaskError``.
     """
 
     def __init__(
@@ -69,8 +95,13 @@ class Dispatch:
         tasks: Mapping[str, Task[..., Any]] | None = None,
         *,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        find_task: Callable[[str], Task[..., Any] | None] | None = None,
     ) -> None:
         self._max = max_result_bytes
+        self._find = find_task
+        #: What ``find_task`` answered, by name (``None``: not found); several lanes ask at once.
+        self._found: dict[str, Target | None] = {}
+        self._found_lock = threading.Lock()
         self._handlers = {
             queue: Target(h, is_async_handler(h), max_result_bytes=max_result_bytes)
             for queue, h in handlers.items()
@@ -125,7 +156,31 @@ class Dispatch:
         task = self._tasks.get(job.task)
         if task is not None:
             return task
+        found = None if self._find is None else self._found_target(job.task)
+        if found is not None:
+            return found
         return Target(_raises(UnknownTaskError(job.task, job.queue)), False)
+
+    def _found_target(self, name: str) -> Target | None:
+        """``find_task``'s task of ``name`` as a target for either lane, asked once per name."""
+        assert self._find is not None
+        with self._found_lock:
+            if name in self._found:
+                return self._found[name]
+            task = self._find(name)
+            target = (
+                None
+                if task is None
+                else Target(
+                    _run_anywhere(task),
+                    False,
+                    task=name,
+                    retry=task.retry,
+                    max_result_bytes=self._max,
+                )
+            )
+            self._found[name] = target
+            return target
 
     def lane_of(self, job: JobContext, claimed_for: Lane) -> Lane:
         """The lane ``job`` runs in; a job that cannot run stays where it was claimed for."""
@@ -146,6 +201,11 @@ class Dispatch:
 def registry_tasks(handlers: object) -> Mapping[str, Task[..., Any]]:
     """The tasks of a :class:`pgqueue.Registry` given as a worker's (or a drain's) handlers."""
     return handlers.tasks if isinstance(handlers, Registry) else {}
+
+
+def registry_finder(handlers: object) -> Callable[[str], Task[..., Any] | None] | None:
+    """The ``find_task`` of a :class:`pgqueue.Registry` given as handlers (``None`` else)."""
+    return handlers.find_task if isinstance(handlers, Registry) else None
 
 
 def as_dispatch(handlers: Mapping[str, Handler] | Dispatch) -> Dispatch:

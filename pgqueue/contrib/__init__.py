@@ -4,8 +4,11 @@
   histograms and queue-depth gauges.
 - :mod:`pgqueue.contrib.otel` (``pip install "pgqueue-sa[otel]"``): a span per job, and trace
   context carried from the producer to the handler in the job's headers.
+- :mod:`pgqueue.contrib.django` (``pip install "pgqueue-sa[django]"``): a ``django.tasks``
+  backend, the Django app of ``manage.py pgqueue_worker`` / ``pgqueue_migrate`` /
+  ``pgqueue_web`` and a system check (docs/django.md).
 
-Importing :mod:`pgqueue` never imports them: the core runs without either package.
+Importing :mod:`pgqueue` never imports them: the core runs without any of those packages.
 
 .. versionadded:: 0.1.0
 """

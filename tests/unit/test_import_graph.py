@@ -86,8 +86,17 @@ LAYERS: tuple[tuple[str, str], ...] = (
     ),
     ("the worker's machinery (not the worker, the package, the CLI, the dashboard)", "_worker.*"),
     ("the worker, and the test helpers that run handlers as it does", "worker testing"),
-    ("the public package and what builds on it", "__init__ demo contrib.*"),
-    ("the faces: the command line and the dashboard", "__main__ cli.* web.*"),
+    (
+        "the public package and what builds on it",
+        "__init__ demo contrib contrib.prometheus contrib.otel contrib.django"
+        " contrib.django._bridge contrib.django._compat contrib.django.apps"
+        " contrib.django.backend contrib.django.checks contrib.django.runner",
+    ),
+    (
+        "the faces: the command line, the dashboard, and Django's management commands and"
+        " mounted dashboard (which run them)",
+        "__main__ cli.* web.* contrib.django.dashboard contrib.django.management.*",
+    ),
 )
 
 #: What the process supervisor and the health server may import: the supervisor never builds an
@@ -116,6 +125,16 @@ SCRIPTS = {
 EXTRAS = {
     "pgqueue.contrib.prometheus": "prometheus_client",
     "pgqueue.contrib.otel": "opentelemetry",
+    **{
+        module: "django"
+        for module in (
+            ".".join(p.relative_to(PACKAGE_DIR.parent).with_suffix("").parts).removesuffix(
+                ".__init__"
+            )
+            for p in (PACKAGE_DIR / "contrib" / "django").rglob("*.py")
+        )
+        if module != "pgqueue.contrib.django"  # its __init__ imports nothing of Django
+    },
     **{
         module: "starlette"
         for module in (
@@ -647,7 +666,8 @@ def test_the_preloaded_libraries_are_pgqueues_dependencies_and_never_pgqueue() -
 
 def test_nothing_outside_the_dashboard_imports_it() -> None:
     """The core must import without the web extra: only pgqueue.web's own modules (and the
-    ``pgqueue web`` command, lazily) may import pgqueue.web."""
+    ``pgqueue web`` command and the Django app's mounted dashboard, lazily) may import
+    pgqueue.web."""
     graph = import_graph(PACKAGE_DIR)
     importers = {
         module
@@ -655,5 +675,5 @@ def test_nothing_outside_the_dashboard_imports_it() -> None:
         if any(t == "pgqueue.web" or t.startswith("pgqueue.web.") for t in targets)
         and not module.startswith("pgqueue.web")
     }
-    assert importers == {"pgqueue.cli.web"}
+    assert importers == {"pgqueue.cli.web", "pgqueue.contrib.django.dashboard"}
     assert all(not t.startswith("pgqueue.web") for t in graph["pgqueue"])

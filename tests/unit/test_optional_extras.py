@@ -11,7 +11,8 @@ import pytest
 _BLOCK = (
     "import sys\n"
     "for name in ('prometheus_client', 'opentelemetry', 'opentelemetry.trace',"
-    " 'opentelemetry.propagate', 'opentelemetry.context', 'starlette', 'jinja2', 'uvicorn'):\n"
+    " 'opentelemetry.propagate', 'opentelemetry.context', 'starlette', 'jinja2', 'uvicorn',"
+    " 'django', 'django_tasks'):\n"
     "    sys.modules[name] = None\n"
 )
 
@@ -30,6 +31,7 @@ def test_core_imports_without_prometheus_opentelemetry_and_the_web_packages() ->
         "assert 'prometheus_client' not in loaded\n"
         "assert not [m for m in loaded if m.startswith(('starlette', 'jinja2', 'uvicorn'))]\n"
         "assert 'pgqueue.web' not in loaded\n"
+        "assert not [m for m in loaded if m.startswith(('django', 'pgqueue.contrib.django'))]\n"
         "print(pgqueue.WorkerHooks.__name__)\n"
     )
     assert result.returncode == 0, result.stderr
@@ -42,12 +44,21 @@ def test_core_imports_without_prometheus_opentelemetry_and_the_web_packages() ->
         ("pgqueue.contrib.prometheus", "prometheus"),
         ("pgqueue.contrib.otel", "otel"),
         ("pgqueue.web", "web"),
+        ("pgqueue.contrib.django._compat", "django"),
     ],
 )
 def test_integrations_name_their_extra(module: str, extra: str) -> None:
     result = _run(f"import {module}\n")
     assert result.returncode != 0
     assert f'pip install "pgqueue-sa[{extra}]"' in result.stderr
+
+
+def test_the_django_backend_names_its_extra_and_the_package_imports_alone() -> None:
+    result = _run(
+        "import pgqueue.contrib.django\nfrom pgqueue.contrib.django import PgQueueBackend\n"
+    )
+    assert result.returncode != 0
+    assert 'pip install "pgqueue-sa[django]"' in result.stderr
 
 
 def test_pgqueue_web_without_the_extra_is_one_line_exit_2() -> None:
