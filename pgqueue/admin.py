@@ -22,7 +22,7 @@ from pgqueue._base.connections import WORKER_PREFIX
 from pgqueue._base.readable import Unreadable as Unreadable  # returned by the readers below
 from pgqueue._base.readable import decoded
 from pgqueue._base.schedule import scheduled_for
-from pgqueue._base.validation import check_job_id, check_positive_int
+from pgqueue._base.validation import check_job_id, check_positive_int, check_queue
 from pgqueue._sql.reads import JOB_COLUMNS as JOB_COLUMNS
 from pgqueue._sql.reads import MAX_SEARCH_CHARS as MAX_SEARCH_CHARS
 from pgqueue._sql.reads import (
@@ -307,7 +307,7 @@ def key_holders(conn: Connection, job_ids: list[int]) -> dict[int, tuple[str, in
     }
 
 
-def queue_stats(conn: Connection) -> list[dict[str, Any]]:
+def queue_stats(conn: Connection, queue: str | None = None) -> list[dict[str, Any]]:
     """Per queue: ready, scheduled, waiting, running, expired leases, done, failed, cancelled,
     expired, sleeping, awaiting signal (``awaiting_signal``), oldest ready age (s).
 
@@ -322,8 +322,12 @@ def queue_stats(conn: Connection) -> list[dict[str, Any]]:
     started within their ``expires_in`` (also ``failed``, with ``expired_at`` set): the three
     never overlap.
     One pass over ``jobs``: on a table with a long history run it sparingly, or purge first.
+    ``queue``: that queue's row only (its rows read, not the whole table's).
     """
-    return [dict(row._mapping) for row in conn.execute(queue_stats_statement())]
+    if queue is None:
+        return [dict(row._mapping) for row in conn.execute(queue_stats_statement())]
+    stmt = queue_stats_statement(one_queue=True)
+    return [dict(row._mapping) for row in conn.execute(stmt, {"queue_name": check_queue(queue)})]
 
 
 def queue_overview(conn: Connection) -> list[dict[str, Any]]:
@@ -344,7 +348,7 @@ def queue_overview(conn: Connection) -> list[dict[str, Any]]:
 
 
 def finished_per_minute(
-    conn: Connection, *, window: timedelta = timedelta(hours=1)
+    conn: Connection, *, window: timedelta = timedelta(hours=1), queue: str | None = None
 ) -> list[dict[str, Any]]:
     """Jobs finished per queue and minute over the last ``window``: ``queue, minute,
     minutes_ago, done, failed``, oldest minute first (minutes without a finished job are
@@ -352,9 +356,13 @@ def finished_per_minute(
 
     A range scan of the partial ``jobs_prune_idx`` per queue (pgqueue_0016/0017): its cost follows
     the jobs finished within the window and the number of queues, never the whole history. A job
-    retried since it finished is not counted (a retry clears ``finished_at``).
+    retried since it finished is not counted (a retry clears ``finished_at``). ``queue``: that
+    queue's minutes only.
     """
-    return [dict(row._mapping) for row in conn.execute(finished_per_minute_statement(window))]
+    if queue is None:
+        return [dict(row._mapping) for row in conn.execute(finished_per_minute_statement(window))]
+    stmt = finished_per_minute_statement(window, one_queue=True)
+    return [dict(row._mapping) for row in conn.execute(stmt, {"queue_name": check_queue(queue)})]
 
 
 def oldest_snapshot(conn: Connection) -> dict[str, Any] | None:

@@ -55,6 +55,7 @@ from pgqueue._sql.flow_statements import SETTINGS_COLUMNS
 from pgqueue._sql.statements import (
     claim_statement,
     claim_values,
+    loose_index_scan,
     ready_ids,
     ready_levels,
     statement_lock_timeout,
@@ -213,29 +214,15 @@ UNKEYED_LOOKAHEAD = 1000
 
 
 def _ready_keys() -> Any:
-    """Every key with a queued job in the queue, each found by one probe of
-    ``jobs_ready_key_idx`` (a loose index scan): the claim's cost follows the keys, not the
-    backlog."""
-    keyed = (
+    """Every key with a queued job in the queue (``ready_keys.value``), each found by one probe
+    of ``jobs_ready_key_idx``: the claim's cost follows the keys, not the backlog."""
+    return loose_index_scan(
+        jobs.c.concurrency_key,
         jobs.c.queue == _queue(),
         jobs.c.status == status_literal(JobStatus.QUEUED),
         jobs.c.concurrency_key.is_not(None),
+        name="ready_keys",
     )
-    first = (
-        select(jobs.c.concurrency_key)
-        .where(*keyed)
-        .order_by(jobs.c.concurrency_key)
-        .limit(literal_column("1"))
-    )
-    keys = select(first.scalar_subquery().label("key")).cte("ready_keys", recursive=True)
-    following = (
-        select(jobs.c.concurrency_key)
-        .where(*keyed, jobs.c.concurrency_key > keys.c.key)
-        .order_by(jobs.c.concurrency_key)
-        .limit(literal_column("1"))
-        .scalar_subquery()
-    )
-    return keys.union_all(select(following.label("key")).where(keys.c.key.is_not(None)))
 
 
 def _ahead() -> Any:
@@ -291,7 +278,7 @@ def _per_key_ids(settings: Any, take: Any) -> Select[Any]:
     order = (jobs.c.priority.desc(), jobs.c.run_at, jobs.c.id)
     of_key = (
         select(jobs.c.id, jobs.c.priority, jobs.c.run_at)
-        .where(jobs.c.queue == _queue(), jobs.c.concurrency_key == keys.c.key, *ready)
+        .where(jobs.c.queue == _queue(), jobs.c.concurrency_key == keys.c.value, *ready)
         .order_by(*order)
         .limit(room)
         .lateral("of_key")
@@ -299,9 +286,9 @@ def _per_key_ids(settings: Any, take: Any) -> Select[Any]:
     keyed = (
         select(of_key.c.id, of_key.c.priority, of_key.c.run_at)
         .select_from(
-            keys.outerjoin(held, held.c.concurrency_key == keys.c.key).join(of_key, true())
+            keys.outerjoin(held, held.c.concurrency_key == keys.c.value).join(of_key, true())
         )
-        .where(keys.c.key.is_not(None))
+        .where(keys.c.value.is_not(None))
     )
     ahead = _ahead()
     unkeyed = select(ahead.c.id, ahead.c.priority, ahead.c.run_at).where(

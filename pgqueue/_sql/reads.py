@@ -51,7 +51,7 @@ from pgqueue._base.connections import WORKER_PREFIX
 from pgqueue._base.readable import READABLE_FROM, STORED_SUFFIX, readable
 from pgqueue._base.storable import unstorable
 from pgqueue._base.validation import check_unique_key, encode_payload
-from pgqueue._sql.statements import status_literal
+from pgqueue._sql.statements import loose_index_scan, status_literal
 from pgqueue._sql.workflow_statements import MISSING_DEPENDENCY, PENDING_EDGES, waiting_for
 from pgqueue.enqueue_options import WAITING_RUN_AT
 from pgqueue.errors import InvalidArgumentError, InvalidArgumentTypeError
@@ -265,16 +265,17 @@ def _count(*conditions: Any) -> Any:
     return func.count().filter(and_(*conditions))
 
 
-def queue_stats_statement() -> Select[Any]:
+def queue_stats_statement(*, one_queue: bool = False) -> Select[Any]:
     """The statement :func:`pgqueue.admin.queue_stats` runs: one pass over ``jobs``, counting
     each :class:`pgqueue.JobState` by its rule (:func:`pgqueue.models.in_state`), ``queued`` as
-    ``ready`` and ``scheduled``."""
+    ``ready`` and ``scheduled``; with ``one_queue``, over the rows of queue ``:queue_name``
+    only."""
     queued = in_state(JobState.QUEUED)
     running = in_state(JobState.RUNNING)
     ready = and_(queued, jobs.c.run_at <= func.now())
     # greatest(): a run_at of '-infinity' (written by SQL) would fail the subtraction below.
     oldest_ready = func.min(func.greatest(jobs.c.run_at, READABLE_FROM)).filter(ready)
-    return (
+    stmt = (
         select(
             jobs.c.queue,
             _count(ready).label("ready"),
@@ -295,6 +296,9 @@ def queue_stats_statement() -> Select[Any]:
         .group_by(jobs.c.queue)
         .order_by(jobs.c.queue)
     )
+    if one_queue:
+        stmt = stmt.where(jobs.c.queue == bindparam("queue_name", type_=TextType))
+    return stmt
 
 
 def queue_overview_statement() -> Select[Any]:
@@ -338,32 +342,24 @@ def queue_overview_statement() -> Select[Any]:
     )
 
 
-def _finished_queues() -> Any:
-    """Every queue that holds a finished job, each found by one probe of ``jobs_prune_idx``
-    (a loose index scan: PostgreSQL before 18 cannot skip-scan the index's leading column)."""
-    finished = jobs.c.finished_at.is_not(None)
-    first = select(jobs.c.queue).where(finished).order_by(jobs.c.queue).limit(literal_column("1"))
-    queues = select(first.scalar_subquery().label("queue")).cte("finished_queues", recursive=True)
-    following = (
-        select(jobs.c.queue)
-        .where(finished, jobs.c.queue > queues.c.queue)
-        .order_by(jobs.c.queue)
-        .limit(literal_column("1"))
-        .scalar_subquery()
-    )
-    return queues.union_all(select(following.label("queue")).where(queues.c.queue.is_not(None)))
-
-
-def finished_per_minute_statement(window: timedelta = timedelta(hours=1)) -> Select[Any]:
-    """The statement :func:`pgqueue.admin.finished_per_minute` runs: per queue (found by
-    :func:`_finished_queues`), a range scan of ``jobs_prune_idx`` over its ``done`` and
-    ``failed`` jobs finished within the window; the finished rows need no index of their own
-    (one index entry per finished job is what the drain pays for)."""
-    queues = _finished_queues()
+def finished_per_minute_statement(
+    window: timedelta = timedelta(hours=1), *, one_queue: bool = False
+) -> Select[Any]:
+    """The statement :func:`pgqueue.admin.finished_per_minute` runs: per queue, a range scan of
+    ``jobs_prune_idx`` over its ``done`` and ``failed`` jobs finished within the window; the
+    finished rows need no index of their own (one index entry per finished job is what the
+    drain pays for). The queues: every one with a finished job (a loose scan of the same
+    index), or with ``one_queue`` the one bound as ``:queue_name``."""
+    if one_queue:
+        queues = select(bindparam("queue_name", type_=TextType).label("value")).cte("one_queue")
+    else:
+        queues = loose_index_scan(
+            jobs.c.queue, jobs.c.finished_at.is_not(None), name="finished_queues"
+        )
     recent = (
         select(jobs.c.status, jobs.c.finished_at)
         .where(
-            jobs.c.queue == queues.c.queue,
+            jobs.c.queue == queues.c.value,
             jobs.c.status.in_([status_literal(JobStatus.DONE), status_literal(JobStatus.FAILED)]),
             jobs.c.finished_at >= func.now() - bindparam("window", window, type_=Interval),
             # Never in the future, but for a row written by SQL ('infinity'): not a minute.
@@ -374,7 +370,7 @@ def finished_per_minute_statement(window: timedelta = timedelta(hours=1)) -> Sel
     minute = func.date_trunc("minute", recent.c.finished_at).label("minute")
     return (
         select(
-            queues.c.queue,
+            queues.c.value.label("queue"),
             minute,
             func.floor(func.extract("epoch", func.date_trunc("minute", func.now()) - minute) / 60)
             .cast(Integer)
@@ -383,9 +379,9 @@ def finished_per_minute_statement(window: timedelta = timedelta(hours=1)) -> Sel
             _count(recent.c.status == status_literal(JobStatus.FAILED)).label("failed"),
         )
         .select_from(queues.join(recent, true()))
-        .where(queues.c.queue.is_not(None))
-        .group_by(queues.c.queue, minute)
-        .order_by(minute, queues.c.queue)
+        .where(queues.c.value.is_not(None))
+        .group_by(queues.c.value, minute)
+        .order_by(minute, queues.c.value)
     )
 
 

@@ -254,6 +254,23 @@ KEY_HOLDERS: Select[Any] = select(jobs.c.id, jobs.c.unique_key).where(
 # -- claim -----------------------------------------------------------------------------------------
 
 
+def loose_index_scan(column: Any, *where: ColumnElement[bool], name: str) -> Any:
+    """A recursive CTE ``name(value)`` of the distinct non-NULL values of ``column`` among the
+    rows matching ``where``, each found by one probe of an index that leads with ``column``
+    (PostgreSQL before 18 cannot skip-scan one): the cost follows the values, not the rows."""
+    one: Any = literal_column("1")
+    first = select(column).where(*where).order_by(column).limit(one)
+    found = select(first.scalar_subquery().label("value")).cte(name, recursive=True)
+    following = (
+        select(column)
+        .where(*where, column > found.c.value)
+        .order_by(column)
+        .limit(one)
+        .scalar_subquery()
+    )
+    return found.union_all(select(following.label("value")).where(found.c.value.is_not(None)))
+
+
 def ready_levels() -> Any:
     """The priority levels of queue ``:queue_name`` to read, highest first (``levels.level``).
 

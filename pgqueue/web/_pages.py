@@ -339,14 +339,14 @@ async def queue(request: Request) -> Response:
         return error_page(request, 404, f"No such queue: {exc}")
 
     def one_queue(conn: Any) -> dict[str, Any]:
-        counts = next((q for q in admin.queue_stats(conn) if q["queue"] == name), None)
+        counts = next(iter(admin.queue_stats(conn, name)), None)
         (stored,) = repository.queue_settings(conn, name)
         workers = [w for w in admin.connected_workers(conn) if name in (w["queues"] or [])]
         return {
             "counts": counts or {**dict.fromkeys(n for n, _ in QUEUE_COUNTS), "known": False},
             "settings": stored,
             "retention": retention_of(repository.retention(conn), name),
-            "finished": finished_charts(admin.finished_per_minute(conn)).get(name),
+            "finished": finished_charts(admin.finished_per_minute(conn, queue=name)).get(name),
             "workers": workers,
         }
 

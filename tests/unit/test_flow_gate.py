@@ -77,5 +77,5 @@ def test_the_limited_claim_counts_and_claims_in_one_statement() -> None:
         assert "UPDATE jobs_queues SET window_start" in sql  # the rate window, same statement
         # per_key: the keys by a loose scan, then each key's first ready jobs; no ranking of
         # the whole backlog.
-        assert ("ready_keys(key) AS" in sql) is per_key
+        assert ("ready_keys(value) AS" in sql) is per_key
         assert "row_number()" not in sql

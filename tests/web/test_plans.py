@@ -182,6 +182,31 @@ def test_the_chart_over_two_hundred_queues_probes_each_once_and_counts_as_define
     assert _buffers(plan) < 6_000, _buffers(plan)
 
 
+def test_the_queue_page_reads_its_own_queue_only(history: Engine) -> None:
+    """``queue=``: the rows the whole-table readers give for that queue, and for its chart a
+    range of ``jobs_prune_idx`` without the loose scan over the other queues."""
+    with history.connect() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (queue, payload, status, attempts, finished_at) "
+                "SELECT 'other' || (i % 50), '{}', 'done', 1, now() - make_interval(secs => i) "
+                "FROM generate_series(1, 500) AS i"
+            )
+        )
+        everywhere = admin.finished_per_minute(conn)
+        alone = admin.finished_per_minute(conn, queue="bulk")
+        stats = [q for q in admin.queue_stats(conn) if q["queue"] == "bulk"]
+        one = admin.queue_stats(conn, "bulk")
+        stmt = admin.finished_per_minute_statement(one_queue=True).params(queue_name="bulk")
+        plan = _plan(conn, stmt)
+        conn.rollback()
+    assert alone == [row for row in everywhere if row["queue"] == "bulk"]
+    assert alone
+    assert one == stats
+    assert "Recursive Union" not in {n["Node Type"] for n in _nodes(plan)}
+    _assert_bounded_chart(plan)
+
+
 def _assert_bounded_chart(plan: dict[str, Any]) -> None:
     kinds = [node["Node Type"] for node in _nodes(plan)]
     assert "Seq Scan" not in kinds, kinds
