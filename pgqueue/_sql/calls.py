@@ -332,6 +332,21 @@ def claim(
     return Call(stmt, params, _claimed, from_rows=claimed_jobs)
 
 
+def claim_queues(
+    queues: Sequence[str], limit: int, lease: timedelta | float, locked_by: str | None = None
+) -> Call[list[ClaimedJob]]:
+    """:func:`claim` over several queues in one statement (the worker's claim of many queues)."""
+    if not queues:
+        raise InvalidArgumentError("queues", "give at least one queue")
+    stmt = statements.claim_queues_statement(check_positive_int("limit", limit))
+    params = {
+        "queue_names": json.dumps([check_queue(q) for q in queues]),
+        "lease": check_duration("lease", lease, allow_zero=False),
+        "locked_by": None if locked_by is None else check_name("locked_by", locked_by),
+    }
+    return Call(stmt, params, _claimed, from_rows=claimed_jobs)
+
+
 def complete(job_id: int, attempts: int) -> Call[bool]:
     return Call(statements.COMPLETE, _guard_params(job_id, attempts), _matched)
 
@@ -787,6 +802,8 @@ class ClaimedBatch(list[ClaimedJob]):
     (``expires_in``): a claim that took ``limit`` rows came back full, however many expired."""
 
     expired: int = 0
+    #: :attr:`expired` by queue (a claim over several queues).
+    expired_in: dict[str, int] | None = None
 
 
 def rows_taken(claimed: list[ClaimedJob]) -> int:
@@ -815,6 +832,11 @@ def claimed_jobs(rows: Iterable[Any]) -> list[ClaimedJob]:
         if r.status != _FAILED
     )
     batch.expired = len(ordered) - len(batch)
+    if batch.expired:
+        batch.expired_in = {}
+        for r in ordered:
+            if r.status == _FAILED:
+                batch.expired_in[r.queue] = batch.expired_in.get(r.queue, 0) + 1
     return batch
 
 

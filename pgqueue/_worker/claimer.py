@@ -29,6 +29,7 @@ from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.reaper import reap
 from pgqueue._worker.replay import (
     Replay,
+    claim_queues_replayed,
     claim_replayed,
     limited_claim_replayed,
     settings_replayed,
@@ -43,6 +44,10 @@ log = logging.getLogger("pgqueue.worker")
 
 #: ``claim(queue, limit)``: the jobs claimed, or ``None`` once a transient error gave up.
 Claim = Callable[[str, int], list[ClaimedJob] | None]
+#: ``claim_queues(queues, limit)``: one claim over several queues, or ``None`` as ``Claim``.
+ClaimQueues = Callable[[list[str], int], list[ClaimedJob] | None]
+#: The most queues one claim reads: a poll of 1,000 queues is 16 round trips, not 1,000.
+MAX_CLAIM_QUEUES = 64
 #: ``claim_limited(queue, limit, per_key)``: the limited claim's jobs and what it left, or ``None``.
 LimitedClaim = Callable[[str, int, bool], tuple[list[ClaimedJob], ClaimState] | None]
 #: ``read_settings(queues)``: the flow settings of the worker's queues, or ``None`` on a
@@ -102,6 +107,10 @@ class Claimer:
 
     ``claim`` makes one claim; the default is the replayed claim on ``engine`` (the unit tests
     pass their own, so the queue choice and the claim sizes are tested without a database).
+    ``claim_queues`` claims from the queue in line and the next ready queues of its lane (up to
+    :data:`MAX_CLAIM_QUEUES`, none with flow limits) at once: a worker of many queues with a few
+    jobs each sends one claim where it would send one per queue. By default the replayed claim
+    over several queues, unless ``claim`` is given (then one queue per claim).
     ``claim_limited`` and ``read_settings`` are the flow control's seams
     (:mod:`pgqueue._worker.flow`): by default the limited claim and the settings read on
     ``engine``, but with a ``claim`` of its own and no ``read_settings`` no queue has settings.
@@ -116,16 +125,21 @@ class Claimer:
         intake: Intake,
         *,
         claim: Claim | None = None,
+        claim_queues: ClaimQueues | None = None,
         claim_limited: LimitedClaim | None = None,
         read_settings: ReadSettings | None = None,
     ) -> None:
         self._rt = runtime
         self._engine = engine
         self._lanes = dict(lanes)
+        self._lane_kinds = set(self._lanes.values())
         self._opts = options
         self._intake = intake
         self._replay = Replay(engine)  # the claim's connection, held between claims
         self._claim = claim or self._claim_replayed
+        if claim_queues is None and claim is None:
+            claim_queues = self._claim_queues_replayed
+        self._claim_queues = claim_queues
         self._claim_limited = claim_limited or self._limited_replayed
         if read_settings is None:
             read_settings = self._settings_replayed if claim is None else (lambda queues: {})
@@ -310,10 +324,16 @@ class Claimer:
 
     def _next_queue(self) -> str | None:
         """The first queue in line whose lane has room for a claim and whose flow settings let
-        it be claimed (not paused, not parked at a limit). Lock held."""
+        it be claimed (not paused, not parked at a limit). Lock held.
+
+        Asked at every wake-up: the lanes' room is read once, so a worker of 1,000 queues whose
+        lanes are full returns at once instead of walking the whole line."""
         intake, flow = self._intake, self._flow
+        open_lanes = [lane for lane in self._lane_kinds if intake.worth_claim(lane)]
+        if not open_lanes:
+            return None
         for queue in self._ready:
-            if flow.claimable(queue) and intake.worth_claim(self._lanes[queue]):
+            if self._lanes[queue] in open_lanes and flow.claimable(queue):
                 if not intake.admits(flow.settings(queue)):
                     self._warn_limits(queue)
                     continue
@@ -330,7 +350,8 @@ class Claimer:
             )
 
     def _claim_round(self) -> None:
-        """Visit ready queues round-robin while there is capacity: one claim per visit."""
+        """Visit ready queues round-robin while there is capacity: one claim per visit (of the
+        queue in line and, without flow limits, the next ready queues of its lane)."""
         rt = self._rt
         while not rt.stop.is_set():
             with rt.lock:
@@ -350,6 +371,7 @@ class Claimer:
                 if not limit:
                     continue  # the lane claims for itself
                 flow = self._flow.settings(queue)
+                group = [queue] if flow.limited else [queue, *self._companions(lane)]
                 # The jobs finished before the claim is sent: one that finishes while it is on
                 # the wire may free a slot the claim did not see, so a queue it parks at a limit
                 # is claimed again on the first finish after this, not after the next one.
@@ -360,15 +382,20 @@ class Claimer:
                     limit = _limited_claim_size(limit, flow)
                     answer = self._claim_limited(queue, limit, flow.per_key is not None)
                     claimed, state = (None, None) if answer is None else answer
+                elif len(group) > 1:
+                    assert self._claim_queues is not None
+                    claimed = self._claim_queues(group, limit)
                 else:
                     claimed = self._claim(queue, limit)
             except Exception:
                 with rt.lock:
-                    self._ready.setdefault(queue, None)  # visited again after the loop's pause
+                    for q in group:
+                        self._ready.setdefault(q, None)  # visited again after the loop's pause
                 raise
             with rt.lock:
                 if claimed is None:
-                    self._ready.setdefault(queue, None)
+                    for q in group:
+                        self._ready.setdefault(q, None)
                 else:
                     # Rows the claim failed as expired count as taken: more may be waiting.
                     taken = rows_taken(claimed)
@@ -377,14 +404,47 @@ class Claimer:
                     parked = state is not None and self._flow.claimed(
                         queue, state, time.monotonic(), finished_before
                     )
-                    if taken == limit and not parked:
+                    if len(group) > 1:
+                        if taken == limit:
+                            self._requeue(group, claimed)
+                    elif taken == limit and not parked:
                         self._ready[queue] = None  # more may be waiting: back of the line
                     self._claimed_since_poll += rt.accept(lane, claimed) + taken - len(claimed)
-                    rt.expired(queue, taken - len(claimed))
+                    if len(group) > 1:
+                        for q, count in (getattr(claimed, "expired_in", None) or {}).items():
+                            rt.expired(q, count)
+                    else:
+                        rt.expired(queue, taken - len(claimed))
             if claimed is None:
                 self.pulse.waiting()
                 rt.stop.wait(1.0)
                 return
+
+    def _companions(self, lane: Lane) -> list[str]:
+        """The ready queues that join a claim of ``lane`` (taken out of the line): the next ones
+        of that lane, claimable, without flow limits (their claim counts; theirs is their own).
+        None without a claim over several queues. Lock held."""
+        if self._claim_queues is None:
+            return []
+        flow, found = self._flow, list[str]()
+        for q in self._ready:
+            if len(found) == MAX_CLAIM_QUEUES - 1:
+                break
+            if self._lanes[q] is lane and flow.claimable(q) and not flow.limited(q):
+                found.append(q)
+        for q in found:
+            del self._ready[q]
+        return found
+
+    def _requeue(self, group: list[str], claimed: list[ClaimedJob]) -> None:
+        """After a full claim over ``group``: the queues it took jobs of may have more (back of
+        the line), the others may not have been read at all (the claim filled before them: front
+        of the line, so the round-robin visits them next). A short claim read every queue of the
+        group to its end: none goes back. Lock held."""
+        took = {job.queue for job in claimed} | set(getattr(claimed, "expired_in", None) or ())
+        served = [q for q in group if q in took]
+        unread = [q for q in group if q not in took]
+        self._ready = dict.fromkeys([*unread, *(q for q in self._ready if q not in took), *served])
 
     def _limited_replayed(
         self, queue: str, limit: int, per_key: bool
@@ -404,6 +464,18 @@ class Claimer:
 
     def _settings_replayed(self, queues: list[str]) -> Mapping[str, QueueSettings]:
         return settings_replayed(self._replay, queues)
+
+    def _claim_queues_replayed(self, queues: list[str], limit: int) -> list[ClaimedJob] | None:
+        return retrying(
+            lambda: claim_queues_replayed(
+                self._replay,
+                queues=queues,
+                limit=limit,
+                lease=self._opts.lease,
+                locked_by=self.name,
+            ),
+            what=f"claim on queues {', '.join(queues[:3])}{'...' if len(queues) > 3 else ''}",
+        )
 
     def _claim_replayed(self, queue: str, limit: int) -> list[ClaimedJob] | None:
         # One statement in autocommit: committed before it returns, without the BEGIN and COMMIT

@@ -62,7 +62,13 @@ class FlowGate:
         return [q for q in changed if not self.settings(q).paused]
 
     def claimable(self, queue: str) -> bool:
-        return not self.settings(queue).paused and queue not in self._parked
+        # Asked of every queue in line: no QueueSettings made for a queue without a row.
+        known = self._settings.get(queue)
+        return (known is None or not known.paused) and queue not in self._parked
+
+    def limited(self, queue: str) -> bool:
+        known = self._settings.get(queue)
+        return known is not None and known.limited
 
     def claimed(self, queue: str, state: ClaimState, now: float, finished: int) -> bool:
         """A limited claim of ``queue`` came back short with ``state``: park it when it is at a

@@ -32,7 +32,7 @@ from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, Engine
 
 from pgqueue._base.urls import error_line
-from pgqueue._sql.calls import Call, claim
+from pgqueue._sql.calls import Call, claim, claim_queues
 from pgqueue._sql.limited_claim import (
     ClaimState,
     limited_claim,
@@ -51,16 +51,51 @@ V = TypeVar("V")
 
 #: SQLAlchemy logs statements through this logger when it is at INFO (``echo`` sets it too).
 _ENGINE_LOG = logging.getLogger("sqlalchemy.engine.Engine")
-#: Distinct calls remembered before the memory starts over (queues x claim sizes).
+#: Distinct calls remembered before the memory starts over (statements x claim sizes; queues
+#: too, for a call whose parameters SQLAlchemy processed).
 _MAX_REMEMBERED = 256
 
 
 @dataclass(frozen=True)
 class _Sent:
-    """A statement as the driver received it from SQLAlchemy."""
+    """A statement as the driver received it from SQLAlchemy.
+
+    ``template``: every parameter of the call reached the driver as it was given, under its own
+    name, so the text serves any call of the same statement and parameter names (another queue,
+    another lease): its parameters are the call's over the rest SQLAlchemy added. A worker of
+    1,000 queues compiles each claim size once, not once per queue (a memory keyed by the values
+    made most of its claims go through SQLAlchemy again: 0.3x the drain of one queue).
+    """
 
     sql: str
     params: Any
+    template: bool = False
+
+    def params_for(self, call: Call[Any]) -> Any:
+        return {**self.params, **call.params} if self.template else self.params
+
+
+def _by_names(call: Call[Any]) -> Hashable:
+    return (call.statement, tuple(sorted(call.params)))
+
+
+def _by_values(call: Call[Any]) -> Hashable | None:
+    """The key of a call's exact values; ``None`` when one is a list (not remembered)."""
+    try:
+        key = (call.statement, tuple(sorted(call.params.items())))
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _sent(call: Call[Any], sql: str, params: Any) -> tuple[Hashable | None, _Sent]:
+    """What to remember of ``call``'s first run, and under which key (``None``: not kept)."""
+    template = isinstance(params, dict) and all(
+        name in params and params[name] is value for name, value in call.params.items()
+    )
+    key = _by_names(call) if template else _by_values(call)
+    return key, _Sent(sql, params, template)
 
 
 class Replay:
@@ -84,12 +119,13 @@ class Replay:
         """Run ``call`` (one statement, committed when it returns) and map its rows."""
         if call.statement is None or call.from_rows is None:
             raise ValueError("only a call with a statement and a row mapping can be replayed")
-        key = (call.statement, tuple(sorted(call.params.items())))
         conn = self._connection()
-        sent = self._sent.get(key)
+        sent = self._sent.get(_by_names(call))
+        if sent is None:
+            sent = self._sent.get(_by_values(call))
         if sent is not None and self._cursor is not None and not self._watched(conn):
             try:
-                self._cursor.execute(sent.sql, sent.params)
+                self._cursor.execute(sent.sql, sent.params_for(call))
                 rows = self._cursor.fetchall()
             except psycopg.Error as exc:
                 log.debug(
@@ -110,7 +146,9 @@ class Replay:
         if self._driver_ok:
             if len(self._sent) >= _MAX_REMEMBERED:
                 self._sent.clear()
-            self._sent[key] = _Sent(result.context.statement, result.context.parameters[0])
+            key, sent = _sent(call, result.context.statement, result.context.parameters[0])
+            if key is not None:
+                self._sent[key] = sent
         return answer
 
     def read(self, call: Call[T]) -> T:
@@ -234,6 +272,19 @@ def claim_replayed(
     """The worker's claim: :func:`pgqueue.repository.claim` in autocommit, on the replay's held
     connection, replayed on the driver after the first run (``locked_by``: the worker's name)."""
     return replay.run(claim(queue, limit, lease, locked_by))
+
+
+def claim_queues_replayed(
+    replay: Replay,
+    *,
+    queues: list[str],
+    limit: int,
+    lease: timedelta,
+    locked_by: str | None = None,
+) -> list[ClaimedJob]:
+    """The worker's claim over several queues (:func:`pgqueue._sql.calls.claim_queues`), as
+    :func:`claim_replayed`: one text for every set of queues (a JSON array parameter)."""
+    return replay.run(claim_queues(queues, limit, lease, locked_by))
 
 
 def limited_claim_replayed(

@@ -90,7 +90,9 @@ def test_replayed_claims_return_what_sqlalchemy_returns(engine: Engine) -> None:
     assert leased == len(PAYLOADS)  # committed on return, with the lease it was given
 
 
-def test_each_queue_size_and_lease_is_its_own_statement(engine: Engine) -> None:
+def test_each_size_is_its_own_statement_and_each_queue_and_lease_its_parameters(
+    engine: Engine,
+) -> None:
     with engine.begin() as conn:
         for queue in ("a", "b"):
             pgqueue.enqueue_many(conn, [{"q": queue}] * 6, queue=queue)
@@ -102,13 +104,33 @@ def test_each_queue_size_and_lease_is_its_own_statement(engine: Engine) -> None:
     assert [j.queue for j in _claim(replay, "a", limit=2)] == ["a", "a"]
     longer = claim_replayed(replay, queue="b", limit=1, lease=timedelta(hours=2))
     replay.release()
-    assert replay.replayed == 2  # the second round; size 2 and the longer lease compiled anew
+    # Size 1 compiled once, for "a": "b" and the longer lease are its parameters; size 2 anew.
+    assert replay.replayed == 4
+    assert longer[0].queue == "b"
     held = scalar(
         engine,
         "SELECT locked_until > now() + interval '1 hour' FROM jobs WHERE id = :id",
         id=longer[0].id,
     )
     assert held is True
+
+
+def test_a_worker_of_many_queues_compiles_each_claim_size_once(engine: Engine) -> None:
+    """More queues than the replay remembers statements: a memory keyed by the queue's name
+    sent most of their claims through SQLAlchemy again."""
+    queues = [f"many-{n:03d}" for n in range(300)]
+    with engine.begin() as conn:
+        for queue in queues:
+            pgqueue.enqueue_many(conn, [{"q": queue, "i": i} for i in range(2)], queue=queue)
+    replay = Replay(engine)
+    for _ in range(2):
+        for queue in queues:
+            jobs = _claim(replay, queue, limit=1)
+            assert [j.payload["q"] for j in jobs] == [queue]
+    replay.release()
+    assert replay.replayed == 2 * len(queues) - 1
+    assert scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'running'") == 600
+    assert scalar(engine, "SELECT count(DISTINCT locked_until) > 1 FROM jobs") is True
 
 
 def test_replay_follows_the_schema_option(empty_db_url: URL) -> None:

@@ -382,3 +382,107 @@ def test_a_job_finished_while_the_limited_claim_was_on_the_wire_unparks_its_queu
     limited = LimitedClaims(claims, during=finish_during_first)
     with claiming_limited(limited, claims, window_of({T: 20}, batch_size=100)):
         claims.wait_for(2)
+
+
+# -- one claim over several queues -----------------------------------------------------------------
+
+
+class GroupClaims:
+    """The claim-over-several-queues seam: records each ``(queues, limit)``; ``stock`` holds
+    each queue's jobs, taken in the queues' order up to ``limit`` (as the statement does)."""
+
+    def __init__(self, claims: Claims, stock: dict[str, int]) -> None:
+        self._claims = claims
+        self.stock = stock
+        self.calls: list[tuple[list[str], int]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, queues: list[str], limit: int) -> list[ClaimedJob]:
+        with self._lock:
+            self.calls.append((list(queues), limit))
+            taken: list[ClaimedJob] = []
+            for queue in queues:
+                n = min(self.stock.get(queue, 0), limit - len(taken))
+                self.stock[queue] = self.stock.get(queue, 0) - n
+                taken += self._claims.jobs(queue, n)
+                if len(taken) == limit:
+                    break
+            return taken
+
+
+@contextmanager
+def claiming_groups(
+    lanes: dict[str, Lane],
+    window: ClaimWindow,
+    claims: Claims,
+    groups: GroupClaims,
+    settings: dict[str, QueueSettings] | None = None,
+) -> Iterator[Runtime]:
+    runtime = make_runtime(window, completer=FakeCompleter())
+    claims.runtime = runtime
+    claimer = Claimer(
+        runtime,
+        offline_engine(),
+        lanes,
+        OPTIONS,
+        window,
+        claim=claims,
+        claim_queues=groups,
+        claim_limited=LimitedClaims(claims),
+        read_settings=lambda queues: dict(settings or {}),
+    )
+    with in_thread(lambda: claimer.run(until_empty=False), lambda: stop(runtime)):
+        yield runtime
+
+
+def test_one_claim_reads_the_next_ready_queues_of_its_lane_without_limits_or_pauses() -> None:
+    """A claim takes the queue in line and the next ready ones of the same lane (at most 64), not
+    a paused queue, nor one with flow limits (claimed on its own), nor another lane's."""
+    claims = Claims(lambda q, n: claims.jobs(q, n) if q == "limited" else [])
+    lanes = {f"q{i:03d}": T for i in range(70)} | {"paused": T, "limited": T, "loop": A}
+    groups = GroupClaims(claims, {})
+    settings = {
+        "paused": QueueSettings("paused", paused=True),
+        "limited": QueueSettings("limited", concurrency=5),
+    }
+    with claiming_groups(lanes, window_of({T: 10, A: 4}), claims, groups, settings):
+        until(lambda: len(groups.calls) >= 2 and claims.calls, "the claims")
+        time.sleep(0.1)
+    first, second = groups.calls[0][0], groups.calls[1][0]
+    assert first == [f"q{i:03d}" for i in range(64)]
+    assert second == [f"q{i:03d}" for i in range(64, 70)]
+    assert ("limited", 3) in claims.calls  # half its limit of 5, rounded up: on its own
+    claimed_alone = {q for q, _ in claims.calls}
+    assert "paused" not in claimed_alone | set(first) | set(second)
+    assert claimed_alone <= {"limited", "loop"}  # "loop" is alone in its lane
+
+
+def test_a_short_claim_over_several_queues_read_them_all_and_none_is_claimed_again() -> None:
+    """Fewer jobs than asked for: every queue of the claim was read to its end, so none goes
+    back in line (a notification brings one back, as after a short claim of one queue)."""
+    claims = Claims(lambda q, n: [])
+    groups = GroupClaims(claims, {"a": 1, "b": 0, "c": 2})
+    lanes = {"a": T, "b": T, "c": T}
+    with claiming_groups(lanes, window_of({T: 5}, batch_size=5), claims, groups) as runtime:
+        until(lambda: len(groups.calls) >= 1, "the first claim")
+        until(lambda: held_count(runtime) == 3, "the claimed jobs held")
+        finish_pending(runtime, T, 0.01)
+        time.sleep(0.2)  # a claimer that put a queue back would claim it now: room for 5
+        assert groups.calls == [(["a", "b", "c"], 5)]
+        assert claims.calls == []
+
+
+def test_the_line_after_a_full_claim_puts_unserved_queues_first() -> None:
+    """Two full claims in a row: the second starts with the queues the first never took from."""
+    claims = Claims(lambda q, n: [])
+    groups = GroupClaims(claims, {"a": 3, "b": 10, "c": 10})
+    lanes = {"a": T, "b": T, "c": T}
+    with claiming_groups(lanes, window_of({T: 8}, batch_size=4), claims, groups) as rt:
+        until(lambda: len(groups.calls) >= 2, "the second claim")
+        finish_pending(rt, T, 0.01)
+        until(lambda: len(groups.calls) >= 3, "the third claim")
+    # Claim 1 took a's 3 and 1 of b: c (never read) goes first, then a and b (served, maybe
+    # more). Claim 2 took 4 of c: a and b (not served by it) first, c last.
+    assert groups.calls[0] == (["a", "b", "c"], 4)
+    assert groups.calls[1] == (["c", "a", "b"], 4)
+    assert groups.calls[2][0] == ["a", "b", "c"]
