@@ -45,21 +45,52 @@ def _cpu_seconds(stat_path: str) -> float | None:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
-def _threads() -> dict[str, float]:
-    """CPU seconds of this process's threads, summed by component name."""
-    names = {t.native_id: t.name for t in threading.enumerate()}
-    out: dict[str, float] = defaultdict(float)
-    for tid in os.listdir("/proc/self/task"):
-        cpu = _cpu_seconds(f"/proc/self/task/{tid}/stat")
-        if cpu is None:
-            continue
-        name = names.get(int(tid), "other (GC, driver, interpreter)")
-        if name.startswith("pgqueue-handler-"):
-            name = "handler threads"
-        elif name == "MainThread":
-            name = "claim loop (run())"
-        out[name] += cpu
-    return dict(out)
+class ThreadCpu:
+    """CPU seconds of this process's threads, by component, sampled every ``interval`` seconds
+    (the worker's threads end with ``run()``: their last reading is kept, so at most one
+    interval of each thread's CPU, spent shutting down, goes unseen)."""
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self._interval = interval
+        self._last: dict[int, tuple[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cpu-sampler", daemon=True)
+
+    def __enter__(self) -> ThreadCpu:
+        self._sample()
+        self._first = {tid: cpu for tid, (_, cpu) in self._last.items()}
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval):
+            self._sample()
+
+    def _sample(self) -> None:
+        names = {t.native_id: t.name for t in threading.enumerate()}
+        for tid in os.listdir("/proc/self/task"):
+            cpu = _cpu_seconds(f"/proc/self/task/{tid}/stat")
+            if cpu is not None:
+                known = self._last.get(int(tid))
+                name = names.get(int(tid)) or (known[0] if known else "other")
+                self._last[int(tid)] = (name, cpu)
+
+    def by_component(self) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        for tid, (name, cpu) in self._last.items():
+            if name == "cpu-sampler":
+                continue
+            if name.startswith("pgqueue-handler-"):
+                name = "handler threads"
+            elif name == "MainThread":
+                name = "claim loop (run())"
+            out[name] += cpu - self._first.get(tid, 0.0)
+        return dict(out)
 
 
 def _backends(admin: psycopg.Connection[Any]) -> dict[int, str]:
@@ -97,27 +128,21 @@ def _drain(server_url: Any, jobs: int, concurrency: int) -> dict[str, float]:
                 prune=False,
             )
             with psycopg.connect(to_libpq_url(url), autocommit=True) as admin:
-                before_threads = _threads()
                 before_server = {
                     pid: _cpu_seconds(f"/proc/{pid}/stat") or 0.0 for pid in _backends(admin)
                 }
                 started = time.perf_counter()
-                worker.run(until_empty=True)
+                with ThreadCpu() as threads:
+                    worker.run(until_empty=True)
                 wall = time.perf_counter() - started
-                after_threads = _threads()
                 roles = _backends(admin)
-                server: dict[str, float] = defaultdict(float)
+                out = threads.by_component()
                 for pid, role in roles.items():
                     cpu = _cpu_seconds(f"/proc/{pid}/stat")
                     if cpu is not None:
-                        server[role] += cpu - before_server.get(pid, 0.0)
+                        out[role] = out.get(role, 0.0) + cpu - before_server.get(pid, 0.0)
         finally:
             engine.dispose()
-    out = {
-        name: (after_threads.get(name, 0.0) - before_threads.get(name, 0.0))
-        for name in {*after_threads, *before_threads}
-    }
-    out.update(server)
     per_job = {name: seconds / jobs * 1e6 for name, seconds in out.items() if seconds > 0}
     per_job["wall per job"] = wall / jobs * 1e6
     return per_job
