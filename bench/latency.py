@@ -96,7 +96,23 @@ def _pipe() -> Iterator[tuple[Pipe, Pipe]]:
         there.close()
 
 
-def _produce(url: URL, samples: int, starts_pipe: Pipe, producer_end: Pipe) -> list[float]:
+def _produce(
+    url: URL, samples: int, starts_pipe: Pipe, producer_end: Pipe, in_process: bool = False
+) -> list[float]:
+    """The producer's latencies: in a process of its own, or (``in_process``) on a thread of
+    the consumer's process, as an application enqueueing beside its own worker would."""
+    if in_process:
+        thread = threading.Thread(
+            target=_producer,
+            args=(url.render_as_string(hide_password=False), samples, producer_end),
+            name="bench-producer",
+            daemon=True,
+        )
+        thread.start()
+        try:
+            return _answer(starts_pipe, thread.is_alive, samples)
+        finally:
+            thread.join(10.0)
     process = multiprocessing.get_context("spawn").Process(
         target=_producer,
         args=(url.render_as_string(hide_password=False), samples, producer_end),
@@ -105,18 +121,22 @@ def _produce(url: URL, samples: int, starts_pipe: Pipe, producer_end: Pipe) -> l
     )
     process.start()
     try:
-        deadline = time.monotonic() + 60.0 + samples * (SAMPLE_TIMEOUT + IDLE_GAP)
-        while not starts_pipe.poll(1.0):
-            if not process.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the latency producer stopped without an answer")
-        answer = starts_pipe.recv()
-        if isinstance(answer, str):
-            raise RuntimeError(answer)
-        return list(answer)
+        return _answer(starts_pipe, process.is_alive, samples)
     finally:
         process.join(10.0)
         if process.is_alive():
             process.kill()
+
+
+def _answer(starts_pipe: Pipe, alive: Callable[[], bool], samples: int) -> list[float]:
+    deadline = time.monotonic() + 60.0 + samples * (SAMPLE_TIMEOUT + IDLE_GAP)
+    while not starts_pipe.poll(1.0):
+        if not alive() or time.monotonic() > deadline:
+            raise RuntimeError("the latency producer stopped without an answer")
+    answer = starts_pipe.recv()
+    if isinstance(answer, str):
+        raise RuntimeError(answer)
+    return list(answer)
 
 
 def summary(latencies: list[float]) -> dict[str, Any]:
@@ -131,17 +151,22 @@ def summary(latencies: list[float]) -> dict[str, Any]:
     }
 
 
-def run(url: URL, engine: Engine, samples: int, rounds: int = 3) -> dict[str, Any]:
-    """The worker and both floors, ``rounds`` interleaved rounds of ``samples`` each, pooled."""
+def run(
+    url: URL, engine: Engine, samples: int, rounds: int = 3, *, in_process: bool = False
+) -> dict[str, Any]:
+    """The worker and both floors, ``rounds`` interleaved rounds of ``samples`` each, pooled
+    (``in_process``: the producer on a thread of this process, else a process of its own)."""
     pooled: dict[str, list[float]] = {"worker": [], "raw": [], "raw_tx": []}
     for _ in range(rounds):
-        pooled["raw"] += raw_samples(url, engine, samples)
-        pooled["worker"] += worker_samples(url, samples)
-        pooled["raw_tx"] += raw_samples(url, engine, samples, in_transaction=True)
+        pooled["raw"] += raw_samples(url, engine, samples, in_process=in_process)
+        pooled["worker"] += worker_samples(url, samples, in_process=in_process)
+        pooled["raw_tx"] += raw_samples(
+            url, engine, samples, in_transaction=True, in_process=in_process
+        )
     return {name: summary(values) for name, values in pooled.items()}
 
 
-def worker_samples(url: URL, samples: int) -> list[float]:
+def worker_samples(url: URL, samples: int, *, in_process: bool = False) -> list[float]:
     """The pgqueue figure: a LISTENing worker (concurrency 4) in a thread of this process."""
     _db.reset(url)
     with _pipe() as (here, there):
@@ -163,7 +188,7 @@ def worker_samples(url: URL, samples: int) -> list[float]:
         thread.start()
         try:
             time.sleep(0.5)  # LISTEN is in place before the first sample
-            return _produce(url, samples, here, there)
+            return _produce(url, samples, here, there, in_process)
         finally:
             worker.stop()
             thread.join(30.0)
@@ -171,7 +196,12 @@ def worker_samples(url: URL, samples: int) -> list[float]:
 
 
 def raw_samples(
-    url: URL, engine: Engine, samples: int, *, in_transaction: bool = False
+    url: URL,
+    engine: Engine,
+    samples: int,
+    *,
+    in_transaction: bool = False,
+    in_process: bool = False,
 ) -> list[float]:
     """A floor: one LISTEN connection, one claiming connection, no framework in between."""
     _db.reset(url)
@@ -194,7 +224,7 @@ def raw_samples(
         try:
             if not ready.wait(10.0) or errors:
                 raise RuntimeError(f"raw listener did not start: {errors}")
-            return _produce(url, samples, here, there)
+            return _produce(url, samples, here, there, in_process)
         finally:
             stop.set()
             thread.join(10.0)
@@ -223,3 +253,37 @@ def _listen_and_claim(
                     worker.commit()
                 for row in rows:
                     record(row[2]["i"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.latency [--url URL] [--samples N] [--rounds R] [--producer KIND]``:
+    the worker against the floors, the producer in a process of its own (``process``), on a
+    thread of the consumer's process (``thread``), or both in turn (``both``, the default)."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m bench.latency", description=__doc__)
+    parser.add_argument("--url", help="a server URL (default: the embedded PostgreSQL)")
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--producer", choices=("process", "thread", "both"), default="both")
+    args = parser.parse_args(argv)
+    kinds = ["process", "thread"] if args.producer == "both" else [args.producer]
+    with _db.server(args.url) as (server_url, _), _db.throwaway_database(server_url) as url:
+        engine = _db.make_engine(url)
+        try:
+            for kind in kinds:
+                out = run(url, engine, args.samples, args.rounds, in_process=kind == "thread")
+                floor = out["raw"]
+                ratios = {
+                    f"{q}_ratio": round(out["worker"][q] / floor[q], 3)
+                    for q in ("p50_ms", "p90_ms", "p99_ms")
+                }
+                print(json.dumps({"producer": kind, **out, **ratios}), flush=True)
+        finally:
+            engine.dispose()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -130,3 +130,24 @@ def run(url: URL, samples: int, rounds: int = 3) -> dict[str, Any]:
         pooled["raw"] += samples_of(url, "raw", samples)
         pooled["wait_for"] += samples_of(url, "wait_for", samples)
     return {name: summary(values) for name, values in pooled.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m bench.wait_latency [--url URL] [--samples N] [--rounds R]``."""
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(prog="python -m bench.wait_latency", description=__doc__)
+    parser.add_argument("--url", help="a server URL (default: the embedded PostgreSQL)")
+    parser.add_argument("--samples", type=int, default=200)
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args(argv)
+    with _db.server(args.url) as (server_url, _), _db.throwaway_database(server_url) as url:
+        out = run(url, args.samples, args.rounds)
+    ratio = out["wait_for"]["p50_ms"] / out["raw"]["p50_ms"]
+    print(json.dumps({**out, "p50_ratio": round(ratio, 3)}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
