@@ -94,10 +94,14 @@ def layout(
     for (name, _, _), members in alike.items():
         groups = [members] if len(members) > FOLD_OVER else [[m] for m in members]
         for group in groups:
-            ids = sorted(int(m["id"]) for m in group)
-            states = Counter(str(m["status"]) for m in group)
-            status = group[0]["status"] if len(group) == 1 else _folded_status(states)
-            box = Box(ids[0], str(name), str(status), ids, sorted(states.items()))
+            if len(group) == 1:  # most boxes: no count to make
+                one = str(group[0]["status"])
+                ids, status, counts = [int(group[0]["id"])], one, [(one, 1)]
+            else:
+                ids = sorted(int(m["id"]) for m in group)
+                states = Counter(str(m["status"]) for m in group)
+                status, counts = _folded_status(states), sorted(states.items())
+            box = Box(ids[0], str(name), status, ids, counts)
             box.focus = focus in ids
             boxes.append(box)
             for i in ids:
