@@ -392,8 +392,6 @@ async def job_graph(request: Request) -> Response:
         job_path=url(request, "job", job_id=0).removesuffix("0"),
         limit=admin.WORKFLOW_LIMIT,
         fold_over=_graph.FOLD_OVER,
-        box_w=_graph.BOX_W,
-        box_h=_graph.BOX_H,
         states=STATES,
     )
 
