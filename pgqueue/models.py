@@ -540,8 +540,8 @@ class JobLogRecord(Base):
     """The log lines of one attempt of one job (pgqueue_0018): what its handler recorded with
     :meth:`pgqueue.JobContext.log` and, with ``Worker(capture_logs=True)``, what it logged.
 
-    ``lines`` is a JSON array of ``[epoch seconds, level, logger name or null, fields,
-    message]``, oldest first: the last 1,000 lines / 256 KiB of the attempt, the
+    ``lines`` is a JSON array of ``[microseconds since the epoch, level, logger name or null,
+    fields, message]``, oldest first: the last 1,000 lines / 256 KiB of the attempt, the
     worker's buffer as a whole (each write replaces the row); ``dropped`` counts the older lines
     the bound dropped. Written by the statements that already write the job's outcome or extend
     its lease, never one of its own; deleted with its job by the statements that delete finished

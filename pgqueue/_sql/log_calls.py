@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -74,7 +74,7 @@ def _log_lines(result: Result[Any] | None) -> LogLines:
             dropped[row.attempt] = row.dropped
         lines += [
             LogLine(
-                time=datetime.fromtimestamp(when, timezone.utc),
+                time=_time(when),
                 attempt=row.attempt,
                 level=level,
                 message=message,
@@ -84,6 +84,18 @@ def _log_lines(result: Result[Any] | None) -> LogLines:
             for when, level, logger, fields, message in row.lines
         ]
     return LogLines(lines, dropped)
+
+
+#: Where a line's time counts from.
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def _time(when: int | float) -> datetime:
+    """A line's time: microseconds since the epoch (seconds, a float, in the lines that
+    development builds before the integer wrote)."""
+    if type(when) is int:
+        return _EPOCH + timedelta(microseconds=when)
+    return datetime.fromtimestamp(when, timezone.utc)
 
 
 def _nothing(result: Result[Any] | None) -> None:

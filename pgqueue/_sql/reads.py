@@ -301,6 +301,94 @@ def queue_stats_statement(*, one_queue: bool = False) -> Select[Any]:
     return stmt
 
 
+#: Done jobs of one queue counted one by one (an index-only range of ``jobs_prune_idx``)
+#: before the queue's page gives the planner's estimate instead: a bounded read whatever the
+#: history (:func:`queue_counts_statement`).
+DONE_COUNTED = 10_000
+
+
+def queue_counts_statement() -> Select[Any]:
+    """The statement :func:`pgqueue.admin.queue_counts` runs: the counts of queue
+    ``:queue_name`` that :func:`queue_stats_statement` gives, each read from an index of its
+    own rows rather than a pass over the queue's history.
+
+    The live and failed states are counted exactly, each over the rows of its partial index
+    (queued: ``jobs_ready_idx``; running: ``jobs_lease_idx``; failed, cancelled and expired:
+    ``jobs_failed_idx``), so their cost follows the backlog and the failures kept, never the
+    done history. Done jobs are counted up to :data:`DONE_COUNTED` (``done`` is that many when
+    there are at least as many: the caller estimates then) by an index-only range of
+    ``jobs_prune_idx`` (jobs finished since pgqueue_0009 have ``finished_at``).
+    """
+    name = jobs.c.queue == bindparam("queue_name", type_=TextType)
+
+    def of(status: JobStatus, *columns: Any) -> Any:
+        return (
+            select(*columns)
+            .where(name, jobs.c.status == status_literal(status))
+            .subquery(status.value)
+        )
+
+    queued = in_state(JobState.QUEUED)
+    ready = and_(queued, jobs.c.run_at <= func.now())
+    live = of(
+        JobStatus.QUEUED,
+        _count(ready).label("ready"),
+        _count(queued, jobs.c.run_at > func.now()).label("scheduled"),
+        _count(in_state(JobState.WAITING)).label("waiting"),
+        _count(in_state(JobState.SLEEPING)).label("sleeping"),
+        _count(in_state(JobState.AWAITING_SIGNAL)).label("awaiting_signal"),
+        func.min(func.greatest(jobs.c.run_at, READABLE_FROM)).filter(ready).label("oldest"),
+    )
+    running = of(
+        JobStatus.RUNNING,
+        func.count().label("running"),
+        _count(jobs.c.locked_until < func.now()).label("expired_leases"),
+    )
+    failed = of(
+        JobStatus.FAILED,
+        _count(in_state(JobState.FAILED)).label("failed"),
+        _count(in_state(JobState.CANCELLED)).label("cancelled"),
+        _count(in_state(JobState.EXPIRED)).label("expired"),
+    )
+    done_rows = (
+        select(literal(1))
+        .where(
+            name,
+            jobs.c.status == status_literal(JobStatus.DONE),
+            jobs.c.finished_at.is_not(None),
+        )
+        # In the index's order: the planner walks jobs_prune_idx (index-only), where a bare
+        # LIMIT let it choose a scan of the table that stops early, or never, in another
+        # queue's rows.
+        .order_by(jobs.c.finished_at)
+        .limit(literal_column(str(DONE_COUNTED)))
+        .subquery("done_rows")
+    )
+    done = select(func.count().label("done")).select_from(done_rows).subquery("done")
+    return select(
+        live.c.ready,
+        live.c.scheduled,
+        live.c.waiting,
+        running.c.running,
+        running.c.expired_leases,
+        done.c.done,
+        failed.c.failed,
+        failed.c.cancelled,
+        failed.c.expired,
+        live.c.sleeping,
+        live.c.awaiting_signal,
+        func.extract("epoch", func.now() - live.c.oldest).cast(Float).label("oldest_ready_age_s"),
+    ).select_from(live.join(running, true()).join(failed, true()).join(done, true()))
+
+
+#: The planner's estimate of the done jobs of queue ``:queue_name`` (``EXPLAIN``'s row count
+#: for them, from the table's statistics): what the queue's page shows past
+#: :data:`DONE_COUNTED`, labelled as an estimate.
+DONE_ESTIMATE = text(
+    "EXPLAIN (FORMAT JSON) SELECT 1 FROM jobs WHERE queue = :queue_name AND status = 'done'"
+)
+
+
 def queue_overview_statement() -> Select[Any]:
     """The statement :func:`pgqueue.admin.queue_overview` runs: every queue with queued or
     running jobs or with stored settings (``jobs_queues``), its pause, limits, ready and running

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 
 from pgqueue._sql.log_calls import JobLines
 from pgqueue._worker.window import Held
-from pgqueue.jobs import current_job_var, marks_of
+from pgqueue.jobs import JobMarks, current_job_var, marks_of
 
 _installed_lock = threading.Lock()
 _installed: list[JobLogHandler] = []  # the one handler, while it is installed
@@ -44,22 +44,32 @@ class JobLogHandler(logging.Handler):
         marks = marks_of(job)
         if not marks.capture:
             return False
-        self.emit(record)
+        _record(marks, record)
         return True
 
     def emit(self, record: logging.LogRecord) -> None:
         job = current_job_var.get()
-        if job is None:
-            return
-        try:
-            message = record.getMessage()
-            if record.exc_info:
-                message = f"{message}\n{_FORMATTER.formatException(record.exc_info)}"
-        except Exception as exc:  # a bad format string: the record as it came
-            message = f"{record.msg!r} % {record.args!r} ({type(exc).__name__})"
-        marks_of(job).lines().add(record.levelname.lower(), message, {}, record.name)
+        if job is not None:
+            _record(marks_of(job), record)
 
 
+def _record(marks: JobMarks, record: logging.LogRecord) -> None:
+    """``record`` as a line of the job ``marks`` keeps: its message (formatted, with its
+    traceback), level and logger name."""
+    try:
+        message = record.getMessage()
+        if record.exc_info:
+            message = f"{message}\n{_FORMATTER.formatException(record.exc_info)}"
+    except Exception as exc:  # a bad format string: the record as it came
+        message = f"{record.msg!r} % {record.args!r} ({type(exc).__name__})"
+    level = _LEVELS.get(record.levelname) or record.levelname.lower()
+    marks.lines().add(level, message, _NO_FIELDS, record.name)
+
+
+#: The standard levels' names as lines store them (any other name: in lower case).
+_LEVELS = {"INFO": "info", "WARNING": "warning", "ERROR": "error", "CRITICAL": "critical"}
+#: A captured record's fields: none (one shared empty dict, never changed).
+_NO_FIELDS: dict[str, object] = {}
 _FORMATTER = logging.Formatter()
 
 

@@ -267,6 +267,11 @@ def _started(held: Held, target: Target, hooks: HookDispatcher | None) -> None:
 
 def _handled(held: Held, hooks: HookDispatcher | None, error: BaseException | None) -> None:
     held.handler_seconds = time.monotonic() - held.started_at
+    logs = marks_of(held.job).logs
+    if logs is not None:
+        # Encoded here, on the handler's thread, as its result is (keep_result): the completer's
+        # thread, which every job's outcome waits for, finds the lines ready to send.
+        logs.pending()
     if isinstance(error, Snooze):
         held.snooze = error.delay
         if isinstance(error, Suspended):

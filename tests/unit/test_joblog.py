@@ -60,11 +60,11 @@ def test_a_line_is_always_ascii_jsonb_text() -> None:
         ("ok", {"\udcff": "key"}),
         (object(), {}),
     ]:
-        line = encode_line(1.5, "info", message, fields, "a\udcffb")
+        line = encode_line(1_500_000, "info", message, fields, "a\udcffb")
         assert line.isascii()
         decoded = json.loads(line)
         when, level, logger, stored_fields, stored_message = decoded
-        assert (when, level) == (1.5, "info")
+        assert (when, level) == (1_500_000, "info")
         assert isinstance(stored_fields, dict)
         assert isinstance(stored_message, str)
         assert isinstance(logger, str)
@@ -85,7 +85,7 @@ def _strings(value: object) -> list[str]:
 
 
 def test_a_huge_line_is_cut() -> None:
-    line = encode_line(0.0, "info", "z" * 100_000, {"big": "w" * 100_000}, None)
+    line = encode_line(0, "info", "z" * 100_000, {"big": "w" * 100_000}, None)
     assert len(line) <= MAX_LINE_BYTES
     assert json.loads(line)[4].endswith("cut)")
 
@@ -124,22 +124,24 @@ def test_lines_ride_in_the_outcomes_own_statement() -> None:
 def test_the_fast_path_masks_and_escapes_as_the_careful_one() -> None:
     """A plain line takes one ``json.dumps``; any sign of a password, an unstorable character or
     deep nesting sends it down the careful path, so what is stored is the same."""
-    plain = json.loads(encode_line(2.0, "info", "sent", {"n": 1}, None))
-    assert plain == [2.0, "info", None, {"n": 1}, "sent"]
+    plain = json.loads(encode_line(2_000_000, "info", "sent", {"n": 1}, None))
+    assert plain == [2_000_000, "info", None, {"n": 1}, "sent"]
     masked = json.loads(
-        encode_line(2.0, "info", "to PostgreSQL://u:pw@h/d", {"Password": "x"}, None)
+        encode_line(2_000_000, "info", "to PostgreSQL://u:pw@h/d", {"Password": "x"}, None)
     )
     assert "pw" not in masked[4]
     assert masked[3] == {"Password": "x"}  # a key is no password=value pair: kept
-    pair = json.loads(encode_line(2.0, "info", "dsn password=hunter2", {"dsn": "PASSWORD=s"}, None))
+    pair = json.loads(
+        encode_line(2_000_000, "info", "dsn password=hunter2", {"dsn": "PASSWORD=s"}, None)
+    )
     assert "hunter2" not in pair[4]
     assert pair[3] == {"dsn": "PASSWORD=***"}
     deep: object = "leaf"
     for _ in range(200):
         deep = [deep]
-    nested = json.loads(encode_line(2.0, "info", "deep", {"d": deep}, None))
+    nested = json.loads(encode_line(2_000_000, "info", "deep", {"d": deep}, None))
     assert set(nested[3]) == {"repr"}  # deeper than jsonb should hold: its repr
-    emoji = json.loads(encode_line(2.0, "info", "ok \U0001f600", {}, None))
+    emoji = json.loads(encode_line(2_000_000, "info", "ok \U0001f600", {}, None))
     assert emoji[4] == "ok \U0001f600"  # a pair of surrogate escapes is a valid character
 
 
@@ -159,3 +161,45 @@ def test_a_buffer_mixing_cut_raw_and_careful_lines_encodes_each_right() -> None:
     assert len(decoded) == 4
     assert decoded[3][4] == "see https://u:***@h/x"
     assert decoded[0][4] == 'first [with] {brackets} and "quotes"'
+
+
+def test_the_bounds_hold_on_what_is_written_whatever_the_fields_hold() -> None:
+    """Containers in fields and text that escapes to more bytes than it has characters are
+    sized exactly when written: no line passes MAX_LINE_BYTES, the lines MAX_BYTES."""
+    containers = LogBuffer()
+    for i in range(5):
+        containers.add("info", f"big {i}", {"data": list(range(100_000))}, None)
+        containers.add("info", f"nested {i}", {"data": {"k": "y" * 300_000}}, None)
+    _, lines, dropped = containers.pending() or (0, "", 0)
+    decoded = json.loads(lines)
+    assert (len(decoded), dropped) == (10, 0)  # each cut, none dropped
+    assert all(len(json.dumps(line)) <= MAX_LINE_BYTES for line in decoded)
+    assert decoded[0][4].startswith("big 0... (")  # the cut says so
+    accented = LogBuffer()
+    for i in range(2_000):
+        accented.add("info", f"{i} " + "\u00e9" * 200, {}, None)  # 6 bytes a character
+    _, lines, dropped = accented.pending() or (0, "", 0)
+    decoded = json.loads(lines)
+    assert len(lines) <= MAX_BYTES + MAX_LINES
+    assert dropped == 2_000 - len(decoded)
+    assert decoded[-1][4].startswith("1999 ")
+    accented.add("info", "one more", {}, None)  # written again: the new line, same bounds
+    _, again, dropped_again = accented.pending() or (0, "", 0)
+    assert json.loads(again)[-1][4] == "one more"
+    assert len(again) <= MAX_BYTES + MAX_LINES
+    assert dropped_again >= dropped
+
+
+def test_pending_encodes_once_per_version() -> None:
+    buffer = LogBuffer()
+    buffer.add("info", "one", {"k": 1}, None)
+    first = buffer.pending()
+    assert first is not None
+    assert buffer.pending() is first  # asked again, nothing added: not encoded again
+    buffer.add("info", "two", {}, None)
+    second = buffer.pending()
+    assert second is not None
+    assert second is not first
+    assert [x[4] for x in json.loads(second[1])] == ["one", "two"]
+    buffer.written(second[0])
+    assert buffer.pending() is None

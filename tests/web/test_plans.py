@@ -243,3 +243,56 @@ def test_the_jobs_workers_hold_are_counted_on_the_lease_index(history: Engine) -
     # index node of a bitmap plan names no relation): the planner picks by the table's statistics.
     assert any(n.get("Index Name") == "jobs_lease_idx" for n in _nodes(plan)), on_jobs
     assert sum(_buffers(n) for n in on_jobs) < 100
+
+
+def test_the_queue_page_counts_from_indexes_and_estimates_a_long_done_history(
+    history: Engine,
+) -> None:
+    """The queue page's counts (``admin.queue_counts``) over a million done jobs: each state
+    read from an index of its own rows (no pass over the table), the same counts as the pass
+    over the queue (``queue_stats``), and ``done`` past ``DONE_COUNTED`` an estimate, said so."""
+    with history.connect() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (queue, payload, status, attempts, locked_until, run_at, "
+                "cancelled_at, finished_at) SELECT 'bulk', '{}', s, 1, "
+                "CASE WHEN s = 'running' THEN now() + interval '1 minute' END, "
+                "now() + CASE WHEN i % 3 = 0 THEN interval '1 hour' ELSE interval '0' END, "
+                "CASE WHEN s = 'failed' THEN now() END, CASE WHEN s = 'failed' THEN now() END "
+                "FROM generate_series(1, 60) AS i, "
+                "(VALUES ('queued'), ('running'), ('failed')) AS v(s)"
+            )
+        )
+        conn.execute(
+            text(
+                "INSERT INTO jobs (queue, payload, status, attempts, finished_at) "
+                "SELECT 'small', '{}', 'done', 1, now() FROM generate_series(1, 40)"
+            )
+        )
+        conn.execute(text("ANALYZE jobs"))
+        plan = _plan(conn, admin.queue_counts_statement().params(queue_name="bulk"))
+        counts = admin.queue_counts(conn, "bulk")
+        (passed,) = admin.queue_stats(conn, "bulk")
+        small = admin.queue_counts(conn, "small")
+        (small_passed,) = admin.queue_stats(conn, "small")
+        nothing = admin.queue_counts(conn, "nothing")
+        conn.rollback()
+    on_jobs = [n for n in _nodes(plan) if n.get("Relation Name") == "jobs"]
+    assert on_jobs
+    assert all(n["Node Type"] != "Seq Scan" for n in on_jobs), [n["Node Type"] for n in on_jobs]
+    assert any(n.get("Index Name") == "jobs_prune_idx" for n in _nodes(plan))
+    # The live rows, the failed ones and DONE_COUNTED index entries: hundreds of buffers, where
+    # a pass over the queue's rows reads the table's thousands of pages.
+    assert _buffers(plan) < 1_000, _buffers(plan)
+    exact = [k for k in passed if k not in ("queue", "done", "oldest_ready_age_s")]
+    assert {k: counts[k] for k in exact} == {k: passed[k] for k in exact}
+    assert (counts["ready"], counts["scheduled"], counts["running"]) == (41, 20, 60)
+    assert counts["done_estimated"]
+    assert passed["done"] == DONE_JOBS
+    assert abs(counts["done"] - DONE_JOBS) < DONE_JOBS / 10  # the statistics' estimate
+    assert counts["oldest_ready_age_s"] == pytest.approx(passed["oldest_ready_age_s"], abs=5)
+    assert not small["done_estimated"]
+    assert small["done"] == small_passed["done"] == 40
+    assert small["known"]
+    assert not nothing["known"]
+    assert nothing["done"] == 0
