@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Executable, Result
@@ -115,6 +115,9 @@ class Call(Generic[T]):
     finish: Callable[[Result[Any] | None], T]
     from_rows: Callable[[Iterable[Any]], T] | None = None
     on_lock_refused: Callable[[], T] | None = None
+    #: Parameters whose values change from one call to the next (the claim's ``since``): the
+    #: replay keeps one statement text for every value and sends each call's own.
+    varying: tuple[str, ...] = ()
 
 
 #: A repository operation of several statements: a generator that yields each :class:`Call` and is
@@ -321,15 +324,24 @@ def _holders_call(queue: str, keys: list[str]) -> Call[dict[str, int]]:
 
 
 def claim(
-    queue: str, limit: int, lease: timedelta | float, locked_by: str | None = None
+    queue: str,
+    limit: int,
+    lease: timedelta | float,
+    locked_by: str | None = None,
+    since: datetime | None = None,
 ) -> Call[list[ClaimedJob]]:
-    stmt = statements.claim_statement(check_positive_int("limit", limit))
-    params = {
+    """``since``: read each priority level's ready range from this ``run_at`` on (the worker's
+    low-water mark, :mod:`pgqueue._worker.low_water`); ``None`` reads all of it."""
+    stmt = statements.claim_statement(check_positive_int("limit", limit), since=since is not None)
+    params: dict[str, Any] = {
         "queue_name": check_queue(queue),
         "lease": check_duration("lease", lease, allow_zero=False),
         "locked_by": None if locked_by is None else check_name("locked_by", locked_by),
     }
-    return Call(stmt, params, _claimed, from_rows=claimed_jobs)
+    if since is None:
+        return Call(stmt, params, _claimed, from_rows=claimed_jobs)
+    params["since"] = since
+    return Call(stmt, params, _claimed, from_rows=claimed_jobs, varying=("since",))
 
 
 def complete(job_id: int, attempts: int) -> Call[bool]:
@@ -784,9 +796,11 @@ def _claimed(result: Result[Any] | None) -> list[ClaimedJob]:
 
 class ClaimedBatch(list[ClaimedJob]):
     """The jobs one claim leased, and how many more rows it took and failed as expired
-    (``expires_in``): a claim that took ``limit`` rows came back full, however many expired."""
+    (``expires_in``): a claim that took ``limit`` rows came back full, however many expired.
+    ``oldest_run_at``: the earliest ``run_at`` among all the rows it took (``None``: none)."""
 
     expired: int = 0
+    oldest_run_at: datetime | None = None
 
 
 def rows_taken(claimed: list[ClaimedJob]) -> int:
@@ -815,6 +829,7 @@ def claimed_jobs(rows: Iterable[Any]) -> list[ClaimedJob]:
         if r.status != _FAILED
     )
     batch.expired = len(ordered) - len(batch)
+    batch.oldest_run_at = min((r.run_at for r in ordered), default=None)
     return batch
 
 

@@ -42,7 +42,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.expression import column
 
-from pgqueue._base.validation import MAX_INT32, MIN_PRIORITY
+from pgqueue._base.validation import MAX_INT32, MAX_PRIORITY, MIN_PRIORITY
 from pgqueue.models import (
     JOB_RESULT_COLUMNS,
     LIVE_KEY_SQL,
@@ -292,7 +292,26 @@ def ready_levels() -> Any:
     )
 
 
-def ready_ids(limit: int, *, skip_locked: bool, take: ColumnElement[Any] | None = None) -> Any:
+def _every_level() -> Any:
+    """All priority levels, highest first (``levels.level``): no probe of the index."""
+    return (
+        func.generate_series(
+            literal_column(str(MAX_PRIORITY)),
+            literal_column(str(MIN_PRIORITY)),
+            literal_column("-1"),
+        )
+        .table_valued("level")
+        .render_derived(name="levels")
+    )
+
+
+def ready_ids(
+    limit: int,
+    *,
+    skip_locked: bool,
+    take: ColumnElement[Any] | None = None,
+    since: bool = False,
+) -> Any:
     """Up to ``limit`` ready ids, highest priority first, oldest ``run_at`` first within one.
 
     ``take`` (an expression) cuts the outer limit below ``limit``: the limited claim of a queue
@@ -304,17 +323,26 @@ def ready_ids(limit: int, *, skip_locked: bool, take: ColumnElement[Any] | None 
     index scan, under one outer Limit that stops once it has ``limit`` rows): a level's future
     jobs (``run_at > now()``) end its scan, so a backlog of retries or delayed jobs at a high
     priority is never walked, as a single scan of ``(queue, priority, run_at)`` would walk it.
+
+    ``since`` (parameter ``since``, the worker's low-water mark, :mod:`pgqueue._worker.low_water`)
+    starts each level's range at ``run_at >= :since``, past the entries of jobs claimed before
+    it, which a pinned xmin horizon keeps in the index. It reads every level, 9 down to 0, each
+    one index descent, instead of probing for the highest: that probe reads the queue's range
+    backwards from its newest entry, and when no job is queued it walks every such entry.
     """
-    levels = ready_levels()
+    levels = _every_level() if since else ready_levels()
     limit_literal = literal(limit, Integer, literal_execute=True)
+    ready = [
+        jobs.c.queue == bindparam("queue_name", type_=Text),
+        jobs.c.priority == levels.c.level,
+        jobs.c.status == status_literal(JobStatus.QUEUED),
+        jobs.c.run_at <= func.now(),
+    ]
+    if since:
+        ready.append(jobs.c.run_at >= bindparam("since", type_=jobs.c.run_at.type))
     level = (
         select(jobs.c.id)
-        .where(
-            jobs.c.queue == bindparam("queue_name", type_=Text),
-            jobs.c.priority == levels.c.level,
-            jobs.c.status == status_literal(JobStatus.QUEUED),
-            jobs.c.run_at <= func.now(),
-        )
+        .where(*ready)
         .order_by(jobs.c.run_at)
         # Inline LIMIT: with a bound one the generic plan hash-joins over a seq scan of jobs.
         .limit(limit_literal)
@@ -405,7 +433,7 @@ def claim_returning() -> tuple[ColumnElement[Any], ...]:
 
 
 @lru_cache(maxsize=64)
-def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
+def claim_statement(limit: int, *, skip_locked: bool = True, since: bool = False) -> Update:
     """The article's claim (R7) with priorities: lock up to ``limit`` ready jobs, lease them.
 
     Parameters: ``queue_name``, ``lease``, ``locked_by`` (the claiming worker's name, or NULL for
@@ -415,9 +443,14 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
     past its deadline, which the claim failed instead of leasing).
     The CTE is ``MATERIALIZED`` so the planner keeps LockRows inside it (per priority level:
     Limit over LockRows over an index scan of ``jobs_ready_idx``). ``skip_locked=False`` is the
-    serialising variant of R5, kept for the demo and the tests.
+    serialising variant of R5, kept for the demo and the tests. ``since``: one more parameter,
+    ``since``, where each level's range starts (:func:`ready_ids`).
     """
-    nxt = ready_ids(limit, skip_locked=skip_locked).cte("next").prefix_with("MATERIALIZED")
+    nxt = (
+        ready_ids(limit, skip_locked=skip_locked, since=since)
+        .cte("next")
+        .prefix_with("MATERIALIZED")
+    )
     return (
         jobs.update()
         .where(jobs.c.id == nxt.c.id)

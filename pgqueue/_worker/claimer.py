@@ -25,6 +25,7 @@ from pgqueue._sql.calls import rows_taken
 from pgqueue._sql.limited_claim import ClaimState
 from pgqueue._worker.faults import Faults
 from pgqueue._worker.flow import REFRESH_INTERVAL, FlowGate
+from pgqueue._worker.low_water import LowWater
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.reaper import reap
 from pgqueue._worker.replay import (
@@ -131,6 +132,7 @@ class Claimer:
             read_settings = self._settings_replayed if claim is None else (lambda queues: {})
         self._read_settings = read_settings
         self._flow = FlowGate()  # under the runtime's lock
+        self._low_water = LowWater()  # this loop's thread alone
         self._warned_limits: set[str] = set()
         # All under the runtime's lock, read and reset there (set by the listener's thread).
         self._refresh_requested = False
@@ -243,6 +245,7 @@ class Claimer:
             if now >= clock.next_reap:
                 self._reap()
                 clock.next_reap = now + max(opts.reap_interval, self.idle_interval())
+            self._low_water.forget()  # the poll's claims read every ready range whole
             with rt.lock:
                 self._ready.update(dict.fromkeys(self._lanes))
                 self._claimed_since_poll = 0
@@ -277,6 +280,9 @@ class Claimer:
             unpark = self._flow.next_unpark()
             if unpark is not None:
                 wake_at = min(wake_at, unpark)
+            full_due = self._low_water.next_due()
+            if full_due is not None:
+                wake_at = min(wake_at, full_due)
             rt.claimer_wakeup.wait(max(0.0, wake_at - time.monotonic()))
         return False
 
@@ -294,6 +300,7 @@ class Claimer:
             self._engine, lock_timeout_ms=self._opts.lock_timeout_ms, hooks=self._rt.hooks
         )
         if reaped:
+            self._low_water.forget()  # the jobs given back keep their run_at, maybe behind a mark
             with self._rt.lock:
                 self._ready.update(dict.fromkeys(self._lanes))
 
@@ -340,6 +347,8 @@ class Claimer:
                     self._ready.setdefault(q, None)
                 self._notified.clear()
                 for q in self._flow.unpark(time.monotonic(), rt.finished):
+                    self._ready.setdefault(q, None)
+                for q in self._low_water.due(time.monotonic()):
                     self._ready.setdefault(q, None)
                 queue = self._next_queue()
                 if queue is None:
@@ -407,13 +416,25 @@ class Claimer:
 
     def _claim_replayed(self, queue: str, limit: int) -> list[ClaimedJob] | None:
         # One statement in autocommit: committed before it returns, without the BEGIN and COMMIT
-        # round trips, and no session state for a transaction-mode pooler.
-        return retrying(
+        # round trips, and no session state for a transaction-mode pooler. It starts from the
+        # queue's low-water mark when it has one (pgqueue._worker.low_water).
+        now = time.monotonic()
+        since = self._low_water.since(queue, now)
+        claimed = retrying(
             lambda: claim_replayed(
-                self._replay, queue=queue, limit=limit, lease=self._opts.lease, locked_by=self.name
+                self._replay,
+                queue=queue,
+                limit=limit,
+                lease=self._opts.lease,
+                locked_by=self.name,
+                since=since,
             ),
             what=f"claim on queue {queue}",
         )
+        if claimed is not None:
+            oldest = getattr(claimed, "oldest_run_at", None)
+            self._low_water.claimed(queue, since, oldest, now)
+        return claimed
 
 
 def _limited_claim_size(room: int, flow: QueueSettings) -> int:

@@ -8,14 +8,15 @@ once through SQLAlchemy, keeps the SQL text and parameters the driver received, 
 sends that same text on the psycopg connection beneath.
 
 What stays the same: the text (schema translation, inline limits and casts, all compiled by
-SQLAlchemy), the parameters, the driver connection and its settings (``prepare_threshold`` for a
-pooler, a JSON loader), autocommit. What changes: SQLAlchemy's cursor events and engine logging
-see only the first run, so the replay stands aside while anyone watches (``echo``, the
+SQLAlchemy), the parameters (a call's ``varying`` ones, the claim's low-water mark, take each call's
+own value under the same text), the driver connection and its settings (``prepare_threshold`` for a
+pooler, a JSON loader), autocommit. What changes: SQLAlchemy's cursor events and engine logging see
+only the first run, so the replay stands aside while anyone watches (``echo``, the
 ``sqlalchemy.engine`` logger at INFO, a ``before_cursor_execute`` or ``after_cursor_execute``
-listener). A driver error drops the held connection (invalidated: it is not trusted again) and
-the call runs once more through SQLAlchemy on a fresh one, so errors surface translated, and a
-pool's ``pre_ping`` and ``recycle`` apply at every checkout: the hold is given back after
-``max_hold`` seconds. One loop, one thread: a ``Replay`` is not shared.
+listener). A driver error drops the held connection (invalidated: it is not trusted again) and the
+call runs once more through SQLAlchemy on a fresh one, so errors surface translated, and a pool's
+``pre_ping`` and ``recycle`` apply at every checkout: the hold is given back after ``max_hold``
+seconds. One loop, one thread: a ``Replay`` is not shared.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import logging
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
@@ -84,12 +85,15 @@ class Replay:
         """Run ``call`` (one statement, committed when it returns) and map its rows."""
         if call.statement is None or call.from_rows is None:
             raise ValueError("only a call with a statement and a row mapping can be replayed")
-        key = (call.statement, tuple(sorted(call.params.items())))
+        key = (call.statement, _fixed(call))
         conn = self._connection()
         sent = self._sent.get(key)
         if sent is not None and self._cursor is not None and not self._watched(conn):
+            params = sent.params
+            if call.varying:
+                params = {**params, **{name: call.params[name] for name in call.varying}}
             try:
-                self._cursor.execute(sent.sql, sent.params)
+                self._cursor.execute(sent.sql, params)
                 rows = self._cursor.fetchall()
             except psycopg.Error as exc:
                 log.debug(
@@ -107,10 +111,11 @@ class Replay:
         except BaseException:
             self.release()
             raise
-        if self._driver_ok:
+        sent_params = result.context.parameters[0]
+        if self._driver_ok and _names_kept(call, sent_params):
             if len(self._sent) >= _MAX_REMEMBERED:
                 self._sent.clear()
-            self._sent[key] = _Sent(result.context.statement, result.context.parameters[0])
+            self._sent[key] = _Sent(result.context.statement, sent_params)
         return answer
 
     def read(self, call: Call[T]) -> T:
@@ -228,12 +233,32 @@ class Replay:
         )
 
 
+def _fixed(call: Call[Any]) -> tuple[tuple[str, Any], ...]:
+    """The parameters that pick a remembered text: all but the ``varying`` ones."""
+    return tuple(sorted((k, v) for k, v in call.params.items() if k not in call.varying))
+
+
+def _names_kept(call: Call[Any], sent_params: Any) -> bool:
+    """Whether the driver received each ``varying`` parameter under its own name, so a replay
+    can send another value in its place (otherwise that call is not remembered)."""
+    return not call.varying or (
+        isinstance(sent_params, dict) and all(name in sent_params for name in call.varying)
+    )
+
+
 def claim_replayed(
-    replay: Replay, *, queue: str, limit: int, lease: timedelta, locked_by: str | None = None
+    replay: Replay,
+    *,
+    queue: str,
+    limit: int,
+    lease: timedelta,
+    locked_by: str | None = None,
+    since: datetime | None = None,
 ) -> list[ClaimedJob]:
     """The worker's claim: :func:`pgqueue.repository.claim` in autocommit, on the replay's held
-    connection, replayed on the driver after the first run (``locked_by``: the worker's name)."""
-    return replay.run(claim(queue, limit, lease, locked_by))
+    connection, replayed on the driver after the first run (``locked_by``: the worker's name;
+    ``since``: the queue's low-water mark, :mod:`pgqueue._worker.low_water`)."""
+    return replay.run(claim(queue, limit, lease, locked_by, since))
 
 
 def limited_claim_replayed(
