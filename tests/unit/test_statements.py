@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -74,6 +74,29 @@ def test_claim_limit_is_rendered_inline_at_execution() -> None:
     compiled = statements.claim_statement(7).compile(dialect=DIALECT)
     assert "LIMIT __[POSTCOMPILE_" in compiled.string  # literal_execute: inline, never a $n
     assert statements.claim_statement(7) is statements.claim_statement(7)  # built once per shape
+
+
+def test_a_claim_from_a_mark_reads_every_level_from_it() -> None:
+    """The worker's claim from its queue's low-water mark (pgqueue._worker.low_water): each
+    level's range starts at ``since`` (a bound value, the start of an index range), and the ten
+    levels are read without the backward probe for the highest one."""
+    text = sql(statements.claim_statement(10, since=True))
+    assert text.startswith(
+        "WITH next AS MATERIALIZED (SELECT ready.id AS id FROM generate_series(9, 0, -1) "
+        "AS levels(level) JOIN LATERAL (SELECT jobs.id AS id FROM jobs WHERE"
+    )
+    assert (
+        "jobs.run_at <= now() AND jobs.run_at >= %(since)s::TIMESTAMP WITH TIME ZONE "
+        "ORDER BY jobs.run_at"
+    ) in text
+    assert "max(jobs.priority)" not in text
+    assert "since" not in sql(statements.claim_statement(10))
+    since = datetime.now(timezone.utc)
+    call = _calls.claim("q", 10, timedelta(seconds=30), since=since)
+    assert call.statement is statements.claim_statement(10, since=True)
+    assert call.params["since"] == since
+    assert call.varying == ("since",)  # the replay keeps one text for every mark
+    assert _calls.claim("q", 10, timedelta(seconds=30)).varying == ()
 
 
 def test_serialising_variant_has_no_skip_locked() -> None:
