@@ -2,9 +2,10 @@
 
 Options and wiring live here; each concern is a private module of its own in
 :mod:`pgqueue._worker`: the claim window (``window``), the claiming loop (``claimer``, with its
-claim replayed on the driver by ``replay`` and its queues' pauses and limits followed by
-``flow``), the handler lanes (``threads``, ``event_loop``) running handlers through
-``executors`` (which code runs a job: ``dispatch``), the completer (``completer``, which
+claim replayed on the driver by ``replay``, its queues' pauses and limits followed by
+``flow`` and where each queue's claim starts kept by ``low_water``), the handler lanes
+(``threads``, ``event_loop``) running handlers through ``executors`` (which code runs a job:
+``dispatch``), the completer (``completer``, which
 ``culprits`` helps when one row breaks a batch), the heartbeat (``heartbeat``), the reaper
 (``reaper``), the periodic scheduler (``scheduler``), the pruner of finished jobs past their
 retention (``pruner``), the handler timeouts (``deadlines``, enforced by the ``watchdog``),

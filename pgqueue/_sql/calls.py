@@ -11,7 +11,7 @@ import json
 from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Executable, Result
@@ -321,26 +321,46 @@ def _holders_call(queue: str, keys: list[str]) -> Call[dict[str, int]]:
 
 
 def claim(
-    queue: str, limit: int, lease: timedelta | float, locked_by: str | None = None
+    queue: str,
+    limit: int,
+    lease: timedelta | float,
+    locked_by: str | None = None,
+    since: datetime | None = None,
 ) -> Call[list[ClaimedJob]]:
-    stmt = statements.claim_statement(check_positive_int("limit", limit))
-    params = {
+    """``since``: read each priority level's ready range from this ``run_at`` on (the worker's
+    low-water mark, :mod:`pgqueue._worker.low_water`); ``None`` reads all of it."""
+    stmt = statements.claim_statement(check_positive_int("limit", limit), since=since is not None)
+    params: dict[str, Any] = {
         "queue_name": check_queue(queue),
         "lease": check_duration("lease", lease, allow_zero=False),
         "locked_by": None if locked_by is None else check_name("locked_by", locked_by),
     }
+    if since is not None:
+        params["since"] = since
     return Call(stmt, params, _claimed, from_rows=claimed_jobs)
 
 
 def claim_queues(
-    queues: Sequence[str], limit: int, lease: timedelta | float, locked_by: str | None = None
+    queues: Sequence[str],
+    limit: int,
+    lease: timedelta | float,
+    locked_by: str | None = None,
+    since: Sequence[datetime | None] | None = None,
 ) -> Call[list[ClaimedJob]]:
-    """:func:`claim` over several queues in one statement (the worker's claim of many queues)."""
+    """:func:`claim` over several queues in one statement (the worker's claim of many queues);
+    ``since``: each queue's low-water mark, ``None`` (or no list) to read its whole range."""
     if not queues:
         raise InvalidArgumentError("queues", "give at least one queue")
+    marks = [None] * len(queues) if since is None else list(since)
+    if len(marks) != len(queues):
+        raise InvalidArgumentError("since", "give one mark (or None) per queue")
     stmt = statements.claim_queues_statement(check_positive_int("limit", limit))
+    wanted = [
+        {"queue": check_queue(q), "since": None if m is None else m.isoformat()}
+        for q, m in zip(queues, marks, strict=True)
+    ]
     params = {
-        "queue_names": json.dumps([check_queue(q) for q in queues]),
+        "wanted": json.dumps(wanted),
         "lease": check_duration("lease", lease, allow_zero=False),
         "locked_by": None if locked_by is None else check_name("locked_by", locked_by),
     }
@@ -799,11 +819,15 @@ def _claimed(result: Result[Any] | None) -> list[ClaimedJob]:
 
 class ClaimedBatch(list[ClaimedJob]):
     """The jobs one claim leased, and how many more rows it took and failed as expired
-    (``expires_in``): a claim that took ``limit`` rows came back full, however many expired."""
+    (``expires_in``): a claim that took ``limit`` rows came back full, however many expired.
+    ``oldest_run_at``: the earliest ``run_at`` among all the rows it took (``None``: none)."""
 
     expired: int = 0
     #: :attr:`expired` by queue (a claim over several queues).
     expired_in: dict[str, int] | None = None
+    oldest_run_at: datetime | None = None
+    #: :attr:`oldest_run_at` by queue, of the rows it took.
+    oldest_run_at_in: dict[str, datetime] | None = None
 
 
 def rows_taken(claimed: list[ClaimedJob]) -> int:
@@ -837,6 +861,13 @@ def claimed_jobs(rows: Iterable[Any]) -> list[ClaimedJob]:
         for r in ordered:
             if r.status == _FAILED:
                 batch.expired_in[r.queue] = batch.expired_in.get(r.queue, 0) + 1
+    oldest: dict[str, datetime] = {}
+    for r in ordered:
+        seen = oldest.get(r.queue)
+        if seen is None or r.run_at < seen:
+            oldest[r.queue] = r.run_at
+    batch.oldest_run_at_in = oldest
+    batch.oldest_run_at = min(oldest.values(), default=None)
     return batch
 
 

@@ -43,7 +43,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.sql.expression import column
 
-from pgqueue._base.validation import MAX_INT32, MIN_PRIORITY
+from pgqueue._base.validation import MAX_INT32, MAX_PRIORITY, MIN_PRIORITY
 from pgqueue.models import (
     JOB_RESULT_COLUMNS,
     LIVE_KEY_SQL,
@@ -276,15 +276,20 @@ def _queue_name() -> ColumnElement[Any]:
     return bindparam("queue_name", type_=Text)
 
 
-def ready_levels(queue: ColumnElement[Any] | None = None) -> Any:
+def ready_levels(
+    queue: ColumnElement[Any] | None = None, since: ColumnElement[Any] | None = None
+) -> Any:
     """The priority levels of queue ``:queue_name`` (or of the column ``queue``: one queue of
     a claim over several) to read, highest first (``levels.level``).
 
     From the queue's highest queued priority (any run_at) down: one backward probe of the
     index's first entries, so a queue whose jobs all have the default priority scans one level.
+    With ``since`` (a claim over several queues, each with its low-water mark or NULL), a queue
+    with a mark reads every level instead, as :func:`ready_ids` explains; the probe runs only
+    for the queues without one.
     """
     queue = _queue_name() if queue is None else queue
-    top = (
+    top: ColumnElement[Any] = (
         select(func.coalesce(func.max(jobs.c.priority), literal_column(str(MIN_PRIORITY))))
         .where(
             jobs.c.queue == queue,
@@ -293,8 +298,23 @@ def ready_levels(queue: ColumnElement[Any] | None = None) -> Any:
         .correlate_except(jobs)
         .scalar_subquery()
     )
+    if since is not None:
+        top = case((since.is_(None), top), else_=literal_column(str(MAX_PRIORITY)))
     return (
         func.generate_series(top, literal_column(str(MIN_PRIORITY)), literal_column("-1"))
+        .table_valued("level")
+        .render_derived(name="levels")
+    )
+
+
+def _every_level() -> Any:
+    """All priority levels, highest first (``levels.level``): no probe of the index."""
+    return (
+        func.generate_series(
+            literal_column(str(MAX_PRIORITY)),
+            literal_column(str(MIN_PRIORITY)),
+            literal_column("-1"),
+        )
         .table_valued("level")
         .render_derived(name="levels")
     )
@@ -305,6 +325,7 @@ def ready_ids(
     *,
     skip_locked: bool,
     take: ColumnElement[Any] | None = None,
+    since: bool | ColumnElement[Any] = False,
     queue: ColumnElement[Any] | None = None,
 ) -> Any:
     """Up to ``limit`` ready ids, highest priority first, oldest ``run_at`` first within one.
@@ -318,18 +339,37 @@ def ready_ids(
     index scan, under one outer Limit that stops once it has ``limit`` rows): a level's future
     jobs (``run_at > now()``) end its scan, so a backlog of retries or delayed jobs at a high
     priority is never walked, as a single scan of ``(queue, priority, run_at)`` would walk it.
+
+    ``since`` (parameter ``since``, the worker's low-water mark, :mod:`pgqueue._worker.low_water`)
+    starts each level's range at ``run_at >= :since``, past the entries of jobs claimed before
+    it, which a pinned xmin horizon keeps in the index. It reads every level, 9 down to 0, each
+    one index descent, instead of probing for the highest: that probe reads the queue's range
+    backwards from its newest entry, and when no job is queued it walks every such entry. A
+    column for ``since`` (with ``queue``, a claim over several queues): each queue's own mark,
+    NULL for a full read.
     """
     queue = _queue_name() if queue is None else queue
-    levels = ready_levels(queue)
+    mark: ColumnElement[Any] | None = None
+    if isinstance(since, ColumnElement):
+        levels = ready_levels(queue, since)
+        mark = func.coalesce(since, literal_column("'-infinity'::timestamptz"))
+    elif since:
+        levels = _every_level()
+        mark = bindparam("since", type_=jobs.c.run_at.type)
+    else:
+        levels = ready_levels(queue)
     limit_literal = literal(limit, Integer, literal_execute=True)
+    ready = [
+        jobs.c.queue == queue,
+        jobs.c.priority == levels.c.level,
+        jobs.c.status == status_literal(JobStatus.QUEUED),
+        jobs.c.run_at <= func.now(),
+    ]
+    if mark is not None:
+        ready.append(jobs.c.run_at >= mark)
     level = (
         select(jobs.c.id)
-        .where(
-            jobs.c.queue == queue,
-            jobs.c.priority == levels.c.level,
-            jobs.c.status == status_literal(JobStatus.QUEUED),
-            jobs.c.run_at <= func.now(),
-        )
+        .where(*ready)
         .correlate_except(jobs)
         .order_by(jobs.c.run_at)
         # Inline LIMIT: with a bound one the generic plan hash-joins over a seq scan of jobs.
@@ -421,7 +461,7 @@ def claim_returning() -> tuple[ColumnElement[Any], ...]:
 
 
 @lru_cache(maxsize=64)
-def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
+def claim_statement(limit: int, *, skip_locked: bool = True, since: bool = False) -> Update:
     """The article's claim (R7) with priorities: lock up to ``limit`` ready jobs, lease them.
 
     Parameters: ``queue_name``, ``lease``, ``locked_by`` (the claiming worker's name, or NULL for
@@ -431,9 +471,14 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
     past its deadline, which the claim failed instead of leasing).
     The CTE is ``MATERIALIZED`` so the planner keeps LockRows inside it (per priority level:
     Limit over LockRows over an index scan of ``jobs_ready_idx``). ``skip_locked=False`` is the
-    serialising variant of R5, kept for the demo and the tests.
+    serialising variant of R5, kept for the demo and the tests. ``since``: one more parameter,
+    ``since``, where each level's range starts (:func:`ready_ids`).
     """
-    nxt = ready_ids(limit, skip_locked=skip_locked).cte("next").prefix_with("MATERIALIZED")
+    nxt = (
+        ready_ids(limit, skip_locked=skip_locked, since=since)
+        .cte("next")
+        .prefix_with("MATERIALIZED")
+    )
     return (
         jobs.update()
         .where(jobs.c.id == nxt.c.id)
@@ -444,23 +489,27 @@ def claim_statement(limit: int, *, skip_locked: bool = True) -> Update:
 
 @lru_cache(maxsize=64)
 def claim_queues_statement(limit: int) -> Update:
-    """:func:`claim_statement` over several queues at once (``queue_names``, an array): up to
-    ``limit`` ready jobs of the first queues that have them, in the array's order.
+    """:func:`claim_statement` over several queues at once: up to ``limit`` ready jobs of the
+    first queues that have them, in the order given.
 
     For a worker of many small queues: one round trip claims what a claim per queue would (1,000
-    queues of 20 jobs each drained at 0.7x one queue, the claims and the flushes a fifth of the
+    queues of 20 jobs each drained at 0.3x one queue, the claims and the flushes a fifth of the
     size). Each queue is read as the one-queue claim reads it (its own levels, one bounded range
-    of ``jobs_ready_idx`` each), in a ``LATERAL`` per queue under the outer Limit, so the queues
-    past the one that fills the claim are not read at all. Parameters and rows: the one-queue
-    claim's, ``queue_names`` (a JSON array's text: a plain text parameter, so the worker's
-    replay sends one text for every set of queues) for ``queue_name``.
+    of ``jobs_ready_idx`` each, from its own low-water mark when it has one), in a ``LATERAL``
+    per queue under the outer Limit, so the queues past the one that fills the claim are not read
+    at all. Parameters and rows: the one-queue claim's, with ``wanted`` for ``queue_name`` and
+    ``since``: the text of a JSON array of ``{"queue": ..., "since": ...}`` (``since`` an
+    ISO 8601 time or null), a plain text parameter, so the worker's replay sends one statement
+    text for every set of queues and marks.
     """
     wanted = (
-        func.json_array_elements_text(cast(bindparam("queue_names", type_=Text), JSON))
-        .table_valued("queue")
-        .render_derived(name="wanted")
+        func.json_to_recordset(cast(bindparam("wanted", type_=Text), JSON))
+        .table_valued(column("queue", Text), column("since", jobs.c.run_at.type))
+        .render_derived(name="wanted", with_types=True)
     )
-    picked = ready_ids(limit, skip_locked=True, queue=wanted.c.queue).lateral("picked")
+    picked = ready_ids(limit, skip_locked=True, queue=wanted.c.queue, since=wanted.c.since).lateral(
+        "picked"
+    )
     limit_literal = literal(limit, Integer, literal_execute=True)
     ids = select(picked.c.id).select_from(wanted.join(picked, true())).limit(limit_literal)
     nxt = ids.cte("next").prefix_with("MATERIALIZED")

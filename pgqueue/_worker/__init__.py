@@ -3,7 +3,8 @@
 :mod:`pgqueue.worker` builds them for each ``run()`` and wires them together; nothing here is
 public. ``window`` is the claim window (pure bookkeeping); ``runtime`` is what the running
 components share (one lock, the window, how a job ends); ``claimer`` is the main loop (its claim
-replayed on the driver by ``replay``, its queues' pauses and limits followed by ``flow``);
+replayed on the driver by ``replay``, its queues' pauses and limits followed by ``flow``, where
+each queue's claim starts kept by ``low_water``);
 ``threads`` (one lane per mode: lease, and transaction with its tickets) and ``event_loop`` are
 the handler lanes, running handlers through ``executors``, which ``dispatch`` tells which code
 runs a job; ``completer`` batches outcomes (a batch one row breaks is split by ``culprits``);

@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from sqlalchemy import Engine
@@ -25,6 +25,7 @@ from pgqueue._sql.calls import rows_taken
 from pgqueue._sql.limited_claim import ClaimState
 from pgqueue._worker.faults import Faults
 from pgqueue._worker.flow import REFRESH_INTERVAL, FlowGate
+from pgqueue._worker.low_water import LowWater
 from pgqueue._worker.pulse import Pulse
 from pgqueue._worker.reaper import reap
 from pgqueue._worker.replay import (
@@ -145,6 +146,7 @@ class Claimer:
             read_settings = self._settings_replayed if claim is None else (lambda queues: {})
         self._read_settings = read_settings
         self._flow = FlowGate()  # under the runtime's lock
+        self._low_water = LowWater()  # this loop's thread alone
         self._warned_limits: set[str] = set()
         # All under the runtime's lock, read and reset there (set by the listener's thread).
         self._refresh_requested = False
@@ -257,6 +259,7 @@ class Claimer:
             if now >= clock.next_reap:
                 self._reap()
                 clock.next_reap = now + max(opts.reap_interval, self.idle_interval())
+            self._low_water.forget()  # the poll's claims read every ready range whole
             with rt.lock:
                 self._ready.update(dict.fromkeys(self._lanes))
                 self._claimed_since_poll = 0
@@ -291,6 +294,9 @@ class Claimer:
             unpark = self._flow.next_unpark()
             if unpark is not None:
                 wake_at = min(wake_at, unpark)
+            full_due = self._low_water.next_due()
+            if full_due is not None:
+                wake_at = min(wake_at, full_due)
             rt.claimer_wakeup.wait(max(0.0, wake_at - time.monotonic()))
         return False
 
@@ -308,6 +314,7 @@ class Claimer:
             self._engine, lock_timeout_ms=self._opts.lock_timeout_ms, hooks=self._rt.hooks
         )
         if reaped:
+            self._low_water.forget()  # the jobs given back keep their run_at, maybe behind a mark
             with self._rt.lock:
                 self._ready.update(dict.fromkeys(self._lanes))
 
@@ -361,6 +368,8 @@ class Claimer:
                     self._ready.setdefault(q, None)
                 self._notified.clear()
                 for q in self._flow.unpark(time.monotonic(), rt.finished):
+                    self._ready.setdefault(q, None)
+                for q in self._low_water.due(time.monotonic()):
                     self._ready.setdefault(q, None)
                 queue = self._next_queue()
                 if queue is None:
@@ -466,26 +475,51 @@ class Claimer:
         return settings_replayed(self._replay, queues)
 
     def _claim_queues_replayed(self, queues: list[str], limit: int) -> list[ClaimedJob] | None:
-        return retrying(
+        """The claim over several queues, each from its own low-water mark (as
+        :meth:`_claim_replayed`); the marks learn from the queues it read: every queue after a
+        short claim, those it took rows of after a full one (it may not have reached the rest)."""
+        now = time.monotonic()
+        marks = [self._low_water.since(queue, now) for queue in queues]
+        claimed = retrying(
             lambda: claim_queues_replayed(
                 self._replay,
                 queues=queues,
                 limit=limit,
                 lease=self._opts.lease,
                 locked_by=self.name,
+                since=marks,
             ),
             what=f"claim on queues {', '.join(queues[:3])}{'...' if len(queues) > 3 else ''}",
         )
+        if claimed is not None:
+            oldest: dict[str, datetime] = getattr(claimed, "oldest_run_at_in", None) or {}
+            read_all = rows_taken(claimed) < limit
+            for queue, mark in zip(queues, marks, strict=True):
+                if read_all or queue in oldest:
+                    self._low_water.claimed(queue, mark, oldest.get(queue), now)
+        return claimed
 
     def _claim_replayed(self, queue: str, limit: int) -> list[ClaimedJob] | None:
         # One statement in autocommit: committed before it returns, without the BEGIN and COMMIT
-        # round trips, and no session state for a transaction-mode pooler.
-        return retrying(
+        # round trips, and no session state for a transaction-mode pooler. It starts from the
+        # queue's low-water mark when it has one (pgqueue._worker.low_water).
+        now = time.monotonic()
+        since = self._low_water.since(queue, now)
+        claimed = retrying(
             lambda: claim_replayed(
-                self._replay, queue=queue, limit=limit, lease=self._opts.lease, locked_by=self.name
+                self._replay,
+                queue=queue,
+                limit=limit,
+                lease=self._opts.lease,
+                locked_by=self.name,
+                since=since,
             ),
             what=f"claim on queue {queue}",
         )
+        if claimed is not None:
+            oldest = getattr(claimed, "oldest_run_at", None)
+            self._low_water.claimed(queue, since, oldest, now)
+        return claimed
 
 
 def _limited_claim_size(room: int, flow: QueueSettings) -> int:

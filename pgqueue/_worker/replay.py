@@ -8,14 +8,16 @@ once through SQLAlchemy, keeps the SQL text and parameters the driver received, 
 sends that same text on the psycopg connection beneath.
 
 What stays the same: the text (schema translation, inline limits and casts, all compiled by
-SQLAlchemy), the parameters, the driver connection and its settings (``prepare_threshold`` for a
-pooler, a JSON loader), autocommit. What changes: SQLAlchemy's cursor events and engine logging
-see only the first run, so the replay stands aside while anyone watches (``echo``, the
-``sqlalchemy.engine`` logger at INFO, a ``before_cursor_execute`` or ``after_cursor_execute``
-listener). A driver error drops the held connection (invalidated: it is not trusted again) and
-the call runs once more through SQLAlchemy on a fresh one, so errors surface translated, and a
-pool's ``pre_ping`` and ``recycle`` apply at every checkout: the hold is given back after
-``max_hold`` seconds. One loop, one thread: a ``Replay`` is not shared.
+SQLAlchemy), the parameters (those that reach the driver as given, such as the queue, the lease or
+the claim's low-water mark, take each call's own value under the same text), the driver connection
+and its settings (``prepare_threshold`` for a pooler, a JSON loader), autocommit. What changes:
+SQLAlchemy's cursor events and engine logging see only the first run, so the replay stands aside
+while anyone watches (``echo``, the ``sqlalchemy.engine`` logger at INFO, a
+``before_cursor_execute`` or ``after_cursor_execute`` listener). A driver error drops the held
+connection (invalidated: it is not trusted again) and the call runs once more through SQLAlchemy on
+a fresh one, so errors surface translated, and a pool's ``pre_ping`` and ``recycle`` apply at every
+checkout: the hold is given back after ``max_hold`` seconds. One loop, one thread: a ``Replay`` is
+not shared.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import logging
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import psycopg
@@ -267,11 +269,18 @@ class Replay:
 
 
 def claim_replayed(
-    replay: Replay, *, queue: str, limit: int, lease: timedelta, locked_by: str | None = None
+    replay: Replay,
+    *,
+    queue: str,
+    limit: int,
+    lease: timedelta,
+    locked_by: str | None = None,
+    since: datetime | None = None,
 ) -> list[ClaimedJob]:
     """The worker's claim: :func:`pgqueue.repository.claim` in autocommit, on the replay's held
-    connection, replayed on the driver after the first run (``locked_by``: the worker's name)."""
-    return replay.run(claim(queue, limit, lease, locked_by))
+    connection, replayed on the driver after the first run (``locked_by``: the worker's name;
+    ``since``: the queue's low-water mark, :mod:`pgqueue._worker.low_water`)."""
+    return replay.run(claim(queue, limit, lease, locked_by, since))
 
 
 def claim_queues_replayed(
@@ -281,10 +290,11 @@ def claim_queues_replayed(
     limit: int,
     lease: timedelta,
     locked_by: str | None = None,
+    since: list[datetime | None] | None = None,
 ) -> list[ClaimedJob]:
     """The worker's claim over several queues (:func:`pgqueue._sql.calls.claim_queues`), as
-    :func:`claim_replayed`: one text for every set of queues (a JSON array parameter)."""
-    return replay.run(claim_queues(queues, limit, lease, locked_by))
+    :func:`claim_replayed`: one text for every set of queues and marks (a JSON parameter)."""
+    return replay.run(claim_queues(queues, limit, lease, locked_by, since))
 
 
 def limited_claim_replayed(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from sqlalchemy import Engine, text
@@ -46,6 +46,32 @@ def test_one_claim_takes_from_the_queues_in_their_order_up_to_its_limit(engine: 
     assert scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'queued'") == 1
 
 
+def test_each_queue_is_read_from_its_own_low_water_mark(engine: Engine) -> None:
+    """A queue given a mark is read from it (its older jobs left to a full claim); a queue
+    without one is read whole, priorities first."""
+    old = datetime.now(timezone.utc) - timedelta(minutes=10)
+    with engine.begin() as conn:
+        for queue in ("marked", "whole"):
+            pgqueue.enqueue(conn, {"age": "old"}, queue=queue, run_at=old)
+            pgqueue.enqueue(conn, {"age": "new"}, queue=queue)
+    mark = datetime.now(timezone.utc) - timedelta(minutes=1)
+    replay = Replay(engine)
+    first = claim_queues_replayed(
+        replay, queues=["marked", "whole"], limit=10, lease=LEASE, since=[mark, None]
+    )
+    second = claim_queues_replayed(
+        replay, queues=["marked", "whole"], limit=10, lease=LEASE, since=[None, None]
+    )
+    replay.release()
+    assert sorted((j.queue, j.payload["age"]) for j in first) == [
+        ("marked", "new"),
+        ("whole", "new"),
+        ("whole", "old"),
+    ]
+    assert [(j.queue, j.payload["age"]) for j in second] == [("marked", "old")]
+    assert replay.replayed == 1  # the marks are values of one statement text
+
+
 def test_the_claim_reads_only_the_queues_it_needs(engine: Engine) -> None:
     """The outer limit stops the per-queue reads: 64 queues named, the first two fill it."""
     queues = _queues(64)
@@ -62,7 +88,7 @@ def test_the_claim_reads_only_the_queues_it_needs(engine: Engine) -> None:
         plan = conn.exec_driver_sql("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).scalar_one()
         conn.rollback()
     scans = _nodes(plan[0]["Plan"], "Function Scan")
-    (names,) = [s for s in scans if s["Function Name"] == "json_array_elements_text"]
+    (names,) = [s for s in scans if s["Function Name"] == "json_to_recordset"]
     assert names["Actual Rows"] == 2  # the queue names read: the first two filled the claim
 
 

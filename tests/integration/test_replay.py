@@ -11,7 +11,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ProgrammingError
 from worker_helpers import (
@@ -282,3 +282,32 @@ def test_an_idle_worker_holds_no_pooled_connection(engine: Engine) -> None:
         assert done.wait(10)
         until(lambda: worker.idle, 10, "the worker to go idle")
         until(lambda: engine.pool.checkedout() == 0, 5, "every pooled connection given back")
+
+
+def test_a_claim_from_a_mark_is_one_text_for_every_mark_and_reads_from_each(
+    engine: Engine,
+) -> None:
+    """The claim's ``since`` (the queue's low-water mark) changes from claim to claim: the replay
+    keeps one text for it and sends each claim's own value, so a later mark skips what an
+    earlier one would have taken."""
+    with engine.begin() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (queue, payload, run_at) SELECT 'marked', to_jsonb(i), "
+                "now() - (10 - i) * interval '1 minute' FROM generate_series(1, 6) AS i"
+            )
+        )
+        start = conn.execute(text("SELECT min(run_at) FROM jobs")).scalar_one()
+    replay = Replay(engine)
+
+    def claim_from(minutes: int) -> list[Any]:
+        since = start + timedelta(minutes=minutes)
+        batch = claim_replayed(replay, queue="marked", limit=1, lease=LEASE, since=since)
+        return [j.payload for j in batch]
+
+    assert claim_from(0) == [1]
+    assert claim_from(3) == [4]  # 2 and 3 lie behind this mark
+    assert claim_from(1) == [2]  # an earlier mark reads them again
+    assert claim_from(10) == []
+    replay.release()
+    assert replay.replayed == 3  # compiled once, for the first mark

@@ -8,7 +8,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import psycopg
@@ -359,3 +359,22 @@ def test_idle_worker_backs_off_to_the_idle_interval(engine: Engine) -> None:
     # Polls back off (0.05 s doubling) to the idle interval; nothing else is sent meanwhile.
     assert len(late) <= 3
     assert all(g >= 0.7 for g in gaps)
+
+
+def test_a_job_behind_the_claims_low_water_mark_runs_without_the_poll(engine: Engine) -> None:
+    """A flow gives the queue a low-water mark (``pgqueue._worker.low_water``); a job then
+    enqueued with a ``run_at`` an hour old lies behind it, where the claims from the mark do not
+    read. It runs within the mark's full-claim interval (a second), not at the fallback poll."""
+    ran: list[Any] = []
+    worker = pgqueue.Worker(
+        engine, {"marked": lambda job: ran.append(job.payload)}, poll_interval=3600, concurrency=4
+    )
+    with running(worker):
+        for round_ in range(3):  # claims from the mark follow the first full claim
+            _enqueue(engine, [round_] * 20, "marked")
+            until(lambda r=round_: ran.count(r) == 20, 10, f"round {round_} run")
+        late = datetime.now(timezone.utc) - timedelta(hours=1)
+        with engine.begin() as conn:
+            pgqueue.enqueue(conn, "late", queue="marked", run_at=late)
+        until(lambda: "late" in ran, 15, "the job behind the mark run")
+    assert len(ran) == 61

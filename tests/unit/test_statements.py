@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 import pgqueue
 from pgqueue import demo, statements
 from pgqueue._sql import calls as _calls
+from pgqueue._sql import statements as _statements
 from pgqueue._sql import workflow_statements
 from pgqueue.results import CancelledJob, CancelReport
 from pgqueue.retry_policy import MAX_TRACEBACK_LENGTH
@@ -74,6 +76,46 @@ def test_claim_limit_is_rendered_inline_at_execution() -> None:
     compiled = statements.claim_statement(7).compile(dialect=DIALECT)
     assert "LIMIT __[POSTCOMPILE_" in compiled.string  # literal_execute: inline, never a $n
     assert statements.claim_statement(7) is statements.claim_statement(7)  # built once per shape
+
+
+def test_a_claim_from_a_mark_reads_every_level_from_it() -> None:
+    """The worker's claim from its queue's low-water mark (pgqueue._worker.low_water): each
+    level's range starts at ``since`` (a bound value, the start of an index range), and the ten
+    levels are read without the backward probe for the highest one."""
+    text = sql(statements.claim_statement(10, since=True))
+    assert text.startswith(
+        "WITH next AS MATERIALIZED (SELECT ready.id AS id FROM generate_series(9, 0, -1) "
+        "AS levels(level) JOIN LATERAL (SELECT jobs.id AS id FROM jobs WHERE"
+    )
+    assert (
+        "jobs.run_at <= now() AND jobs.run_at >= %(since)s::TIMESTAMP WITH TIME ZONE "
+        "ORDER BY jobs.run_at"
+    ) in text
+    assert "max(jobs.priority)" not in text
+    assert "since" not in sql(statements.claim_statement(10))
+    since = datetime.now(timezone.utc)
+    call = _calls.claim("q", 10, timedelta(seconds=30), since=since)
+    assert call.statement is statements.claim_statement(10, since=True)
+    assert call.params["since"] == since
+    assert "since" not in _calls.claim("q", 10, timedelta(seconds=30)).params
+
+
+def test_the_claim_over_several_queues_reads_each_from_its_own_mark() -> None:
+    """Each queue of the JSON array carries its mark or null: a queue with one reads every level
+    from it, one without probes for its highest level and reads from -infinity."""
+    text = sql(_statements.claim_queues_statement(10))
+    assert (
+        "json_to_recordset(CAST(%(wanted)s::VARCHAR AS JSON)) AS wanted(queue TEXT, since" in text
+    )
+    assert "CASE WHEN (wanted.since IS NULL) THEN (SELECT coalesce(max(jobs.priority)" in text
+    assert "jobs.run_at >= coalesce(wanted.since, '-infinity'::timestamptz)" in text
+    assert "jobs.queue = wanted.queue" in text
+    since = datetime(2026, 12, 7, tzinfo=timezone.utc)
+    call = _calls.claim_queues(["a", "b"], 10, timedelta(seconds=30), since=[since, None])
+    assert json.loads(call.params["wanted"]) == [
+        {"queue": "a", "since": "2026-12-07T00:00:00+00:00"},
+        {"queue": "b", "since": None},
+    ]
 
 
 def test_serialising_variant_has_no_skip_locked() -> None:
