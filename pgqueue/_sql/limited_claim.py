@@ -18,6 +18,12 @@ statement, no join, no lock of ``jobs_queues``). A queue with a ``concurrency``,
    much of the rate window is used and how long it has to go, whether ready jobs remain), so the
    worker knows whether to wait for the limit rather than for new jobs.
 
+Between 1 and 2 the completer may write the completions of this worker's finished jobs of the
+queue (:func:`pgqueue._worker.replay.limited_claim_replayed`, ``completing``): the claim, which
+starts after them in the same transaction, sees their slots free. They are this worker's own
+``running`` rows, so counting them free is exact, and the lock keeps every other claim of the
+queue out until the commit.
+
 The rate window is fixed: it starts at the first claim after the previous one ended
 (``window_start``, on the database clock) and lasts ``rate_period``; ``window_count`` counts the
 jobs claimed in it. At most ``rate_limit`` jobs start in one window; a burst at the end of one
@@ -138,7 +144,7 @@ def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
     Parameters as :func:`pgqueue._sql.statements.claim_statement` (``queue_name``, ``lease``,
     ``locked_by``) and ``free_slots`` (the worker's idle handler slots); returns the same
     columns. The budget is ``least(limit, concurrency - running, rate_limit - window_count,
-    greatest(free_slots, concurrency / 2 - running))`` (a missing limit drops out of ``least``;
+    greatest(free_slots, (concurrency - running) / 2))`` (a missing limit drops out of ``least``;
     the last term: :func:`_prefetch_bound`), 0 when the queue is paused or has no settings
     row. ``per_key`` (the variant for a queue with that limit): each key's ready jobs are
     ranked after its running ones, and only ranks up to ``per_key`` are candidates, so a key
@@ -210,14 +216,15 @@ def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
 
 def _prefetch_bound(concurrency: Any, running: Any) -> Any:
     """What a claim may take of a ``concurrency``-limited queue: the worker's free handler slots
-    (``free_slots``: jobs that start at once), and beyond them prefetch only into the lower half
-    of the limit. A prefetched job is ``running`` to every count, so it holds a slot another
-    worker could start a job in: kept to the half another worker does not need while the limit
-    has room, it never holds one once the queue runs near its limit (2 workers of 4 threads on a
-    limit of 6 run 4 and 2, neither prefetching). NULL (no bound) for a queue without one."""
+    (``free_slots``: jobs that start at once), and beyond them prefetch of at most half the room
+    the limit leaves. A prefetched job is ``running`` to every count, so it holds a slot another
+    worker could start a job in: each claim leaves at least as much room as its prefetch took,
+    for the idle threads of other workers, and none is taken once the room is no more than the
+    idle slots (2 workers of 4 threads on a limit of 6 run 4 and 2, neither prefetching). NULL
+    (no bound) for a queue without a ``concurrency`` limit."""
     free = bindparam("free_slots", type_=Integer)
-    half = concurrency // literal_column("2", Integer) - running
-    return case((concurrency.is_(None), null()), else_=func.greatest(free, half))
+    half_room = (concurrency - running) // literal_column("2", Integer)
+    return case((concurrency.is_(None), null()), else_=func.greatest(free, half_room))
 
 
 def settings_value(column: Any) -> Any:
@@ -341,9 +348,11 @@ class ClaimState:
     #: Seconds until the rate window ends, when the window's budget is spent; else ``None``.
     wait: float | None = None
     #: At the limit itself (``concurrency`` or ``per_key``), not only at the prefetch bound
-    #: (half a ``concurrency`` limit held, :func:`_prefetch_bound`): only a finished job frees
-    #: a slot, so the claim that frees one may as well ride on its completion.
+    #: (:func:`_prefetch_bound`): only a finished job frees a slot, so the claim that frees one
+    #: may as well ride on its completion.
     full: bool = False
+    #: Ready jobs remain after the claim.
+    ready: bool = False
 
 
 def queue_settings(queues_of_worker: Sequence[str]) -> Call[dict[str, QueueSettings]]:
@@ -408,10 +417,10 @@ def _state(queue: str, rows: Iterable[Any]) -> ClaimState:
     flow = settings_row(row)
     rate_spent = row.rate_limit is not None and row.window_count >= row.rate_limit
     full = row.concurrency is not None and row.running >= row.concurrency
-    # A claim stops at the prefetch bound once half the limit runs (or is held).
-    bound = row.concurrency is not None and row.running >= row.concurrency // 2
     # per_key: ready jobs left after a claim that took fewer than asked are of keys at their limit.
-    at_limit = bool(row.ready) and (rate_spent or bound or row.per_key is not None)
+    at_limit = bool(row.ready) and (rate_spent or full or row.per_key is not None)
     wait = float(row.window_left) if rate_spent and row.window_left is not None else None
     full = full or (row.per_key is not None and not rate_spent)
-    return ClaimState(flow, at_limit=at_limit and not flow.paused, wait=wait, full=full)
+    return ClaimState(
+        flow, at_limit=at_limit and not flow.paused, wait=wait, full=full, ready=bool(row.ready)
+    )

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Protocol
 
@@ -36,7 +36,7 @@ from pgqueue._worker.replay import (
 )
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.transient import retrying
-from pgqueue._worker.window import Lane
+from pgqueue._worker.window import Held, Lane, completes_plainly, keys
 from pgqueue.flow import QueueSettings
 from pgqueue.results import ClaimedJob
 
@@ -397,6 +397,9 @@ class Claimer:
             return
         # Rows the claim failed as expired count as taken: more may be waiting.
         taken = rows_taken(claimed)
+        if state is not None and state.ready and taken < limit and state.flow.concurrency:
+            # Short at the prefetch bound, with jobs left: its next finish may leave more room.
+            state = replace(state, at_limit=not state.flow.paused)
         # A claim that left its queue at a limit parks it, full or short: claiming again
         # before one of its jobs finishes would take nothing.
         parked = state is not None and self._flow.claimed(
@@ -410,22 +413,26 @@ class Claimer:
     # -- claims that ride on completions (called from the completer's thread) ---------------------
 
     def complete_and_claim(
-        self, replay: Replay, queue: str, completing: list[tuple[int, int]]
+        self, replay: Replay, queue: str, finished: list[Held]
     ) -> set[int] | None:
-        """Write the completions of ``completing`` (this worker's finished jobs of ``queue``,
-        ``(id, attempts)``) and claim for the slots they free, in one transaction and one round
-        trip on ``replay`` (the completer's): a limited queue learns of its freed slots from its
-        own completions, without waiting for the claiming loop or a poll. Returns the ids whose
-        completion was written, or ``None`` when ``queue`` is not one to claim for this way (no
-        limits, paused, stopping) or the write failed (nothing was: the caller writes them as
-        usual, and the claiming loop visits the queue again). The completer reports the written
-        ones right after: the queue's parking counts them as seen, since the claim did.
+        """Write the plain completions among ``finished`` (this worker's finished jobs of
+        ``queue``: :func:`pgqueue._worker.window.completes_plainly`) and claim for the slots they
+        free, in one transaction and one round trip on ``replay`` (the completer's): a queue at
+        its limit learns of its freed slots from its own completions, without waiting for the
+        claiming loop or a poll. Returns the ids whose completion was written, or ``None`` when
+        ``queue`` is not waiting at its limit (or is paused, or the run stops), or the write
+        failed (nothing was: the caller writes them as usual, and the claiming loop visits the
+        queue again). The completer reports the written ones right after: the queue's parking
+        counts them as seen, since the claim did.
         """
         rt = self._rt
         with rt.lock:
             lane = self._lanes.get(queue)
             flow = self._flow.settings(queue)
             if lane is None or rt.stop.is_set() or not self._flow.parked(queue):
+                return None
+            completing = keys(h for h in finished if completes_plainly(h))
+            if not completing:
                 return None
             if not self._intake.admits(flow):
                 return None

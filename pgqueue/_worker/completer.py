@@ -48,11 +48,12 @@ FLUSH_SIZE = 500
 #: ``(held job, outcome, detail)`` as the completer reports them.
 Report = Callable[[list[tuple[Held, Outcome, str]]], None]
 
-#: ``refill(replay, queue, [(id, attempts), ...])``: the completions of finished jobs of ``queue``
-#: written together with a claim for the slots they free (a queue with flow limits), in one
-#: transaction on ``replay``; returns the ids written, or ``None`` when not done that way (then
-#: they are written as usual). :meth:`pgqueue._worker.claimer.Claimer.complete_and_claim`.
-Refill = Callable[[Replay, str, list[tuple[int, int]]], set[int] | None]
+#: ``refill(replay, queue, finished)``: the plain completions among ``finished`` (jobs of ``queue``:
+#: :func:`pgqueue._worker.window.completes_plainly`) written together with a claim for the slots
+#: they free (a queue at its flow limit), in one transaction on ``replay``; returns the ids
+#: written, or ``None`` when not done that way (then they are written as usual).
+#: :meth:`pgqueue._worker.claimer.Claimer.complete_and_claim`.
+Refill = Callable[[Replay, str, list[Held]], set[int] | None]
 
 
 @dataclass
@@ -241,17 +242,17 @@ class Completer:
     def _refilled(
         self, refill: Refill, done: list[Held]
     ) -> tuple[list[Held], list[tuple[Held, Outcome, str]]]:
-        """The plain completions of ``done`` (no result, progress or log lines to write) written
-        with a claim of their queue's freed slots where ``refill`` takes them; returns the jobs
-        left to write as usual, and the outcomes of those written."""
+        """The plain completions of ``done`` written with a claim of their queue's freed slots
+        where ``refill`` takes them (it looks at a queue's jobs only when the queue waits at its
+        limit: most have none); returns the jobs left to write as usual, and the outcomes of
+        those written."""
         by_queue: dict[str, list[Held]] = {}
         for held in done:
-            if _plain(held):
-                by_queue.setdefault(held.job.queue, []).append(held)
+            by_queue.setdefault(held.job.queue, []).append(held)
         written: list[tuple[Held, Outcome, str]] = []
         taken: set[int] = set()
         for queue, jobs in by_queue.items():
-            completed = refill(self._replay, queue, keys(jobs))
+            completed = refill(self._replay, queue, jobs)
             if completed is None:
                 continue
             for h in jobs:
@@ -509,14 +510,6 @@ class Refusal:
         if self.handler_error is None:
             return self.text
         return f"{self.text} (its error: {self.handler_error})"
-
-
-def _plain(held: Held) -> bool:
-    """A completion with nothing to write but itself: no result, no progress, no log lines."""
-    if held.result is not None:
-        return False
-    marks = marks_of(held.job)
-    return marks.pending_progress() is None and (marks.logs is None or marks.logs.pending() is None)
 
 
 def _merged(answers: Iterable[dict[int, FailResult]]) -> dict[int, FailResult]:

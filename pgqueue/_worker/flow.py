@@ -9,7 +9,10 @@ limited claim. The limits themselves are enforced by that claim in the database,
 this keeps is only when a claim is worth sending. A limited claim that came back short at a limit
 (:class:`pgqueue._sql.limited_claim.ClaimState`) parks its queue until one of this worker's jobs
 finishes (a slot may be free), or :data:`LIMIT_POLL` seconds pass (another worker's may have), or a
-spent rate window ends: no claim is sent in a loop while a queue sits at its limit.
+spent rate window ends: no claim is sent in a loop while a queue sits at its limit. A queue parked
+at the limit itself (:meth:`FlowGate.parked`) is claimed by the completer, with the completions
+of its finished jobs, in one transaction
+(:meth:`pgqueue._worker.claimer.Claimer.complete_and_claim`).
 """
 
 from __future__ import annotations

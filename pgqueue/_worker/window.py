@@ -25,7 +25,7 @@ from datetime import timedelta
 
 from pgqueue.durable import Suspension
 from pgqueue.flow import QueueSettings
-from pgqueue.jobs import JobContext
+from pgqueue.jobs import JobContext, marks_of
 from pgqueue.retry_policy import RetryPolicy
 
 #: An adaptive prefetch keeps the jobs claimed ahead to about this many seconds of work.
@@ -111,6 +111,14 @@ class Held:
 
 def keys(held: Iterable[Held]) -> list[tuple[int, int]]:
     return [h.key for h in held]
+
+
+def completes_plainly(held: Held) -> bool:
+    """Its completion has nothing to write but itself: no result, no progress, no log lines."""
+    if held.result is not None:
+        return False
+    marks = marks_of(held.job)
+    return marks.pending_progress() is None and (marks.logs is None or marks.logs.pending() is None)
 
 
 class ClaimWindow:

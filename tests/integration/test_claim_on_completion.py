@@ -2,8 +2,8 @@
 
 One transaction locks the queue's settings row, completes this worker's finished jobs of the
 queue, claims within the limits and reads what is left: the claim counts the slots just freed,
-replayed in one round trip with the completions' ids as parameters. And a claim takes prefetch
-only into the lower half of a ``concurrency`` limit, beyond the worker's idle handler slots.
+replayed in one round trip with the completions' ids as parameters. And a claim takes, beyond the
+worker's idle handler slots, prefetch of at most half the room a ``concurrency`` limit leaves.
 """
 
 from __future__ import annotations
@@ -82,10 +82,10 @@ def test_a_completion_whose_guard_fails_is_not_counted_as_written(engine: Engine
     assert done == {held[1].id}
 
 
-def test_prefetch_stops_at_half_a_concurrency_limit_beyond_the_idle_slots(engine: Engine) -> None:
+def test_prefetch_takes_at_most_half_the_room_beyond_the_idle_slots(engine: Engine) -> None:
     """``concurrency=6``, a worker of 4 idle slots asking for 8 (4 + 4 prefetched): 4, and a
-    second worker's claim the 2 left; ``concurrency=100``: the first claim takes 50, the next
-    only the idle slots."""
+    second worker's claim the 2 left; ``concurrency=100`` with 6 running: half the 94 left, then
+    half the 47 left."""
     _queue(engine, 200, concurrency=6)
     replay = Replay(engine)
     try:
@@ -93,7 +93,8 @@ def test_prefetch_stops_at_half_a_concurrency_limit_beyond_the_idle_slots(engine
         assert len(_claim(replay, 8, free=4)[1]) == 2
         with engine.begin() as conn:
             pgqueue.set_queue_limits(conn, "q", concurrency=100)
-        assert len(_claim(replay, 100, free=4)[1]) == 50 - 6
-        assert len(_claim(replay, 100, free=3)[1]) == 3
+        assert len(_claim(replay, 100, free=4)[1]) == 47
+        assert len(_claim(replay, 100, free=3)[1]) == 23
+        assert len(_claim(replay, 100, free=30)[1]) == 24  # the idle slots, up to the limit
     finally:
         replay.release()

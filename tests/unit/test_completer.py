@@ -17,7 +17,7 @@ import pytest
 
 from pgqueue._worker.completer import Completer, Failure, Refill
 from pgqueue._worker.replay import Replay
-from pgqueue._worker.window import Held
+from pgqueue._worker.window import Held, completes_plainly
 from pgqueue.jobs import Outcome
 from pgqueue.retry_policy import RetryPolicy
 from tests.worker_parts import held_job, offline_engine, until
@@ -247,11 +247,11 @@ class Refills:
         self._limited = limited
         self._lost = lost
 
-    def __call__(self, replay: Replay, queue: str, held: list[tuple[int, int]]) -> set[int] | None:
-        self.calls.append((queue, [job_id for job_id, _ in held]))
+    def __call__(self, replay: Replay, queue: str, held: list[Held]) -> set[int] | None:
+        self.calls.append((queue, ids(held)))
         if queue not in self._limited:
             return None
-        return {job_id for job_id, _ in held if job_id not in self._lost}
+        return {h.job.id for h in held if completes_plainly(h) and h.job.id not in self._lost}
 
 
 def test_plain_completions_of_a_limited_queue_ride_on_its_claim() -> None:
@@ -269,7 +269,7 @@ def test_plain_completions_of_a_limited_queue_ride_on_its_claim() -> None:
         completer.complete(held_job(5, queue="plain"))
         completer.fail(held_job(6, queue="limited"), "ValueError: x", retry=True, policy=POLICY)
         until(lambda: len(reports.batches) == 1, "the batch reported")
-    assert sorted(refills.calls) == [("limited", [1, 2, 3]), ("plain", [5])]
+    assert sorted(refills.calls) == [("limited", [1, 2, 3, 4]), ("plain", [5])]
     assert writes.batches == [([3, 4, 5], [6], [])]
     assert reports.batches[0] == {
         1: (Outcome.DONE, ""),
