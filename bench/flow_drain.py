@@ -12,15 +12,23 @@ one, from the first handler call to the last. Variants, in turns, the order reve
 - ``concurrency4``: ``concurrency=4`` (a limit that binds).
 - ``per_key1``: ``per_key=1`` over 100 keys (job ``i`` has key ``k<i mod 100>``).
 - ``per_key4``: ``per_key=4`` over 20 keys.
+- ``backlog_unlimited`` and ``backlog_per_key4``: 100,000 ready jobs (``--backlog``), unlimited
+  and ``per_key=4`` over 20 keys; the figure is the jobs started in ``--seconds`` (5) from the
+  first handler call, divided by that time: a claim whose cost grew with the backlog shows here.
+  ``backlog_per_key4`` is compared with ``backlog_unlimited``.
+- ``fleet``: ``concurrency=6``, 2 worker processes of concurrency 4 started once, jobs of
+  100 ms (``--fleet-jobs``, 900): the rate over the steady part (the middle 80% of the handler
+  calls) against the ideal 60 jobs/s, and the share of that time 6 ran at once.
 
-Prints one JSON line per drain, then each variant's median and its ratio to ``unlimited``'s.
-Not part of ``.ci/run``.
+Prints one JSON line per drain, then each variant's median and its ratio to its base
+(``unlimited``'s, ``backlog_unlimited``'s, or 60 jobs/s for ``fleet``). Not part of ``.ci/run``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import statistics
 import threading
 import time
@@ -28,6 +36,7 @@ from typing import Any
 
 import pgqueue
 from bench import _db
+from pgqueue._base.urls import to_sqlalchemy_url
 
 #: Variant -> (the keys' count, or None for no key; the limits).
 VARIANTS: dict[str, tuple[int | None, dict[str, Any]]] = {
@@ -36,7 +45,24 @@ VARIANTS: dict[str, tuple[int | None, dict[str, Any]]] = {
     "concurrency4": (None, {"concurrency": 4}),
     "per_key1": (100, {"per_key": 1}),
     "per_key4": (20, {"per_key": 4}),
+    "backlog_unlimited": (None, {}),
+    "backlog_per_key4": (20, {"per_key": 4}),
+    "fleet": (None, {"concurrency": 6}),
 }
+
+#: The variants run when ``--variants`` is not given.
+DEFAULT = ("unlimited", "concurrency100", "concurrency4", "per_key1", "per_key4")
+
+#: Each variant's base (its ratio's denominator): a variant, or a rate in jobs/s.
+BASES: dict[str, str | float] = {
+    "backlog_per_key4": "backlog_unlimited",
+    "backlog_unlimited": "backlog_unlimited",
+    "fleet": 60.0,
+}
+
+#: The fleet: worker processes, their threads, the queue's limit and each job's seconds.
+FLEET_PROCESSES = 2
+FLEET_JOB_SECONDS = 0.1
 
 
 def _fill(engine: Any, jobs: int, keys: int | None, limits: dict[str, Any]) -> None:
@@ -51,8 +77,9 @@ def _fill(engine: Any, jobs: int, keys: int | None, limits: dict[str, Any]) -> N
             pgqueue.set_queue_limits(conn, _db.QUEUE, **limits)
 
 
-def _drain(engine: Any) -> tuple[int, float]:
-    """Jobs run, and their steady rate (first handler call to last)."""
+def _drain(engine: Any, seconds: float | None = None) -> tuple[int, float]:
+    """Jobs run, and their steady rate (first handler call to last); with ``seconds``, the
+    calls within that time of the first, and their count over it (the worker is stopped)."""
     calls: list[float] = []
     lock = threading.Lock()
 
@@ -64,8 +91,70 @@ def _drain(engine: Any) -> tuple[int, float]:
     worker = pgqueue.Worker(
         engine, {_db.QUEUE: handler}, concurrency=4, listen=False, install_signal_handlers=False
     )
-    worker.run(until_empty=True)
-    return len(calls), (len(calls) - 1) / (max(calls) - min(calls))
+    if seconds is None:
+        worker.run(until_empty=True)
+        return len(calls), (len(calls) - 1) / (max(calls) - min(calls))
+    runner = threading.Thread(target=worker.run, kwargs={"until_empty": True})
+    runner.start()
+    while True:
+        with lock:
+            first = calls[0] if calls else None
+        if first is not None and time.perf_counter() >= first + seconds:
+            break
+        time.sleep(0.05)
+    worker.stop()
+    runner.join()
+    done = sum(1 for t in calls if t <= calls[0] + seconds)
+    return done, done / seconds
+
+
+def _fleet_worker(url: str, spans: Any) -> None:
+    """One process of the fleet: a worker of concurrency 4 until the queue is empty; sends
+    each handler call's ``(start, end)`` (``time.time()``, one clock for all processes)."""
+    engine = _db.make_engine(to_sqlalchemy_url(url), pool_size=10)
+    mine: list[tuple[float, float]] = []
+    lock = threading.Lock()
+
+    def handler(job: pgqueue.JobContext) -> None:
+        start = time.time()
+        time.sleep(FLEET_JOB_SECONDS)
+        with lock:
+            mine.append((start, time.time()))
+
+    pgqueue.Worker(
+        engine, {_db.QUEUE: handler}, concurrency=4, listen=True, install_signal_handlers=False
+    ).run(until_empty=True)
+    spans.put(mine)
+
+
+def _fleet(url: Any) -> tuple[int, float, float]:
+    """Jobs run by the fleet, their rate over the steady part (the middle 80% of the calls),
+    and the share of that time with 6 handlers running at once."""
+    context = multiprocessing.get_context("spawn")
+    spans = context.Queue()
+    text = url.render_as_string(hide_password=False)
+    procs = [
+        context.Process(target=_fleet_worker, args=(text, spans)) for _ in range(FLEET_PROCESSES)
+    ]
+    for proc in procs:
+        proc.start()
+    calls = sorted(span for _ in procs for span in spans.get())
+    for proc in procs:
+        proc.join()
+    starts = [start for start, _ in calls]
+    lo, hi = starts[len(starts) // 10], starts[len(starts) * 9 // 10]
+    rate = (len(starts) * 8 // 10) / (hi - lo)
+    # Running at once over [lo, hi], by a sweep of the spans' starts and ends.
+    events = sorted([(s, 1) for s, _ in calls] + [(e, -1) for _, e in calls])
+    running, last, at_six = 0, lo, 0.0
+    for t, step in events:
+        if t > lo:
+            clipped = min(t, hi)
+            if running >= 6 and clipped > last:
+                at_six += clipped - last
+            last = max(last, clipped)
+        running += step
+    return len(calls), rate, at_six / (hi - lo)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", help="a server URL (default: the embedded PostgreSQL)")
     parser.add_argument("--jobs", type=int, default=20_000)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--variants", default=",".join(v for v in VARIANTS if v in DEFAULT))
+    parser.add_argument("--backlog", type=int, default=100_000)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--fleet-jobs", type=int, default=900)
     args = parser.parse_args(argv)
     names = args.variants.split(",")
     unknown = [n for n in names if n not in VARIANTS]
@@ -86,20 +178,31 @@ def main(argv: list[str] | None = None) -> int:
                 with _db.throwaway_database(server_url) as url:
                     engine = _db.make_engine(url, pool_size=10)
                     keys, limits = VARIANTS[name]
-                    _fill(engine, args.jobs, keys, limits)
+                    backlog = name.startswith("backlog_")
+                    jobs = (
+                        args.backlog
+                        if backlog
+                        else args.fleet_jobs
+                        if name == "fleet"
+                        else args.jobs
+                    )
+                    _fill(engine, jobs, keys, limits)
                     _db.analyze(url)
-                    done, rate = _drain(engine)
+                    extra: dict[str, Any] = {}
+                    if name == "fleet":
+                        done, rate, at_six = _fleet(url)
+                        extra["share_at_6"] = round(at_six, 3)
+                    else:
+                        done, rate = _drain(engine, args.seconds if backlog else None)
                     engine.dispose()
                 rates[name].append(rate)
-                print(
-                    json.dumps(
-                        {"round": round_, "variant": name, "done": done, "jobs_per_s": round(rate)}
-                    ),
-                    flush=True,
-                )
-    base = statistics.median(rates[names[0]])
+                line = {"round": round_, "variant": name, "done": done, "jobs_per_s": round(rate)}
+                print(json.dumps({**line, **extra}), flush=True)
     for name in names:
         median = statistics.median(rates[name])
+        base = BASES.get(name, "unlimited")
+        if isinstance(base, str):
+            base = statistics.median(rates[base]) if base in rates else float("nan")
         print(
             json.dumps(
                 {

@@ -423,6 +423,8 @@ class Worker:
             lambda outcomes: runtime.report(outcomes),
             lock_timeout_ms=lock_timeout_ms,
             fatal=lambda loop, error: runtime.fail(loop, error),
+            # A limited queue's completions carry the claim of the slots they free.
+            refill=lambda replay, queue, held: claimer.complete_and_claim(replay, queue, held),
         )
         coroutines: AsyncLane | None = None
 

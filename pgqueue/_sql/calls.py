@@ -721,7 +721,8 @@ def _batch_traceback(failure: BatchFailure) -> str | None:
 def _batch(
     stmt: Executable, held: Sequence[tuple[int, int]], extra: dict[str, Any]
 ) -> Call[set[int]]:
-    return Call(stmt if held else None, {**_batch_params(held), **extra}, _id_set)
+    params = {**_batch_params(held), **extra}
+    return Call(stmt if held else None, params, _id_set, from_rows=_row_ids)
 
 
 def _batch_params(held: Sequence[tuple[int, int]]) -> dict[str, Any]:
@@ -770,7 +771,11 @@ def _holders(result: Result[Any] | None) -> dict[str, int]:
 
 
 def _id_set(result: Result[Any] | None) -> set[int]:
-    return set() if result is None else {int(row.id) for row in result}
+    return set() if result is None else _row_ids(result)
+
+
+def _row_ids(rows: Iterable[Any]) -> set[int]:
+    return {int(row.id) for row in rows}
 
 
 def _waiting_for(result: Result[Any] | None) -> dict[int, list[int]]:

@@ -18,6 +18,12 @@ statement, no join, no lock of ``jobs_queues``). A queue with a ``concurrency``,
    much of the rate window is used and how long it has to go, whether ready jobs remain), so the
    worker knows whether to wait for the limit rather than for new jobs.
 
+Between 1 and 2 the completer may write the completions of this worker's finished jobs of the
+queue (:func:`pgqueue._worker.replay.limited_claim_replayed`, ``completing``): the claim, which
+starts after them in the same transaction, sees their slots free. They are this worker's own
+``running`` rows, so counting them free is exact, and the lock keeps every other claim of the
+queue out until the commit.
+
 The rate window is fixed: it starts at the first claim after the previous one ended
 (``window_start``, on the database clock) and lasts ``rate_period``; ``window_count`` counts the
 jobs claimed in it. At most ``rate_limit`` jobs start in one window; a burst at the end of one
@@ -136,14 +142,16 @@ def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
     """Step 2: claim up to ``limit`` ready jobs of a limited queue, within its limits.
 
     Parameters as :func:`pgqueue._sql.statements.claim_statement` (``queue_name``, ``lease``,
-    ``locked_by``); returns the same columns. The budget is ``least(limit, concurrency -
-    running, rate_limit - window_count)`` (a missing limit drops out of ``least``), 0 when the
-    queue is paused or has no settings row. ``per_key`` (the variant for a queue with that
-    limit): each key's ready jobs are ranked after its running ones, and only ranks up to
-    ``per_key`` are candidates, so a key with a long backlog takes its share and the next keys'
-    first jobs come in the same claim (no head-of-line blocking); jobs without a key are not
-    limited by it. That variant probes ``jobs_ready_key_idx`` once per key with queued jobs
-    (:func:`_per_key_ids`), never the whole backlog; the plain variant walks ``jobs_ready_idx``
+    ``locked_by``) and ``free_slots`` (the worker's idle handler slots); returns the same
+    columns. The budget is ``least(limit, concurrency - running, rate_limit - window_count,
+    greatest(free_slots, (concurrency - running) / 2))`` (a missing limit drops out of ``least``;
+    the last term: :func:`_prefetch_bound`), 0 when the queue is paused or has no settings
+    row. ``per_key`` (the variant for a queue with that limit): each key's ready jobs are
+    ranked after its running ones, and only ranks up to ``per_key`` are candidates, so a key
+    with a long backlog takes its share and the next keys' first jobs come in the same claim
+    (no head-of-line blocking); jobs without a key are not limited by it. That variant probes
+    ``jobs_ready_key_idx`` once per key with queued jobs (:func:`_per_key_ids`), never the
+    whole backlog; the plain variant walks ``jobs_ready_idx``
     as the unlimited claim does.
     """
     q = queues
@@ -155,6 +163,7 @@ def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
             q.c.rate_limit,
             fresh.label("fresh"),
             q.c.window_count,
+            _running().scalar_subquery().label("running"),
         )
         .where(q.c.queue == _queue(), ~q.c.paused)
         .cte("settings")
@@ -162,12 +171,14 @@ def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
     )
     limit_literal = literal(limit, Integer, literal_execute=True)
     used = case((settings.c.fresh, _ZERO), else_=settings.c.window_count)
+    running = settings.c.running
     budget = func.greatest(
         _ZERO,
         func.least(
             limit_literal,
-            settings.c.concurrency - _running().scalar_subquery(),
+            settings.c.concurrency - running,
             settings.c.rate_limit - used,
+            _prefetch_bound(settings.c.concurrency, running),
         ),
     )
     take = func.coalesce(select(budget).select_from(settings).scalar_subquery(), _ZERO)
@@ -201,6 +212,19 @@ def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
         .cte("window")
     )
     return select(*claimed.c).add_cte(window)
+
+
+def _prefetch_bound(concurrency: Any, running: Any) -> Any:
+    """What a claim may take of a ``concurrency``-limited queue: the worker's free handler slots
+    (``free_slots``: jobs that start at once), and beyond them prefetch of at most half the room
+    the limit leaves. A prefetched job is ``running`` to every count, so it holds a slot another
+    worker could start a job in: each claim leaves at least as much room as its prefetch took,
+    for the idle threads of other workers, and none is taken once the room is no more than the
+    idle slots (2 workers of 4 threads on a limit of 6 run 4 and 2, neither prefetching). NULL
+    (no bound) for a queue without a ``concurrency`` limit."""
+    free = bindparam("free_slots", type_=Integer)
+    half_room = (concurrency - running) // literal_column("2", Integer)
+    return case((concurrency.is_(None), null()), else_=func.greatest(free, half_room))
 
 
 def settings_value(column: Any) -> Any:
@@ -323,6 +347,12 @@ class ClaimState:
     at_limit: bool
     #: Seconds until the rate window ends, when the window's budget is spent; else ``None``.
     wait: float | None = None
+    #: At the limit itself (``concurrency`` or ``per_key``), not only at the prefetch bound
+    #: (:func:`_prefetch_bound`): only a finished job frees a slot, so the claim that frees one
+    #: may as well ride on its completion.
+    full: bool = False
+    #: Ready jobs remain after the claim.
+    ready: bool = False
 
 
 def queue_settings(queues_of_worker: Sequence[str]) -> Call[dict[str, QueueSettings]]:
@@ -349,13 +379,20 @@ def lock_queue(queue: str, lock_timeout_ms: int) -> Call[None]:
 
 
 def limited_claim(
-    queue: str, limit: int, lease: timedelta, locked_by: str | None, *, per_key: bool
+    queue: str,
+    limit: int,
+    lease: timedelta,
+    locked_by: str | None,
+    *,
+    per_key: bool,
+    free_slots: int,
 ) -> Call[list[ClaimedJob]]:
-    """:func:`pgqueue._sql.calls.claim`'s parameters (validated there), the limited statement."""
+    """:func:`pgqueue._sql.calls.claim`'s parameters (validated there), the limited statement;
+    ``free_slots``: the worker's idle handler slots (:func:`_prefetch_bound`)."""
     plain = claim(queue, limit, lease, locked_by)
     return Call(
         limited_claim_statement(limit, per_key=per_key),
-        plain.params,
+        {**plain.params, "free_slots": free_slots},
         plain.finish,
         from_rows=plain.from_rows,
     )
@@ -383,4 +420,7 @@ def _state(queue: str, rows: Iterable[Any]) -> ClaimState:
     # per_key: ready jobs left after a claim that took fewer than asked are of keys at their limit.
     at_limit = bool(row.ready) and (rate_spent or full or row.per_key is not None)
     wait = float(row.window_left) if rate_spent and row.window_left is not None else None
-    return ClaimState(flow, at_limit=at_limit and not flow.paused, wait=wait)
+    full = full or (row.per_key is not None and not rate_spent)
+    return ClaimState(
+        flow, at_limit=at_limit and not flow.paused, wait=wait, full=full, ready=bool(row.ready)
+    )

@@ -15,12 +15,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from sqlalchemy import Engine
 
+from pgqueue._base.urls import error_line
 from pgqueue._sql.calls import rows_taken
 from pgqueue._sql.limited_claim import ClaimState
 from pgqueue._worker.faults import Faults
@@ -37,7 +38,7 @@ from pgqueue._worker.replay import (
 )
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.transient import retrying
-from pgqueue._worker.window import Lane
+from pgqueue._worker.window import Held, Lane, completes_plainly, keys
 from pgqueue.flow import QueueSettings
 from pgqueue.results import ClaimedJob
 
@@ -49,8 +50,10 @@ Claim = Callable[[str, int], list[ClaimedJob] | None]
 ClaimQueues = Callable[[list[str], int], list[ClaimedJob] | None]
 #: The most queues one claim reads: a poll of 1,000 queues is 16 round trips, not 1,000.
 MAX_CLAIM_QUEUES = 64
-#: ``claim_limited(queue, limit, per_key)``: the limited claim's jobs and what it left, or ``None``.
-LimitedClaim = Callable[[str, int, bool], tuple[list[ClaimedJob], ClaimState] | None]
+#: ``claim_limited(queue, limit, per_key, free_slots)``: the limited claim's jobs and what it left,
+#: or ``None`` (``free_slots``: the lane's idle handler slots, which a limit never keeps from a
+#: claim; beyond them it takes prefetch only into the lower half of a concurrency limit).
+LimitedClaim = Callable[[str, int, bool, int], tuple[list[ClaimedJob], ClaimState] | None]
 #: ``read_settings(queues)``: the flow settings of the worker's queues, or ``None`` on a
 #: transient error (the last ones stay).
 ReadSettings = Callable[[list[str]], Mapping[str, QueueSettings] | None]
@@ -381,6 +384,9 @@ class Claimer:
                     continue  # the lane claims for itself
                 flow = self._flow.settings(queue)
                 group = [queue] if flow.limited else [queue, *self._companions(lane)]
+                free = rt.window.idle_slots(lane)
+                # Room a claim riding on a completion (complete_and_claim) must leave alone.
+                rt.window.reserve(lane, limit)
                 # The jobs finished before the claim is sent: one that finishes while it is on
                 # the wire may free a slot the claim did not see, so a queue it parks at a limit
                 # is claimed again on the first finish after this, not after the next one.
@@ -388,8 +394,7 @@ class Claimer:
             state: ClaimState | None = None
             try:
                 if flow.limited:
-                    limit = _limited_claim_size(limit, flow)
-                    answer = self._claim_limited(queue, limit, flow.per_key is not None)
+                    answer = self._claim_limited(queue, limit, flow.per_key is not None, free)
                     claimed, state = (None, None) if answer is None else answer
                 elif len(group) > 1:
                     assert self._claim_queues is not None
@@ -398,32 +403,16 @@ class Claimer:
                     claimed = self._claim(queue, limit)
             except Exception:
                 with rt.lock:
+                    rt.window.unreserve(lane, limit)
                     for q in group:
                         self._ready.setdefault(q, None)  # visited again after the loop's pause
                 raise
             with rt.lock:
-                if claimed is None:
-                    for q in group:
-                        self._ready.setdefault(q, None)
+                rt.window.unreserve(lane, limit)
+                if len(group) > 1:
+                    self._took_queues(group, lane, limit, claimed)
                 else:
-                    # Rows the claim failed as expired count as taken: more may be waiting.
-                    taken = rows_taken(claimed)
-                    # A claim that left its queue at a limit parks it, full or short: claiming
-                    # again before one of its jobs finishes would take nothing.
-                    parked = state is not None and self._flow.claimed(
-                        queue, state, time.monotonic(), finished_before
-                    )
-                    if len(group) > 1:
-                        if taken == limit:
-                            self._requeue(group, claimed)
-                    elif taken == limit and not parked:
-                        self._ready[queue] = None  # more may be waiting: back of the line
-                    self._claimed_since_poll += rt.accept(lane, claimed) + taken - len(claimed)
-                    if len(group) > 1:
-                        for q, count in (getattr(claimed, "expired_in", None) or {}).items():
-                            rt.expired(q, count)
-                    else:
-                        rt.expired(queue, taken - len(claimed))
+                    self._took(queue, lane, limit, claimed, state, finished_before)
             if claimed is None:
                 self.pulse.waiting()
                 rt.stop.wait(1.0)
@@ -455,21 +444,126 @@ class Claimer:
         unread = [q for q in group if q not in took]
         self._ready = dict.fromkeys([*unread, *(q for q in self._ready if q not in took), *served])
 
+    def _took_queues(
+        self, group: list[str], lane: Lane, limit: int, claimed: list[ClaimedJob] | None
+    ) -> None:
+        """A claim over the queues of ``group`` came back (``None``: it gave up). Lock held."""
+        rt = self._rt
+        if claimed is None:
+            for q in group:
+                self._ready.setdefault(q, None)
+            return
+        taken = rows_taken(claimed)
+        if taken == limit:
+            self._requeue(group, claimed)
+        self._claimed_since_poll += rt.accept(lane, claimed) + taken - len(claimed)
+        for q, count in (getattr(claimed, "expired_in", None) or {}).items():
+            rt.expired(q, count)
+
+    def _took(
+        self,
+        queue: str,
+        lane: Lane,
+        limit: int,
+        claimed: list[ClaimedJob] | None,
+        state: ClaimState | None,
+        finished_before: int,
+    ) -> None:
+        """A claim of ``queue`` for ``lane`` came back (``None``: it gave up): hold its jobs,
+        park the queue at a limit, or line it up again. Lock held."""
+        rt = self._rt
+        if claimed is None:
+            self._ready.setdefault(queue, None)
+            return
+        # Rows the claim failed as expired count as taken: more may be waiting.
+        taken = rows_taken(claimed)
+        if state is not None and state.ready and taken < limit and state.flow.concurrency:
+            # Short at the prefetch bound, with jobs left: its next finish may leave more room.
+            state = replace(state, at_limit=not state.flow.paused)
+        # A claim that left its queue at a limit parks it, full or short: claiming again
+        # before one of its jobs finishes would take nothing.
+        parked = state is not None and self._flow.claimed(
+            queue, state, time.monotonic(), finished_before
+        )
+        if taken == limit and not parked:
+            self._ready[queue] = None  # more may be waiting: back of the line
+        self._claimed_since_poll += rt.accept(lane, claimed) + taken - len(claimed)
+        rt.expired(queue, taken - len(claimed))
+
+    # -- claims that ride on completions (called from the completer's thread) ---------------------
+
+    def complete_and_claim(
+        self, replay: Replay, queue: str, finished: list[Held]
+    ) -> set[int] | None:
+        """Write the plain completions among ``finished`` (this worker's finished jobs of
+        ``queue``: :func:`pgqueue._worker.window.completes_plainly`) and claim for the slots they
+        free, in one transaction and one round trip on ``replay`` (the completer's): a queue at
+        its limit learns of its freed slots from its own completions, without waiting for the
+        claiming loop or a poll. Returns the ids whose completion was written, or ``None`` when
+        ``queue`` is not waiting at its limit (or is paused, or the run stops), or the write
+        failed (nothing was: the caller writes them as usual, and the claiming loop visits the
+        queue again). The completer reports the written ones right after: the queue's parking
+        counts them as seen, since the claim did.
+        """
+        rt = self._rt
+        with rt.lock:
+            lane = self._lanes.get(queue)
+            flow = self._flow.settings(queue)
+            if lane is None or rt.stop.is_set() or not self._flow.parked(queue):
+                return None
+            completing = keys(h for h in finished if completes_plainly(h))
+            if not completing:
+                return None
+            if not self._intake.admits(flow):
+                return None
+            limit = self._intake.take(queue, lane)
+            if not limit:
+                return None
+            free = rt.window.idle_slots(lane)
+            rt.window.reserve(lane, limit)  # the claiming loop's claims leave this room alone
+        try:
+            completed, claimed, state = limited_claim_replayed(
+                replay,
+                queue=queue,
+                limit=limit,
+                lease=self._opts.lease,
+                per_key=flow.per_key is not None,
+                free_slots=free,
+                lock_timeout_ms=self._opts.lock_timeout_ms,
+                locked_by=self.name,
+                completing=completing,
+            )
+        except Exception as exc:
+            log.debug("completing and claiming on queue %s failed: %s", queue, error_line(exc))
+            with rt.lock:
+                rt.window.unreserve(lane, limit)
+                self._ready.setdefault(queue, None)
+                rt.claimer_wakeup.notify()
+            return None
+        with rt.lock:
+            rt.window.unreserve(lane, limit)
+            # The completions written now are reported next: the claim saw their slots free.
+            self._took(queue, lane, limit, claimed, state, rt.finished + len(completed))
+            rt.claimer_wakeup.notify()
+        return completed
+
     def _limited_replayed(
-        self, queue: str, limit: int, per_key: bool
+        self, queue: str, limit: int, per_key: bool, free_slots: int
     ) -> tuple[list[ClaimedJob], ClaimState] | None:
-        return retrying(
-            lambda: limited_claim_replayed(
+        def claim() -> tuple[list[ClaimedJob], ClaimState]:
+            _, claimed, state = limited_claim_replayed(
                 self._replay,
                 queue=queue,
                 limit=limit,
                 lease=self._opts.lease,
                 per_key=per_key,
+                free_slots=free_slots,
                 lock_timeout_ms=self._opts.lock_timeout_ms,
                 locked_by=self.name,
-            ),
-            what=f"claim on queue {queue}",
-        )
+            )
+            return claimed, state
+
+        return retrying(claim, what=f"claim on queue {queue}")
 
     def _settings_replayed(self, queues: list[str]) -> Mapping[str, QueueSettings]:
         return settings_replayed(self._replay, queues)
@@ -520,13 +614,3 @@ class Claimer:
             oldest = getattr(claimed, "oldest_run_at", None)
             self._low_water.claimed(queue, since, oldest, now)
         return claimed
-
-
-def _limited_claim_size(room: int, flow: QueueSettings) -> int:
-    """At most half a concurrency limit per claim (at least one job): the other half of the
-    queue's slots is then running, or being completed, while this claim is on the wire, where
-    one claim of the whole limit leaves the handlers idle from its last job's end until its
-    completions are written and the next claim is back."""
-    if flow.concurrency is None:
-        return room
-    return max(1, min(room, (flow.concurrency + 1) // 2))

@@ -31,6 +31,7 @@ from pgqueue._worker.culprits import Rows
 from pgqueue._worker.faults import Fatal, Faults
 from pgqueue._worker.outcomes import after_complete, after_fail, after_snooze, unmatched
 from pgqueue._worker.pulse import Pulse
+from pgqueue._worker.replay import Replay
 from pgqueue._worker.transient import short_transaction
 from pgqueue._worker.window import Held, keys
 from pgqueue.jobs import Outcome, marks_of
@@ -46,6 +47,13 @@ FLUSH_SIZE = 500
 
 #: ``(held job, outcome, detail)`` as the completer reports them.
 Report = Callable[[list[tuple[Held, Outcome, str]]], None]
+
+#: ``refill(replay, queue, finished)``: the plain completions among ``finished`` (jobs of ``queue``:
+#: :func:`pgqueue._worker.window.completes_plainly`) written together with a claim for the slots
+#: they free (a queue at its flow limit), in one transaction on ``replay``; returns the ids
+#: written, or ``None`` when not done that way (then they are written as usual).
+#: :meth:`pgqueue._worker.claimer.Claimer.complete_and_claim`.
+Refill = Callable[[Replay, str, list[Held]], set[int] | None]
 
 
 @dataclass
@@ -86,6 +94,7 @@ class Completer:
         flush_delay: float = 0.002,
         write: Write | None = None,
         fatal: Fatal | None = None,
+        refill: Refill | None = None,
     ) -> None:
         self._engine = engine
         self._report = report
@@ -94,6 +103,10 @@ class Completer:
         # never told leave it claiming nothing, or holding what it cannot account for.
         self._faults = Faults("completer", fatal=fatal, max_pause=5.0)
         self._write = write or self._flush
+        self._refill = refill
+        # The refills' connection, held between flushes (one thread: this one); given back
+        # before any other write, so the completer holds one connection at a time.
+        self._replay = Replay(engine)
         self._batch_size = batch_size
         self._lock_timeout_ms = lock_timeout_ms
         self._flush_delay = flush_delay
@@ -166,6 +179,7 @@ class Completer:
                 batch = self._next_batch()
                 if batch is None:
                     ended = True
+                    self._replay.release()
                     self.pulse.finish()
                     return
                 try:
@@ -208,6 +222,12 @@ class Completer:
         self, done: list[Held], failed: list[Failure], snoozed: list[Held]
     ) -> list[tuple[Held, Outcome, str]]:
         """One batch written: its outcomes (lost when the write could not be made)."""
+        refilled: list[tuple[Held, Outcome, str]] = []
+        if self._refill is not None and done:
+            done, refilled = self._refilled(self._refill, done)
+            if not (done or failed or snoozed):
+                return refilled
+            self._replay.release()
         try:
             outcomes = self._write(done, failed, snoozed, self._keep_trying)
         except Exception:
@@ -217,7 +237,31 @@ class Completer:
             outcomes = [(h, Outcome.LOST, "completion not written") for h in done]
             outcomes += [(f.held, Outcome.LOST, "failure not written") for f in failed]
             outcomes += [(h, Outcome.LOST, "snooze not written") for h in snoozed]
-        return outcomes
+        return refilled + outcomes
+
+    def _refilled(
+        self, refill: Refill, done: list[Held]
+    ) -> tuple[list[Held], list[tuple[Held, Outcome, str]]]:
+        """The plain completions of ``done`` written with a claim of their queue's freed slots
+        where ``refill`` takes them (it looks at a queue's jobs only when the queue waits at its
+        limit: most have none); returns the jobs left to write as usual, and the outcomes of
+        those written."""
+        by_queue: dict[str, list[Held]] = {}
+        for held in done:
+            by_queue.setdefault(held.job.queue, []).append(held)
+        written: list[tuple[Held, Outcome, str]] = []
+        taken: set[int] = set()
+        for queue, jobs in by_queue.items():
+            completed = refill(self._replay, queue, jobs)
+            if completed is None:
+                continue
+            for h in jobs:
+                if h.job.id in completed:  # one whose guard matched nothing is written as usual
+                    taken.add(id(h))
+                    written.append((h, *after_complete(True)))
+        if not taken:
+            return done, written
+        return [h for h in done if id(h) not in taken], written
 
     def _flush(
         self,

@@ -9,7 +9,10 @@ limited claim. The limits themselves are enforced by that claim in the database,
 this keeps is only when a claim is worth sending. A limited claim that came back short at a limit
 (:class:`pgqueue._sql.limited_claim.ClaimState`) parks its queue until one of this worker's jobs
 finishes (a slot may be free), or :data:`LIMIT_POLL` seconds pass (another worker's may have), or a
-spent rate window ends: no claim is sent in a loop while a queue sits at its limit.
+spent rate window ends: no claim is sent in a loop while a queue sits at its limit. A queue parked
+at the limit itself (:meth:`FlowGate.parked`) is claimed by the completer, with the completions
+of its finished jobs, in one transaction
+(:meth:`pgqueue._worker.claimer.Claimer.complete_and_claim`).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ class _Parked:
     finished: int  # the worker's finished-job count when it was parked
     #: A spent rate window: a finished job frees nothing, only the window's end does.
     by_rate: bool
+    #: At the limit itself (:attr:`pgqueue._sql.limited_claim.ClaimState.full`).
+    full: bool = False
 
 
 class FlowGate:
@@ -79,7 +84,9 @@ class FlowGate:
         if state.wait is not None:
             self._parked[queue] = _Parked(now + state.wait, finished, by_rate=True)
         else:
-            self._parked[queue] = _Parked(now + LIMIT_POLL, finished, by_rate=False)
+            self._parked[queue] = _Parked(
+                now + LIMIT_POLL, finished, by_rate=False, full=state.full
+            )
         return True
 
     def unpark(self, now: float, finished: int) -> Iterable[str]:
@@ -92,6 +99,12 @@ class FlowGate:
         for queue in free:
             del self._parked[queue]
         return free
+
+    def parked(self, queue: str) -> bool:
+        """``queue`` waits at its limit itself for one of this worker's jobs to finish (not for a
+        rate window to end, nor at the prefetch bound): a completion's flush claims for it."""
+        parked = self._parked.get(queue)
+        return parked is not None and parked.full and not parked.by_rate
 
     def any_parked(self) -> bool:
         return bool(self._parked)

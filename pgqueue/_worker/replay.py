@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
@@ -34,7 +34,7 @@ from psycopg.rows import namedtuple_row
 from sqlalchemy import Connection, Engine
 
 from pgqueue._base.urls import error_line
-from pgqueue._sql.calls import Call, claim, claim_queues
+from pgqueue._sql.calls import Call, claim, claim_queues, complete_many
 from pgqueue._sql.limited_claim import (
     ClaimState,
     limited_claim,
@@ -62,9 +62,10 @@ _MAX_REMEMBERED = 256
 class _Sent:
     """A statement as the driver received it from SQLAlchemy.
 
-    ``template``: every parameter of the call reached the driver as it was given, under its own
-    name, so the text serves any call of the same statement and parameter names (another queue,
-    another lease): its parameters are the call's over the rest SQLAlchemy added. A worker of
+    ``template``: every parameter of the call reached the driver as it was given (equal, under
+    its own name: no type processing changed it), so the text serves any call of the same
+    statement and parameter names (another queue, another lease, another batch of ids): its
+    parameters are the call's over the rest SQLAlchemy added. A worker of
     1,000 queues compiles each claim size once, not once per queue (a memory keyed by the values
     made most of its claims go through SQLAlchemy again: 0.3x the drain of one queue).
     """
@@ -94,7 +95,7 @@ def _by_values(call: Call[Any]) -> Hashable | None:
 def _sent(call: Call[Any], sql: str, params: Any) -> tuple[Hashable | None, _Sent]:
     """What to remember of ``call``'s first run, and under which key (``None``: not kept)."""
     template = isinstance(params, dict) and all(
-        name in params and params[name] is value for name, value in call.params.items()
+        name in params and params[name] == value for name, value in call.params.items()
     )
     key = _by_names(call) if template else _by_values(call)
     return key, _Sent(sql, params, template)
@@ -112,7 +113,8 @@ class Replay:
         self._held_since = 0.0
         self._replayed_here = 0  # on the held connection
         self._sent: dict[Hashable, _Sent] = {}
-        self._sent_locked: dict[Hashable, tuple[_Sent, ...]] = {}
+        #: SQL texts by statement and parameter names, for calls whose parameters reach the
+        #: driver unchanged (:meth:`run_locked` replays them with any values).
         self._locked_cursors: list[psycopg.Cursor[Any]] | None = None
         #: Calls answered by the driver alone (the tests' and the benchmarks' evidence).
         self.replayed = 0
@@ -122,9 +124,7 @@ class Replay:
         if call.statement is None or call.from_rows is None:
             raise ValueError("only a call with a statement and a row mapping can be replayed")
         conn = self._connection()
-        sent = self._sent.get(_by_names(call))
-        if sent is None:
-            sent = self._sent.get(_by_values(call))
+        sent = self._known(call)
         if sent is not None and self._cursor is not None and not self._watched(conn):
             try:
                 self._cursor.execute(sent.sql, sent.params_for(call))
@@ -146,11 +146,7 @@ class Replay:
             self.release()
             raise
         if self._driver_ok:
-            if len(self._sent) >= _MAX_REMEMBERED:
-                self._sent.clear()
-            key, sent = _sent(call, result.context.statement, result.context.parameters[0])
-            if key is not None:
-                self._sent[key] = sent
+            self._remember(call, result.context.statement, result.context.parameters[0])
         return answer
 
     def read(self, call: Call[T]) -> T:
@@ -164,64 +160,83 @@ class Replay:
             self.release()
             raise
 
-    def run_locked(self, lock: Call[Any], call: Call[T], after: Call[U]) -> tuple[T, U]:
-        """``lock``, ``call`` and ``after`` in one transaction, in one round trip once replayed.
+    def run_locked(self, calls: Sequence[Call[Any]]) -> list[Any]:
+        """``calls`` in one transaction, in one round trip once replayed: each one's answer.
 
-        The limited claim (:mod:`pgqueue._sql.limited_claim`): ``lock`` takes the queue's row
-        lock, ``call`` claims (its snapshot taken after the lock was granted: it starts only once
-        ``lock`` returned) and ``after`` reads what the claim left. Replayed as a psycopg
-        pipeline (``BEGIN``, the three, ``COMMIT`` sent together); the first run, a watched
-        engine and another driver go through SQLAlchemy in a transaction of their own.
+        The limited claim (:mod:`pgqueue._sql.limited_claim`): the first call takes the queue's
+        row lock, the ones after it run once it is granted (each statement's snapshot taken when
+        it starts), e.g. the completions of the queue's finished jobs, the claim, and the read of
+        what the claim left. Replayed as a psycopg pipeline (``BEGIN``, the calls, ``COMMIT``
+        sent together); the first run, a watched engine and another driver go through SQLAlchemy
+        in a transaction of their own. A call whose parameters reach the driver as given (the
+        ids of a batch, a queue's name) is replayed with its own parameters, so a batch of other
+        ids needs no new compilation; any other is replayed only with the same parameters.
         """
-        calls = (lock, call, after)
-        key = tuple((c.statement, tuple(sorted(c.params.items()))) for c in calls)
         conn = self._connection()
-        sent = self._sent_locked.get(key)
-        if sent is not None and self._cursor is not None and not self._watched(conn):
+        sent = [self._known(c) for c in calls]
+        if all(sent) and self._cursor is not None and not self._watched(conn):
             driver = self._cursor.connection
-            cursors = self._pipeline_cursors(driver)
+            # One cursor for BEGIN and COMMIT, one per call: each call's rows stay on its own.
+            control, *cursors = self._pipeline_cursors(driver, len(calls) + 1)
             try:
                 with driver.pipeline():
-                    cursors[0].execute("BEGIN")
-                    for cursor, text in zip(cursors, sent, strict=True):
-                        cursor.execute(text.sql, text.params)
-                    cursors[0].execute("COMMIT")
-                claimed_rows = cursors[1].fetchall()
-                after_rows = cursors[2].fetchall()
+                    control.execute("BEGIN")
+                    for cursor, text, call in zip(cursors, sent, calls, strict=True):
+                        assert text is not None
+                        cursor.execute(text.sql, text.params_for(call))
+                    control.execute("COMMIT")
+                rows = [cursor.fetchall() for cursor in cursors]
             except psycopg.Error as exc:
                 log.debug(
-                    "replayed limited claim failed (%s); again through SQLAlchemy", error_line(exc)
+                    "replayed locked calls failed (%s); again through SQLAlchemy", error_line(exc)
                 )
                 self.release(invalidate=True)
             else:
                 self.replayed += 1
                 self._replayed_here += 1
-                assert call.from_rows is not None
-                assert after.from_rows is not None
-                return call.from_rows(claimed_rows), after.from_rows(after_rows)
-        texts: list[_Sent] = []
+                answers: list[Any] = []
+                for call, got in zip(calls, rows, strict=True):
+                    assert call.from_rows is not None
+                    answers.append(call.from_rows(got))
+                return answers
+        sent_texts: list[tuple[str, Any]] = []
 
         def execute(tx: Connection, one: Call[V]) -> V:
             assert one.statement is not None
             result = tx.execute(one.statement, one.params)
-            texts.append(_Sent(result.context.statement, result.context.parameters[0]))
+            sent_texts.append((result.context.statement, result.context.parameters[0]))
             return one.finish(result)
 
         with self._engine.begin() as tx:
-            execute(tx, lock)
-            claimed = execute(tx, call)
-            left = execute(tx, after)
+            answers = [execute(tx, call) for call in calls]
         if self._driver_ok:
-            if len(self._sent_locked) >= _MAX_REMEMBERED:
-                self._sent_locked.clear()
-            self._sent_locked[key] = tuple(texts)
-        return claimed, left
+            for call, (sql, params) in zip(calls, sent_texts, strict=True):
+                self._remember(call, sql, params)
+        return answers
 
-    def _pipeline_cursors(self, driver: psycopg.Connection[Any]) -> list[psycopg.Cursor[Any]]:
-        """Three cursors of the held connection: each statement's rows stay on its own."""
-        if self._locked_cursors is None or self._locked_cursors[0].connection is not driver:
-            self._locked_cursors = [driver.cursor(row_factory=namedtuple_row) for _ in range(3)]
-        return self._locked_cursors
+    def _known(self, call: Call[Any]) -> _Sent | None:
+        """The text to replay ``call`` with, when a call of its shape ran before (a template)
+        or this very call did."""
+        sent = self._sent.get(_by_names(call))
+        return sent if sent is not None else self._sent.get(_by_values(call))
+
+    def _remember(self, call: Call[Any], sql: str, params: Any) -> None:
+        if len(self._sent) >= _MAX_REMEMBERED:
+            self._sent.clear()
+        key, sent = _sent(call, sql, params)
+        if key is not None:
+            self._sent[key] = sent
+
+    def _pipeline_cursors(
+        self, driver: psycopg.Connection[Any], count: int
+    ) -> list[psycopg.Cursor[Any]]:
+        """``count`` cursors of the held connection: each statement's rows stay on its own."""
+        cursors = self._locked_cursors
+        if cursors is None or cursors[0].connection is not driver:
+            cursors = self._locked_cursors = []
+        while len(cursors) < count:
+            cursors.append(driver.cursor(row_factory=namedtuple_row))
+        return cursors[:count]
 
     def release(self, *, invalidate: bool = False) -> None:
         """Give the held connection back to the pool (``invalidate``: close it for good)."""
@@ -304,16 +319,26 @@ def limited_claim_replayed(
     limit: int,
     lease: timedelta,
     per_key: bool,
+    free_slots: int,
     lock_timeout_ms: int,
     locked_by: str | None = None,
-) -> tuple[list[ClaimedJob], ClaimState]:
-    """The claim of a queue with flow limits: lock its settings row, claim within the limits,
-    read what is left (:mod:`pgqueue._sql.limited_claim`), one transaction."""
-    return replay.run_locked(
-        lock_queue(queue, lock_timeout_ms),
-        limited_claim(queue, limit, lease, locked_by, per_key=per_key),
-        queue_state(queue),
-    )
+    completing: Sequence[tuple[int, int]] = (),
+) -> tuple[set[int], list[ClaimedJob], ClaimState]:
+    """The claim of a queue with flow limits: lock its settings row, write the completions of
+    ``completing`` (``(id, attempts)`` of this worker's finished jobs of the queue), claim
+    within the limits, read what is left (:mod:`pgqueue._sql.limited_claim`): one transaction,
+    one round trip once replayed. Returns the ids completed (their guard matched), the jobs
+    claimed and the state. The claim runs after the completions in the same transaction, so
+    it counts their slots as free: they were this worker's own ``running`` rows, and nothing
+    else can claim in between (the lock)."""
+    claim = limited_claim(queue, limit, lease, locked_by, per_key=per_key, free_slots=free_slots)
+    calls: list[Call[Any]] = [lock_queue(queue, lock_timeout_ms)]
+    if completing:
+        calls.append(complete_many(completing, lock_timeout_ms))
+    calls += [claim, queue_state(queue)]
+    answers = replay.run_locked(calls)
+    completed: set[int] = answers[1] if completing else set()
+    return completed, answers[-2], answers[-1]
 
 
 def settings_replayed(replay: Replay, queues: list[str]) -> dict[str, QueueSettings]:

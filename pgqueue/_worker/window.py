@@ -25,7 +25,7 @@ from datetime import timedelta
 
 from pgqueue.durable import Suspension
 from pgqueue.flow import QueueSettings
-from pgqueue.jobs import JobContext
+from pgqueue.jobs import JobContext, marks_of
 from pgqueue.retry_policy import RetryPolicy
 
 #: An adaptive prefetch keeps the jobs claimed ahead to about this many seconds of work.
@@ -113,6 +113,14 @@ def keys(held: Iterable[Held]) -> list[tuple[int, int]]:
     return [h.key for h in held]
 
 
+def completes_plainly(held: Held) -> bool:
+    """Its completion has nothing to write but itself: no result, no progress, no log lines."""
+    if held.result is not None:
+        return False
+    marks = marks_of(held.job)
+    return marks.pending_progress() is None and (marks.logs is None or marks.logs.pending() is None)
+
+
 class ClaimWindow:
     """Capacity and job states of one worker.
 
@@ -150,6 +158,9 @@ class ClaimWindow:
         self._pending: dict[Lane, deque[Held]] = {lane: deque() for lane in slots}
         self._busy = dict.fromkeys(slots, 0)
         self._count = dict.fromkeys(slots, 0)
+        #: Room taken by claims on the wire (:meth:`reserve`): two claimers, the claiming loop
+        #: and a claim riding on the completer's flush, never both claim the same room.
+        self._reserved = dict.fromkeys(slots, 0)
 
     # -- capacity ---------------------------------------------------------------------------------
 
@@ -181,8 +192,21 @@ class ClaimWindow:
 
     def capacity(self, lane: Lane) -> int:
         """How many more jobs this lane may claim now."""
-        window = self._window[lane]
+        window = self._window[lane] - self._reserved[lane]
         return min(window - self._busy[lane], window + self._backlog - self._count[lane])
+
+    def idle_slots(self, lane: Lane) -> int:
+        """Handler slots of ``lane`` with nothing to run, nor a claim on the wire for them: what
+        a claim may take of a limited queue beyond any prefetch."""
+        return max(0, self._slots[lane] - self._busy[lane] - self._reserved[lane])
+
+    def reserve(self, lane: Lane, room: int) -> None:
+        """A claim of up to ``room`` jobs for ``lane`` is on the wire: that room is not free."""
+        self._reserved[lane] += room
+
+    def unreserve(self, lane: Lane, room: int) -> None:
+        """The claim that :meth:`reserve` d ``room`` came back (its jobs accepted, if any)."""
+        self._reserved[lane] -= room
 
     def any_worth_claim(self) -> bool:
         """Some lane has room for a claim worth its round trip."""

@@ -92,6 +92,32 @@ def test_concurrency_holds_across_three_processes(
     assert scalar(flow, "SELECT count(DISTINCT pid) FROM flow_log") >= 2
 
 
+def test_claims_riding_on_completions_hold_a_binding_limit_across_two_processes(
+    flow: Engine, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """Two workers of 4 threads on ``concurrency=6``, short jobs: each worker's completions
+    claim for the slots they free in the same transaction (#32), while the other claims too.
+    Sampled from outside and by every handler, never more than 6 run."""
+    _limits(flow, "flow", concurrency=6)
+    procs = [spawn(concurrency=4, poll=60) for _ in range(2)]
+    ids = _enqueue(flow, [{"sleep": 0.01}] * 400, "flow")
+    peak_in_table = 0
+    while _done(flow, "flow") < len(ids):
+        running = scalar(
+            flow, "SELECT count(*) FROM jobs WHERE queue = 'flow' AND status = 'running'"
+        )
+        peak_in_table = max(peak_in_table, running)
+        time.sleep(0.005)
+    _stop(*procs)
+    assert peak_in_table <= 6
+    assert scalar(flow, "SELECT max(running) FROM flow_log") <= 6
+    assert scalar(flow, "SELECT max(live) FROM flow_log") <= 6
+    assert scalar(flow, "SELECT count(*) FROM flow_log") == len(ids)  # each job once
+    assert scalar(flow, "SELECT count(DISTINCT job_id) FROM flow_log") == len(ids)
+    assert scalar(flow, "SELECT max(attempts) FROM jobs WHERE queue = 'flow'") == 1
+    assert scalar(flow, "SELECT count(DISTINCT pid) FROM flow_log") == 2
+
+
 def test_a_key_with_a_backlog_does_not_hold_up_the_others(
     flow: Engine, spawn: Callable[..., subprocess.Popen[str]]
 ) -> None:

@@ -61,7 +61,12 @@ def _buffers(node: dict[str, Any]) -> int:
 
 
 def test_a_per_key_claim_probes_each_key_and_takes_each_keys_share(backlog: Engine) -> None:
-    params = {"queue_name": "keyed", "lease": timedelta(seconds=30), "locked_by": "plan-test"}
+    params = {
+        "queue_name": "keyed",
+        "lease": timedelta(seconds=30),
+        "locked_by": "plan-test",
+        "free_slots": 0,
+    }
     with statements_sent(backlog, "ready_keys") as seen, backlog.connect() as conn:
         conn.execute(limited_claim_statement(100, per_key=True), params)
         conn.rollback()

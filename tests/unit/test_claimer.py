@@ -298,11 +298,13 @@ class LimitedClaims:
         self._claims = claims
         self._during = during
         self.limits: list[int] = []
+        self.free: list[int] = []
 
     def __call__(
-        self, queue: str, limit: int, per_key: bool
+        self, queue: str, limit: int, per_key: bool, free_slots: int
     ) -> tuple[list[ClaimedJob], ClaimState]:
         self.limits.append(limit)
+        self.free.append(free_slots)
         self._during(len(self.limits))
         jobs = self._claims(queue, limit) or []
         return jobs, ClaimState(QueueSettings(queue, concurrency=10), at_limit=True)
@@ -336,17 +338,18 @@ def _reported(runtime: Runtime) -> None:
         runtime.wake_claimer()
 
 
-def test_a_limited_claim_takes_at_most_half_the_concurrency_limit(
+def test_a_limited_claim_asks_for_the_room_and_says_how_many_slots_are_idle(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Room for 20, a limit of 10: each claim asks for 5, so half the slots are at work while
-    the other half is claimed or completed."""
+    """Room for 20 (10 slots, 10 prefetched), a limit of 10: the claim asks for the room and
+    tells the database the 10 idle slots, which decides how much of it a limit leaves to
+    prefetch (the statement's business, tested against PostgreSQL)."""
     monkeypatch.setattr(flow_gate, "LIMIT_POLL", 60.0)
     claims = Claims(lambda q, n: claims.jobs(q, n))
     limited = LimitedClaims(claims)
-    with claiming_limited(limited, claims, window_of({T: 20}, batch_size=100)):
+    with claiming_limited(limited, claims, window_of({T: 10}, {T: 10}, batch_size=100)):
         claims.wait_for(1)
-    assert limited.limits[0] == 5
+    assert (limited.limits[0], limited.free[0]) == (20, 10)
 
 
 def test_a_full_claim_at_the_limit_parks_its_queue_until_a_job_finishes(
@@ -357,7 +360,7 @@ def test_a_full_claim_at_the_limit_parks_its_queue_until_a_job_finishes(
     monkeypatch.setattr(flow_gate, "LIMIT_POLL", 60.0)
     claims = Claims(lambda q, n: claims.jobs(q, n))
     limited = LimitedClaims(claims)
-    with claiming_limited(limited, claims, window_of({T: 20}, batch_size=100)) as runtime:
+    with claiming_limited(limited, claims, window_of({T: 20}, batch_size=10)) as runtime:
         claims.wait_for(1)
         time.sleep(0.3)
         assert len(limited.limits) == 1  # parked: no empty claim behind the full one
@@ -380,7 +383,7 @@ def test_a_job_finished_while_the_limited_claim_was_on_the_wire_unparks_its_queu
 
     claims = Claims(lambda q, n: claims.jobs(q, n))
     limited = LimitedClaims(claims, during=finish_during_first)
-    with claiming_limited(limited, claims, window_of({T: 20}, batch_size=100)):
+    with claiming_limited(limited, claims, window_of({T: 20}, batch_size=10)):
         claims.wait_for(2)
 
 
@@ -445,13 +448,13 @@ def test_one_claim_reads_the_next_ready_queues_of_its_lane_without_limits_or_pau
         "paused": QueueSettings("paused", paused=True),
         "limited": QueueSettings("limited", concurrency=5),
     }
-    with claiming_groups(lanes, window_of({T: 10, A: 4}), claims, groups, settings):
+    with claiming_groups(lanes, window_of({T: 20, A: 4}), claims, groups, settings):
         until(lambda: len(groups.calls) >= 2 and claims.calls, "the claims")
         time.sleep(0.1)
     first, second = groups.calls[0][0], groups.calls[1][0]
     assert first == [f"q{i:03d}" for i in range(64)]
     assert second == [f"q{i:03d}" for i in range(64, 70)]
-    assert ("limited", 3) in claims.calls  # half its limit of 5, rounded up: on its own
+    assert ("limited", 10) in claims.calls  # on its own, through the limited claim
     claimed_alone = {q for q, _ in claims.calls}
     assert "paused" not in claimed_alone | set(first) | set(second)
     assert claimed_alone <= {"limited", "loop"}  # "loop" is alone in its lane

@@ -15,8 +15,9 @@ from contextlib import contextmanager
 
 import pytest
 
-from pgqueue._worker.completer import Completer, Failure
-from pgqueue._worker.window import Held
+from pgqueue._worker.completer import Completer, Failure, Refill
+from pgqueue._worker.replay import Replay
+from pgqueue._worker.window import Held, completes_plainly
 from pgqueue.jobs import Outcome
 from pgqueue.retry_policy import RetryPolicy
 from tests.worker_parts import held_job, offline_engine, until
@@ -90,7 +91,11 @@ def ids(held: list[Held]) -> list[int]:
 
 @contextmanager
 def completing(
-    writes: Writes, *, batch_size: int = 500, flush_delay: float = 0.5
+    writes: Writes,
+    *,
+    batch_size: int = 500,
+    flush_delay: float = 0.5,
+    refill: Refill | None = None,
 ) -> Iterator[tuple[Completer, Reports]]:
     """A started completer; closed on the way out (if the test did not close it)."""
     reports = Reports()
@@ -101,6 +106,7 @@ def completing(
         batch_size=batch_size,
         flush_delay=flush_delay,
         write=writes,
+        refill=refill,
     )
     completer.start()
     try:
@@ -230,3 +236,57 @@ def test_a_hurried_outcome_is_written_without_the_linger() -> None:
         completer.complete(held_job(2))
         time.sleep(0.3)
         assert writes.batches == [([1], [], [])]  # the second lingers (a minute here)
+
+
+class Refills:
+    """The completer's ``refill`` seam: records ``(queue, ids)``; takes the queues of ``limited``
+    and writes all their completions but those of ``lost`` (guard matched nothing)."""
+
+    def __init__(self, limited: set[str], lost: frozenset[int] = frozenset()) -> None:
+        self.calls: list[tuple[str, list[int]]] = []
+        self._limited = limited
+        self._lost = lost
+
+    def __call__(self, replay: Replay, queue: str, held: list[Held]) -> set[int] | None:
+        self.calls.append((queue, ids(held)))
+        if queue not in self._limited:
+            return None
+        return {h.job.id for h in held if completes_plainly(h) and h.job.id not in self._lost}
+
+
+def test_plain_completions_of_a_limited_queue_ride_on_its_claim() -> None:
+    """Completions without a result go to ``refill`` by queue; those it wrote are reported
+    done and not written again; a queue it declines, a completion with a result, a failure and
+    a completion whose guard matched nothing go to the usual write, in the same report."""
+    writes = Writes()
+    refills = Refills({"limited"}, lost=frozenset({3}))
+    with completing(writes, refill=refills) as (completer, reports):
+        for i in (1, 2, 3):
+            completer.complete(held_job(i, queue="limited"))
+        with_result = held_job(4, queue="limited")
+        with_result.result = "42"
+        completer.complete(with_result)
+        completer.complete(held_job(5, queue="plain"))
+        completer.fail(held_job(6, queue="limited"), "ValueError: x", retry=True, policy=POLICY)
+        until(lambda: len(reports.batches) == 1, "the batch reported")
+    assert sorted(refills.calls) == [("limited", [1, 2, 3, 4]), ("plain", [5])]
+    assert writes.batches == [([3, 4, 5], [6], [])]
+    assert reports.batches[0] == {
+        1: (Outcome.DONE, ""),
+        2: (Outcome.DONE, ""),
+        3: (Outcome.DONE, ""),
+        4: (Outcome.DONE, ""),
+        5: (Outcome.DONE, ""),
+        6: (Outcome.RETRY, "ValueError: x"),
+    }
+
+
+def test_a_batch_written_whole_by_refill_needs_no_other_write() -> None:
+    writes = Writes()
+    refills = Refills({"limited"})
+    with completing(writes, refill=refills) as (completer, reports):
+        completer.complete(held_job(1, queue="limited"))
+        completer.complete(held_job(2, queue="limited"))
+        until(lambda: len(reports.batches) == 1, "the batch reported")
+    assert writes.batches == []
+    assert set(reports.batches[0]) == {1, 2}

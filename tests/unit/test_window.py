@@ -476,3 +476,17 @@ def test_a_shrinking_window_never_reports_room_it_does_not_have() -> None:
     window.ran(T, 5.0)  # long jobs now: the window is back to 2 + 2
     assert window.capacity(T) < 0
     assert not window.worth_claim(T)
+
+
+def test_room_reserved_by_a_claim_on_the_wire_is_neither_capacity_nor_idle_slots() -> None:
+    """Two claimers (the claiming loop, a claim riding on a completion) never claim the same
+    room: each reserves what it asks for until its jobs are held."""
+    window = make_window(slots=4, prefetch=4, batch_size=100)
+    assert (window.capacity(T), window.idle_slots(T)) == (8, 4)
+    window.reserve(T, 3)
+    assert (window.capacity(T), window.idle_slots(T)) == (5, 1)
+    window.unreserve(T, 3)
+    window.accept(T, jobs(1, 2, 3), 0.0)
+    assert (window.capacity(T), window.idle_slots(T)) == (5, 1)
+    window.reserve(T, 5)
+    assert (window.capacity(T), window.idle_slots(T)) == (0, 0)

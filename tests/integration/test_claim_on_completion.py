@@ -1,0 +1,100 @@
+"""A limited queue's claim riding on the completions of its finished jobs (#32), against PostgreSQL.
+
+One transaction locks the queue's settings row, completes this worker's finished jobs of the
+queue, claims within the limits and reads what is left: the claim counts the slots just freed,
+replayed in one round trip with the completions' ids as parameters. And a claim takes, beyond the
+worker's idle handler slots, prefetch of at most half the room a ``concurrency`` limit leaves.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import Engine
+from worker_helpers import scalar
+
+import pgqueue
+from pgqueue._worker.replay import Replay, limited_claim_replayed
+from pgqueue.results import ClaimedJob
+
+LEASE = timedelta(seconds=30)
+
+
+def _queue(engine: Engine, jobs: int, **limits: int) -> None:
+    with engine.begin() as conn:
+        pgqueue.enqueue_many(conn, [{"i": i} for i in range(jobs)], queue="q")
+        pgqueue.set_queue_limits(conn, "q", **limits)
+
+
+def _claim(
+    replay: Replay, limit: int, free: int, completing: list[ClaimedJob] | None = None
+) -> tuple[set[int], list[ClaimedJob], bool]:
+    done, claimed, state = limited_claim_replayed(
+        replay,
+        queue="q",
+        limit=limit,
+        lease=LEASE,
+        per_key=False,
+        free_slots=free,
+        lock_timeout_ms=2000,
+        locked_by="w",
+        completing=[(j.id, j.attempts) for j in completing or []],
+    )
+    return done, claimed, state.at_limit
+
+
+def test_completions_free_their_slots_for_the_claim_in_the_same_transaction(
+    engine: Engine,
+) -> None:
+    _queue(engine, 20, concurrency=2)
+    replay = Replay(engine)
+    try:
+        _, first, _ = _claim(replay, 4, free=4)
+        assert len(first) == 2
+        _, none, at_limit = _claim(replay, 4, free=4)  # both slots held: nothing
+        assert (none, at_limit) == ([], True)
+        # Round after round, each completes the two it holds and takes the next two: the same
+        # text replayed with other ids (the first two rounds compile it).
+        held = first
+        for _ in range(5):
+            done, held_next, _ = _claim(replay, 4, free=2, completing=held)
+            assert done == {j.id for j in held}
+            assert len(held_next) == 2
+            assert not {j.id for j in held_next} & {j.id for j in held}
+            held = held_next
+        assert replay.replayed >= 3
+    finally:
+        replay.release()
+    assert scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'done'") == 10
+    assert scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'running'") == 2
+
+
+def test_a_completion_whose_guard_fails_is_not_counted_as_written(engine: Engine) -> None:
+    _queue(engine, 4, concurrency=4)
+    replay = Replay(engine)
+    try:
+        _, held, _ = _claim(replay, 2, free=2)
+        with engine.begin() as conn:  # one of them taken away (cancelled)
+            pgqueue.cancel(conn, [held[0].id])
+        done, _, _ = _claim(replay, 2, free=2, completing=held)
+    finally:
+        replay.release()
+    assert done == {held[1].id}
+
+
+def test_prefetch_takes_at_most_half_the_room_beyond_the_idle_slots(engine: Engine) -> None:
+    """``concurrency=6``, a worker of 4 idle slots asking for 8 (4 + 4 prefetched): 4, and a
+    second worker's claim the 2 left; ``concurrency=100`` with 6 running: half the 94 left, then
+    half the 47 left."""
+    _queue(engine, 200, concurrency=6)
+    replay = Replay(engine)
+    try:
+        assert len(_claim(replay, 8, free=4)[1]) == 4
+        assert len(_claim(replay, 8, free=4)[1]) == 2
+        with engine.begin() as conn:
+            pgqueue.set_queue_limits(conn, "q", concurrency=100)
+        assert len(_claim(replay, 100, free=4)[1]) == 47
+        assert len(_claim(replay, 100, free=3)[1]) == 23
+        assert len(_claim(replay, 100, free=30)[1]) == 24  # the idle slots, up to the limit
+    finally:
+        replay.release()
