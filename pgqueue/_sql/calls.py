@@ -824,20 +824,24 @@ def _claimed(result: Result[Any] | None) -> list[ClaimedJob]:
 
 class ClaimedBatch(list[ClaimedJob]):
     """The jobs one claim leased, and how many more rows it took and failed as expired
-    (``expires_in``): a claim that took ``limit`` rows came back full, however many expired.
-    ``oldest_run_at``: the earliest ``run_at`` among all the rows it took (``None``: none)."""
+    (``expires_in``): a claim that took ``limit`` rows came back full, however many expired."""
 
     expired: int = 0
     #: :attr:`expired` by queue (a claim over several queues).
     expired_in: dict[str, int] | None = None
-    oldest_run_at: datetime | None = None
-    #: :attr:`oldest_run_at` by queue, of the rows it took.
+    #: The queues it took rows of (leased or expired), each with the earliest ``run_at`` among
+    #: them: where the worker's low-water marks start (:mod:`pgqueue._worker.low_water`).
     oldest_run_at_in: dict[str, datetime] | None = None
 
 
 def rows_taken(claimed: list[ClaimedJob]) -> int:
     """The rows a claim took: its jobs and those it failed as expired."""
     return len(claimed) + getattr(claimed, "expired", 0)
+
+
+def oldest_run_at_by_queue(claimed: list[ClaimedJob]) -> dict[str, datetime]:
+    """:attr:`ClaimedBatch.oldest_run_at_in` (empty for a plain list: a test's claim seam)."""
+    return getattr(claimed, "oldest_run_at_in", None) or {}
 
 
 def claimed_jobs(rows: Iterable[Any]) -> list[ClaimedJob]:
@@ -872,7 +876,6 @@ def claimed_jobs(rows: Iterable[Any]) -> list[ClaimedJob]:
         if seen is None or r.run_at < seen:
             oldest[r.queue] = r.run_at
     batch.oldest_run_at_in = oldest
-    batch.oldest_run_at = min(oldest.values(), default=None)
     return batch
 
 

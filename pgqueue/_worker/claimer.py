@@ -16,13 +16,13 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Protocol
 
 from sqlalchemy import Engine
 
 from pgqueue._base.urls import error_line
-from pgqueue._sql.calls import rows_taken
+from pgqueue._sql.calls import oldest_run_at_by_queue, rows_taken
 from pgqueue._sql.limited_claim import ClaimState
 from pgqueue._worker.faults import Faults
 from pgqueue._worker.flow import REFRESH_INTERVAL, FlowGate
@@ -439,7 +439,7 @@ class Claimer:
         the line), the others may not have been read at all (the claim filled before them: front
         of the line, so the round-robin visits them next). A short claim read every queue of the
         group to its end: none goes back. Lock held."""
-        took = {job.queue for job in claimed} | set(getattr(claimed, "expired_in", None) or ())
+        took = {job.queue for job in claimed} | set(oldest_run_at_by_queue(claimed))
         served = [q for q in group if q in took]
         unread = [q for q in group if q not in took]
         self._ready = dict.fromkeys([*unread, *(q for q in self._ready if q not in took), *served])
@@ -586,7 +586,7 @@ class Claimer:
             what=f"claim on queues {', '.join(queues[:3])}{'...' if len(queues) > 3 else ''}",
         )
         if claimed is not None:
-            oldest: dict[str, datetime] = getattr(claimed, "oldest_run_at_in", None) or {}
+            oldest = oldest_run_at_by_queue(claimed)
             read_all = rows_taken(claimed) < limit
             for queue, mark in zip(queues, marks, strict=True):
                 if read_all or queue in oldest:
@@ -611,6 +611,6 @@ class Claimer:
             what=f"claim on queue {queue}",
         )
         if claimed is not None:
-            oldest = getattr(claimed, "oldest_run_at", None)
+            oldest = oldest_run_at_by_queue(claimed).get(queue)
             self._low_water.claimed(queue, since, oldest, now)
         return claimed
