@@ -30,19 +30,8 @@ import psycopg
 
 import pgqueue
 from bench import _db
+from bench._measure import cpu_seconds
 from pgqueue._base.urls import to_libpq_url
-
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_seconds(stat_path: str) -> float | None:
-    """utime + stime of one ``/proc/.../stat`` file, in seconds (``None``: gone)."""
-    try:
-        with open(stat_path) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-    return (int(fields[11]) + int(fields[12])) / _TICK
 
 
 class ThreadCpu:
@@ -74,7 +63,7 @@ class ThreadCpu:
     def _sample(self) -> None:
         names = {t.native_id: t.name for t in threading.enumerate()}
         for tid in os.listdir("/proc/self/task"):
-            cpu = _cpu_seconds(f"/proc/self/task/{tid}/stat")
+            cpu = cpu_seconds(f"/proc/self/task/{tid}/stat")
             if cpu is not None:
                 known = self._last.get(int(tid))
                 name = names.get(int(tid)) or (known[0] if known else "other")
@@ -129,7 +118,7 @@ def _drain(server_url: Any, jobs: int, concurrency: int) -> dict[str, float]:
             )
             with psycopg.connect(to_libpq_url(url), autocommit=True) as admin:
                 before_server = {
-                    pid: _cpu_seconds(f"/proc/{pid}/stat") or 0.0 for pid in _backends(admin)
+                    pid: cpu_seconds(f"/proc/{pid}/stat") or 0.0 for pid in _backends(admin)
                 }
                 started = time.perf_counter()
                 with ThreadCpu() as threads:
@@ -138,7 +127,7 @@ def _drain(server_url: Any, jobs: int, concurrency: int) -> dict[str, float]:
                 roles = _backends(admin)
                 out = threads.by_component()
                 for pid, role in roles.items():
-                    cpu = _cpu_seconds(f"/proc/{pid}/stat")
+                    cpu = cpu_seconds(f"/proc/{pid}/stat")
                     if cpu is not None:
                         out[role] = out.get(role, 0.0) + cpu - before_server.get(pid, 0.0)
         finally:

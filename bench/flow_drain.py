@@ -36,6 +36,7 @@ from typing import Any
 
 import pgqueue
 from bench import _db
+from bench._measure import Calls
 from pgqueue._base.urls import to_sqlalchemy_url
 
 #: Variant -> (the keys' count, or None for no key; the limits).
@@ -80,31 +81,27 @@ def _fill(engine: Any, jobs: int, keys: int | None, limits: dict[str, Any]) -> N
 def _drain(engine: Any, seconds: float | None = None) -> tuple[int, float]:
     """Jobs run, and their steady rate (first handler call to last); with ``seconds``, the
     calls within that time of the first, and their count over it (the worker is stopped)."""
-    calls: list[float] = []
-    lock = threading.Lock()
+    calls = Calls()
 
     def handler(job: pgqueue.JobContext) -> None:
-        now = time.perf_counter()
-        with lock:
-            calls.append(now)
+        calls.record()
 
     worker = pgqueue.Worker(
         engine, {_db.QUEUE: handler}, concurrency=4, listen=False, install_signal_handlers=False
     )
     if seconds is None:
         worker.run(until_empty=True)
-        return len(calls), (len(calls) - 1) / (max(calls) - min(calls))
+        return len(calls.times), calls.steady_rate()
     runner = threading.Thread(target=worker.run, kwargs={"until_empty": True})
     runner.start()
     while True:
-        with lock:
-            first = calls[0] if calls else None
+        first = calls.first()
         if first is not None and time.perf_counter() >= first + seconds:
             break
         time.sleep(0.05)
     worker.stop()
     runner.join()
-    done = sum(1 for t in calls if t <= calls[0] + seconds)
+    done = calls.within(seconds)
     return done, done / seconds
 
 

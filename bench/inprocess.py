@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,26 +31,11 @@ from sqlalchemy import Engine
 
 import pgqueue
 from bench import _db
+from bench._measure import Calls
 
 VARIANTS = ("handler", "task", "queues1000")
 #: The queues of ``queues1000``.
 MANY = 1_000
-
-
-class Calls:
-    """When each handler call started; the steady rate is taken from them."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self._lock = threading.Lock()
-
-    def record(self) -> None:
-        now = time.perf_counter()
-        with self._lock:
-            self.times.append(now)
-
-    def steady_rate(self) -> float:
-        return (len(self.times) - 1) / (max(self.times) - min(self.times))
 
 
 def _setup(variant: str, engine: Engine, jobs: int, calls: Calls) -> Callable[[], pgqueue.Worker]:

@@ -37,17 +37,16 @@ import json
 import logging
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.engine import URL
 
 import pgqueue
 from bench import _db
+from bench._measure import Calls, cpu_seconds
 
 log = logging.getLogger("bench.log_drain.handler")
 
@@ -123,14 +122,12 @@ def _server_cpu(conn: Any, database: str) -> float | None:
         "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
         (database,),
     ).fetchall()
-    tick = os.sysconf("SC_CLK_TCK")
     total = 0.0
     for (pid,) in rows:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+        cpu = cpu_seconds(f"/proc/{pid}/stat")
+        if cpu is None:
             return None
-        total += (int(fields[11]) + int(fields[12])) / tick
+        total += cpu
     return total
 
 
@@ -141,13 +138,10 @@ def _wal(conn: Any) -> int:
 
 def drain(url: URL, jobs: int, capture: bool, handler: Handler) -> dict[str, Any]:
     """One drain of ``jobs`` queued jobs by one in-process worker: its steady rate and costs."""
-    calls: list[float] = []
-    lock = threading.Lock()
+    calls = Calls()
 
     def timed(job: pgqueue.JobContext) -> None:
-        now = time.perf_counter()
-        with lock:
-            calls.append(now)
+        calls.record()
         handler(job)
 
     engine = _db.make_engine(url, pool_size=10)
@@ -170,11 +164,11 @@ def drain(url: URL, jobs: int, capture: bool, handler: Handler) -> dict[str, Any
             wal = _wal(admin) - wal_before
     finally:
         engine.dispose()
-    done = len(calls)
+    done = len(calls.times)
     return {
         "done": done,
         "failed": stats.failed,
-        "jobs_per_s": (done - 1) / (max(calls) - min(calls)),
+        "jobs_per_s": calls.steady_rate(),
         "client_cpu_us": cpu / done * 1e6,
         "server_cpu_us": None if server_cpu is None else server_cpu / done * 1e6,
         "wal_bytes": wal / done,
