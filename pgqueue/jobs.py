@@ -220,7 +220,10 @@ class JobContext:
 
         .. versionadded:: 0.1.0
         """
-        self._marks.lines().add("info", message, fields, None)
+        logs = self._marks.logs
+        if logs is None:
+            logs = self._marks.lines()
+        logs.add("info", message, fields, None)
 
     def dependency_results(self) -> dict[int, JobResult]:
         """``{job_id: JobResult}`` of every job this one depends on (``depends_on``, or the

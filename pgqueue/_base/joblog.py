@@ -16,8 +16,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-import time
 from collections import deque
+from time import time_ns as _time_ns
 from typing import Any
 
 from pgqueue._base.storable import storable
@@ -35,8 +35,10 @@ MAX_LINE_BYTES = 16 * 1024
 #: Escapes of a line that ``jsonb`` may refuse (U+0000, a surrogate): the careful path reads it.
 _MAYBE_UNSTORABLE = re.compile(r"\\u0000|\\ud[89a-f]", re.IGNORECASE)
 #: One encoder (``json.dumps`` with an option builds one per call: most of a line's cost),
-#: without the blanks after separators (10% of a line's bytes, stored and logged as WAL).
-_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+#: without the blanks after separators (10% of a line's bytes, stored and logged as WAL), and
+#: without the check for cycles (15% of the encoding): a cyclic field recurses until
+#: ``RecursionError``, which sends its line to the careful path as any other unencodable one.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), check_circular=False)
 #: Brackets in one line past which its nesting is measured (``jsonb`` has a depth limit too).
 _BRACKETS_CHECKED = MAX_JSON_DEPTH
 
@@ -123,14 +125,37 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 Entry = tuple[int, str, "str | None", dict[str, Any], str] | str
 
 
+def _size(text: str, fields: dict[str, Any]) -> int:
+    """A line's estimated encoded size; past :data:`MAX_LINE_BYTES` when a field holds a
+    container or an object (such a line is encoded when recorded, its size then exact)."""
+    size = len(text) + _LINE_OVERHEAD
+    for key, value in fields.items():
+        kind = type(value)
+        if kind is str:
+            size += len(key) + len(value) + _FIELD_OVERHEAD
+        elif kind in _SCALARS:
+            size += len(key) + _FIELD_OVERHEAD
+        else:
+            return MAX_LINE_BYTES + 1
+    return size
+
+
+def _entry_size(entry: Entry) -> int:
+    """What ``entry`` added to the buffer's size: the same estimate, or its encoded length."""
+    if isinstance(entry, str):
+        return len(entry)
+    return _size(entry[4], entry[3])
+
+
 class LogBuffer:
     """The lines of one attempt, oldest first, within the bounds; ``version`` counts additions,
     so a writer knows whether what it wrote is still the whole of it.
 
-    A line costs the handler a tuple and an estimate of its size (its message's and its text
-    fields' lengths); a line whose fields hold containers or other objects, or that is
+    A line costs the handler a tuple, an append and an estimate of its size (its message's and
+    its text fields' lengths); a line whose fields hold containers or other objects, or that is
     estimated past :data:`MAX_LINE_BYTES`, is encoded when recorded instead (its size is then
-    exact). A write (:meth:`pending`) encodes a small buffer in one ``json`` call, checked as
+    exact). Sizes are not kept per line: dropping the oldest (past the bounds, rare) estimates
+    it again. A write (:meth:`pending`) encodes a small buffer in one ``json`` call, checked as
     :func:`encode_line` checks one line; a buffer whose text would pass :data:`MAX_LINE_BYTES`,
     or with a sign of a password or of a character ``jsonb`` refuses, is encoded line by line
     (each kept encoded: a later write encodes only the new lines) and held to the bounds by the
@@ -150,7 +175,7 @@ class LogBuffer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._lines: deque[tuple[Entry, int]] = deque()
+        self._lines: deque[Entry] = deque()
         self._bytes = 0
         self._encoded = 0  # lines held encoded (``str`` entries)
         self._last: tuple[int, str, int] | None = None  # what pending() last returned
@@ -161,30 +186,26 @@ class LogBuffer:
     def add(self, level: str, message: object, fields: dict[str, Any], logger: str | None) -> None:
         """Record one line now; the oldest go once the bounds are passed."""
         text = message if type(message) is str else _repr(message)
-        when = time.time_ns() // 1000
-        size = len(text) + _LINE_OVERHEAD
-        entry: Entry = (when, level, logger, fields, text)
-        if fields:
-            for key, value in fields.items():
-                kind = type(value)
-                if kind is str:
-                    size += len(key) + len(value) + _FIELD_OVERHEAD
-                elif kind in _SCALARS:
-                    size += len(key) + _FIELD_OVERHEAD
-                else:
-                    size = MAX_LINE_BYTES + 1  # a container or an object: encoded now
-                    break
+        size = _size(text, fields) if fields else len(text) + _LINE_OVERHEAD
+        when = _time_ns() // 1000
         if size > MAX_LINE_BYTES:
-            entry = encode_line(when, level, text, fields, logger)
-            size = len(entry)
+            self._add_encoded(encode_line(when, level, text, fields, logger))
+            return
         with self._lock:
-            self._lines.append((entry, size))
+            self._lines.append((when, level, logger, fields, text))
             self._bytes += size
-            if type(entry) is str:
-                self._encoded += 1
-            if len(self._lines) > MAX_LINES or self._bytes > MAX_BYTES:
-                self._trim()
             self.version += 1
+            if self._bytes > MAX_BYTES or len(self._lines) > MAX_LINES:
+                self._trim()
+
+    def _add_encoded(self, line: str) -> None:
+        with self._lock:
+            self._lines.append(line)
+            self._bytes += len(line)
+            self._encoded += 1
+            self.version += 1
+            if self._bytes > MAX_BYTES or len(self._lines) > MAX_LINES:
+                self._trim()
 
     def pending(self) -> tuple[int, str, int] | None:
         """``(version, JSON array of the lines, dropped)`` when lines were added since the last
@@ -198,7 +219,7 @@ class LogBuffer:
             if last is not None and last[0] == self.version:
                 return last
             version, dropped = self.version, self.dropped
-            entries = None if self._encoded or self._bytes > MAX_LINE_BYTES else self._raw()
+            entries = None if self._encoded or self._bytes > MAX_LINE_BYTES else list(self._lines)
         answer: tuple[int, str, int] | None = None
         if entries is not None:
             try:
@@ -219,36 +240,31 @@ class LogBuffer:
                 self._last = answer
         return answer
 
-    def _raw(self) -> list[Any]:
-        return [entry for entry, _ in self._lines]
-
     def _pending_line_by_line(self) -> tuple[int, str, int]:
         """:meth:`pending` for a buffer that needs it: each line not encoded yet is encoded
         alone (outside the lock; a line added meanwhile, inside it) and kept so, the bounds
         applied to the exact sizes, and the whole buffer returned as it then is."""
         with self._lock:
-            raw = [entry for entry, _ in self._lines if type(entry) is tuple]
+            raw = [entry for entry in self._lines if type(entry) is tuple]
         encoded = {id(entry): _one(entry) for entry in raw}  # ``raw`` keeps every id in use
         with self._lock:
-            lines: deque[tuple[Entry, int]] = deque()
-            for entry, size in self._lines:
-                if type(entry) is tuple:
-                    entry = encoded.get(id(entry)) or _one(entry)
-                    size = len(entry)
-                lines.append((entry, size))
+            lines: deque[Entry] = deque(
+                entry if type(entry) is str else (encoded.get(id(entry)) or _one(entry))
+                for entry in self._lines
+            )
             self._lines = lines
-            self._bytes = sum(size for _, size in lines)
+            self._bytes = sum(len(line) for line in lines)
             self._encoded = len(lines)
             self._trim()
-            texts = [entry for entry, _ in self._lines if isinstance(entry, str)]  # all of them
+            texts = [entry for entry in self._lines if isinstance(entry, str)]  # all of them
             return self.version, "[" + ",".join(texts) + "]", self.dropped
 
     def _trim(self) -> None:
         """Drop the oldest lines until the bounds hold (lock held)."""
         lines = self._lines
         while len(lines) > MAX_LINES or self._bytes > MAX_BYTES:
-            entry, size = lines.popleft()
-            self._bytes -= size
+            entry = lines.popleft()
+            self._bytes -= _entry_size(entry)
             if type(entry) is str:
                 self._encoded -= 1
             self.dropped += 1

@@ -8,7 +8,14 @@ import threading
 
 from sqlalchemy.dialects import postgresql
 
-from pgqueue._base.joblog import MAX_BYTES, MAX_LINE_BYTES, MAX_LINES, LogBuffer, encode_line
+from pgqueue._base.joblog import (
+    MAX_BYTES,
+    MAX_LINE_BYTES,
+    MAX_LINES,
+    LogBuffer,
+    _entry_size,
+    encode_line,
+)
 from pgqueue._sql import log_calls
 from pgqueue._sql import statements as job_statements
 from pgqueue._sql.calls import complete_many
@@ -47,6 +54,21 @@ def test_the_bounds_drop_the_oldest() -> None:
     assert len(lines) <= MAX_BYTES + MAX_LINES
     assert dropped == 40 - len(json.loads(lines))
     assert json.loads(lines)[-1][4].startswith("39")
+
+
+def test_the_size_kept_is_the_lines_held_after_the_oldest_go() -> None:
+    """Sizes are not kept per line: dropping the oldest estimates each again, so the buffer's
+    running size must stay the sum over the lines it holds (else the byte bound drifts)."""
+    buffer = LogBuffer()
+    for i in range(3 * MAX_LINES):
+        fields: dict[str, object] = {"i": i, "s": "x" * (i % 97)}
+        if i % 50 == 0:
+            fields["nested"] = {"deep": [i]}  # encoded when recorded: its exact size
+        buffer.add("info", "m" * (i % 300), fields, None)
+    held = list(buffer._lines)
+    assert buffer._bytes == sum(_entry_size(entry) for entry in held)
+    assert buffer._bytes <= MAX_BYTES  # the byte bound binds here, before the count
+    assert buffer.dropped == 3 * MAX_LINES - len(held)
 
 
 def test_a_line_is_always_ascii_jsonb_text() -> None:
