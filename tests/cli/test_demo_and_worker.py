@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import textwrap
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -89,6 +90,34 @@ def test_worker_burst(cli: Cli, db: Engine, tmp_path: Path) -> None:
     assert only.code == 0, only.err
     with db.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM jobs WHERE status = 'queued'")).scalar() == 0
+
+
+def test_the_worker_process_freezes_what_start_up_made(
+    cli: Cli, db: Engine, tmp_path: Path
+) -> None:
+    """``pgqueue worker`` runs in a process of its own: the objects of its start-up are frozen
+    out of the garbage collector's full passes (``gc.freeze``) before the first job."""
+    (tmp_path / "gc_app.py").write_text(
+        textwrap.dedent(
+            """
+            import gc
+
+            def record(job):
+                job.log("collector", frozen=gc.get_freeze_count())
+
+            handlers = {"gc": record}
+            """
+        )
+    )
+    with db.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {}, queue="gc")
+    result = cli("worker", "gc_app:handlers", "--burst", cwd=str(tmp_path))
+    assert result.code == 0, result.err
+    with db.connect() as conn:
+        lines = pgqueue.job_logs(conn, job_id)
+    assert [line.message for line in lines] == ["collector"]
+    assert lines[0].fields["frozen"] > 1_000  # the application, pgqueue, SQLAlchemy, psycopg
+    assert gc.get_freeze_count() == 0  # thawed when the run ended (this test's process ran it)
 
 
 @pytest.mark.parametrize("flag", [None, "--log-tracebacks", "--no-log-tracebacks"])
