@@ -147,3 +147,32 @@ def test_pages_bench_times_the_queue_page_and_the_graph(pg_server: Any) -> None:
     assert {k: shown[k] for k in true} == true
     assert out["graph_page"]["boxes"] == 60
     assert out["queue_page"]["median_ms"] > 0
+
+
+@pytest.mark.db
+def test_ab_drain_bench_runs_both_checkouts_in_turns(pg_server: Any) -> None:
+    """``python -m bench.ab_drain`` (#32 item 7) runs end to end: here both sides are this
+    checkout, each drain in a process of its own importing pgqueue from its side's tree."""
+    url = pg_server.url.render_as_string(hide_password=False)
+    proc = subprocess.run(
+        [
+            *(sys.executable, "-m", "bench.ab_drain", "--base", str(ROOT), "--head", str(ROOT)),
+            *("--url", url, "--jobs", "200", "--rounds", "2"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    drains = [o for o in out if "round" in o]
+    assert [(o["round"], o["side"]) for o in drains] == [
+        (0, "base"),
+        (0, "head"),
+        (1, "head"),
+        (1, "base"),
+    ]
+    assert all(o["jobs_per_s"] > 0 and o["cpu_us"] > 0 for o in drains)
+    assert out[-1]["ratio"] > 0
