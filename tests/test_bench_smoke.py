@@ -6,14 +6,13 @@ Only that it runs end to end and reports every section: no figure is asserted.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.bench_runs import ROOT, run_bench
+
 SECTIONS = (
     "environment",
     "enqueue",
@@ -30,16 +29,7 @@ SECTIONS = (
 @pytest.mark.db
 @pytest.mark.slow
 def test_smoke_run_reports_every_section(pg_server: Any, tmp_path: Path) -> None:
-    url = pg_server.url.render_as_string(hide_password=False)
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--url", url, "--out", str(tmp_path)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    stdout = run_bench("bench", pg_server, "--smoke", "--out", str(tmp_path), timeout=300)
     results = json.loads((tmp_path / "results.json").read_text(encoding="utf-8"))
     assert [s for s in SECTIONS if s not in results] == []
     assert results["drain"]["pgbench"]["jobs_per_s"] > 0
@@ -63,33 +53,23 @@ def test_smoke_run_reports_every_section(pg_server: Any, tmp_path: Path) -> None
     assert [claim[s]["claimed_priorities"] for s in states] == [[0], [0], [9]]
     assert claim["future_ratio"] > 0
     assert claim["backlog_ratio"] > 0
-    assert "| drain |" in proc.stdout
+    assert "| drain |" in stdout
     waited = results["wait_for"]
     assert [waited[k]["samples"] for k in ("wait_for", "raw")] == [20, 20]
-    assert "| wait_for |" in proc.stdout
-    assert "| io |" in proc.stdout
-    assert proc.stdout.count("| claim | claim of 10, ") == 4
-    assert "the raw-limit column is the baseline" in proc.stdout
+    assert "| wait_for |" in stdout
+    assert "| io |" in stdout
+    assert stdout.count("| claim | claim of 10, ") == 4
+    assert "the raw-limit column is the baseline" in stdout
 
 
 @pytest.mark.db
 def test_durable_bench_drains_beside_awaiting_jobs(pg_server: Any) -> None:
     """``python -m bench.durable`` (#33) runs end to end: the ready jobs beside the awaiting
     ones are all drained (the ratio is reported, not asserted: docs/benchmarks.md has it)."""
-    url = pg_server.url.render_as_string(hide_password=False)
-    proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "bench.durable", "--url", url),
-            *("--jobs", "500", "--awaiting", "500", "--rounds", "1"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    stdout = run_bench(
+        "bench.durable", pg_server, "--jobs", "500", "--awaiting", "500", "--rounds", "1"
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout)
+    out = json.loads(stdout)
     assert (out["jobs"], out["awaiting"]) == (500, 500)
     assert out["ratio"] > 0
 
@@ -99,20 +79,8 @@ def test_log_drain_bench_stores_every_line_and_reports_each_variant(pg_server: A
     """``python -m bench.log_drain`` (#34) runs end to end: every job of the logging drains
     stored its 10 lines, and each variant has its median (the ratios are reported, not asserted:
     docs/benchmarks.md has them)."""
-    url = pg_server.url.render_as_string(hide_password=False)
-    proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "bench.log_drain", "--url", url),
-            *("--jobs", "200", "--rounds", "1"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    stdout = run_bench("bench.log_drain", pg_server, "--jobs", "200", "--rounds", "1")
+    out = [json.loads(line) for line in stdout.splitlines()]
     runs = {o["variant"]: o for o in out if "round" in o}
     assert set(runs) == {"off", "noop", "log10", "joblog10", "stdlib5"}
     assert all(r["done"] == 200 and r["failed"] == 0 for r in runs.values())
@@ -129,20 +97,10 @@ def test_log_drain_bench_stores_every_line_and_reports_each_variant(pg_server: A
 def test_pages_bench_times_the_queue_page_and_the_graph(pg_server: Any) -> None:
     """``python -m bench.pages`` (#34) runs end to end: the queue page shows the counts of the
     table (done estimated past 10,000, exact below), the graph a box per job."""
-    url = pg_server.url.render_as_string(hide_password=False)
-    proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "bench.pages", "--url", url),
-            *("--done", "3000", "--nodes", "60", "--requests", "1"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    stdout = run_bench(
+        "bench.pages", pg_server, "--done", "3000", "--nodes", "60", "--requests", "1"
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = json.loads(proc.stdout)
+    out = json.loads(stdout)
     shown, true = out["queue_page"]["shown"], out["true_counts"]
     assert {k: shown[k] for k in true} == true
     assert out["graph_page"]["boxes"] == 60
@@ -153,20 +111,20 @@ def test_pages_bench_times_the_queue_page_and_the_graph(pg_server: Any) -> None:
 def test_ab_drain_bench_runs_both_checkouts_in_turns(pg_server: Any) -> None:
     """``python -m bench.ab_drain`` (#32 item 7) runs end to end: here both sides are this
     checkout, each drain in a process of its own importing pgqueue from its side's tree."""
-    url = pg_server.url.render_as_string(hide_password=False)
-    proc = subprocess.run(
-        [
-            *(sys.executable, "-m", "bench.ab_drain", "--base", str(ROOT), "--head", str(ROOT)),
-            *("--url", url, "--jobs", "200", "--rounds", "2"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    tree = str(ROOT)
+    stdout = run_bench(
+        "bench.ab_drain",
+        pg_server,
+        "--base",
+        tree,
+        "--head",
+        tree,
+        "--jobs",
+        "200",
+        "--rounds",
+        "2",
     )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    out = [json.loads(line) for line in proc.stdout.splitlines()]
+    out = [json.loads(line) for line in stdout.splitlines()]
     drains = [o for o in out if "round" in o]
     assert [(o["round"], o["side"]) for o in drains] == [
         (0, "base"),
