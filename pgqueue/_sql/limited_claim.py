@@ -142,11 +142,12 @@ def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
     """Step 2: claim up to ``limit`` ready jobs of a limited queue, within its limits.
 
     Parameters as :func:`pgqueue._sql.statements.claim_statement` (``queue_name``, ``lease``,
-    ``locked_by``) and ``free_slots`` (the worker's idle handler slots); returns the same
-    columns. The budget is ``least(limit, concurrency - running, rate_limit - window_count,
-    greatest(free_slots, (concurrency - running) / 2))`` (a missing limit drops out of ``least``;
-    the last term: :func:`_prefetch_bound`), 0 when the queue is paused or has no settings
-    row. ``per_key`` (the variant for a queue with that limit): each key's ready jobs are
+    ``locked_by``), ``free_slots`` (the worker's idle handler slots) and ``lane_slots`` (all of
+    them); returns the same columns. The budget is ``least(limit, concurrency - running,
+    rate_limit - window_count, greatest(free_slots, room / 2, room - lane_slots))`` with ``room =
+    concurrency - running`` (a missing limit drops out of ``least``; the last term:
+    :func:`_prefetch_bound`), 0 when the queue is paused or has no settings row. ``per_key``
+    (the variant for a queue with that limit): each key's ready jobs are
     ranked after its running ones, and only ranks up to ``per_key`` are candidates, so a key
     with a long backlog takes its share and the next keys' first jobs come in the same claim
     (no head-of-line blocking); jobs without a key are not limited by it. That variant probes
@@ -216,15 +217,22 @@ def limited_claim_statement(limit: int, *, per_key: bool) -> Select[Any]:
 
 def _prefetch_bound(concurrency: Any, running: Any) -> Any:
     """What a claim may take of a ``concurrency``-limited queue: the worker's free handler slots
-    (``free_slots``: jobs that start at once), and beyond them prefetch of at most half the room
-    the limit leaves. A prefetched job is ``running`` to every count, so it holds a slot another
-    worker could start a job in: each claim leaves at least as much room as its prefetch took,
-    for the idle threads of other workers, and none is taken once the room is no more than the
-    idle slots (2 workers of 4 threads on a limit of 6 run 4 and 2, neither prefetching). NULL
-    (no bound) for a queue without a ``concurrency`` limit."""
+    (``free_slots``: jobs that start at once), and beyond them prefetch into the room the limit
+    leaves, as long as the claim leaves behind either half that room or ``lane_slots`` (the
+    claiming worker's handler slots: room for another worker like it), whichever is less.
+
+    A prefetched job is ``running`` to every count, so it holds a slot another worker could start
+    a job in. Near the limit (room under twice the slots) each claim leaves at least as much room
+    as its prefetch took, and none is taken once the room is no more than the idle slots (2
+    workers of 4 threads on a limit of 6 run 4 and 2, neither prefetching). Far from it a worker
+    keeps only one worker's slots free: a lone worker of 4 on ``concurrency=100`` claims 96, as
+    deep as on an unlimited queue, where halving the room made every claim half as big (0.56x
+    the unlimited drain). NULL (no bound) for a queue without a ``concurrency`` limit."""
     free = bindparam("free_slots", type_=Integer)
-    half_room = (concurrency - running) // literal_column("2", Integer)
-    return case((concurrency.is_(None), null()), else_=func.greatest(free, half_room))
+    slots = bindparam("lane_slots", type_=Integer)
+    room = concurrency - running
+    half_room = room // literal_column("2", Integer)
+    return case((concurrency.is_(None), null()), else_=func.greatest(free, half_room, room - slots))
 
 
 def settings_value(column: Any) -> Any:
@@ -386,13 +394,15 @@ def limited_claim(
     *,
     per_key: bool,
     free_slots: int,
+    lane_slots: int,
 ) -> Call[list[ClaimedJob]]:
     """:func:`pgqueue._sql.calls.claim`'s parameters (validated there), the limited statement;
-    ``free_slots``: the worker's idle handler slots (:func:`_prefetch_bound`)."""
+    ``free_slots`` and ``lane_slots``: the worker's idle handler slots and all of them, of the
+    lane it claims for (:func:`_prefetch_bound`)."""
     plain = claim(queue, limit, lease, locked_by)
     return Call(
         limited_claim_statement(limit, per_key=per_key),
-        {**plain.params, "free_slots": free_slots},
+        {**plain.params, "free_slots": free_slots, "lane_slots": lane_slots},
         plain.finish,
         from_rows=plain.from_rows,
     )
