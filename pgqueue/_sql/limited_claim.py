@@ -355,10 +355,6 @@ class ClaimState:
     at_limit: bool
     #: Seconds until the rate window ends, when the window's budget is spent; else ``None``.
     wait: float | None = None
-    #: At the limit itself (``concurrency`` or ``per_key``), not only at the prefetch bound
-    #: (:func:`_prefetch_bound`): only a finished job frees a slot, so the claim that frees one
-    #: may as well ride on its completion.
-    full: bool = False
     #: Ready jobs remain after the claim.
     ready: bool = False
 
@@ -430,7 +426,4 @@ def _state(queue: str, rows: Iterable[Any]) -> ClaimState:
     # per_key: ready jobs left after a claim that took fewer than asked are of keys at their limit.
     at_limit = bool(row.ready) and (rate_spent or full or row.per_key is not None)
     wait = float(row.window_left) if rate_spent and row.window_left is not None else None
-    full = full or (row.per_key is not None and not rate_spent)
-    return ClaimState(
-        flow, at_limit=at_limit and not flow.paused, wait=wait, full=full, ready=bool(row.ready)
-    )
+    return ClaimState(flow, at_limit=at_limit and not flow.paused, wait=wait, ready=bool(row.ready))

@@ -501,9 +501,10 @@ class Claimer:
         """Write the plain completions among ``finished`` (this worker's finished jobs of
         ``queue``: :func:`pgqueue._worker.window.completes_plainly`) and claim for the slots they
         free, in one transaction and one round trip on ``replay`` (the completer's): a queue at
-        its limit learns of its freed slots from its own completions, without waiting for the
-        claiming loop or a poll. Returns the ids whose completion was written, or ``None`` when
-        ``queue`` is not waiting at its limit (or is paused, or the run stops), or the write
+        its limit (or at the prefetch bound) learns of its freed slots from its own completions,
+        without waiting for the claiming loop or a poll. Returns the ids whose completion was
+        written, or ``None`` when ``queue`` is not parked waiting for a finish
+        (:meth:`pgqueue._worker.flow.FlowGate.parked`; or is paused, or the run stops), or the write
         failed (nothing was: the caller writes them as usual, and the claiming loop visits the
         queue again). The completer reports the written ones right after: the queue's parking
         counts them as seen, since the claim did.
