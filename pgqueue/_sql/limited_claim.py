@@ -134,9 +134,35 @@ LOCK_QUEUE: Select[Any] = (
     .with_for_update()
 )
 
+
+def _ready_exists() -> Any:
+    """A ready job remains: the first of each priority level's range of ``jobs_ready_idx`` (up
+    to ``run_at <= now()``), highest level first, read as the claim reads them, not locked.
+
+    A plain ``EXISTS`` over the queue's queued jobs was planned as a sequential scan of ``jobs``
+    (the statistics of a full queue say a queued row is found at once) and read every row the
+    drain had finished before the first queued one: 0.1 ms at the start of a 20,000-job drain at
+    ``concurrency=4``, 1.0 ms at its end, the largest statement of the transaction."""
+    levels = ready_levels()
+    first = (
+        select(jobs.c.id)
+        .where(
+            jobs.c.queue == _queue(),
+            jobs.c.priority == levels.c.level,
+            jobs.c.status == status_literal(JobStatus.QUEUED),
+            jobs.c.run_at <= func.now(),
+        )
+        .correlate_except(jobs)
+        .order_by(jobs.c.run_at)
+        .limit(literal_column("1"))
+        .lateral("first_ready")
+    )
+    return exists(select(first.c.id).select_from(levels.join(first, true())))
+
+
 #: Step 3: what the claim left. Returns the settings columns, ``running, window_count`` (of the
 #: window still open, else 0), ``window_left`` (its seconds to go, NULL when none is open) and
-#: ``ready`` (a ready job remains). No row: the queue has no settings.
+#: ``ready`` (a ready job remains: :func:`_ready_exists`). No row: the queue has no settings.
 QUEUE_STATE: Select[Any] = select(
     *SETTINGS_COLUMNS,
     _running().scalar_subquery().label("running"),
@@ -145,13 +171,7 @@ QUEUE_STATE: Select[Any] = select(
         (_window_open(), func.extract("epoch", _window_end() - func.now())),
         else_=null(),
     ).label("window_left"),
-    exists()
-    .where(
-        jobs.c.queue == _queue(),
-        jobs.c.status == status_literal(JobStatus.QUEUED),
-        jobs.c.run_at <= func.now(),
-    )
-    .label("ready"),
+    _ready_exists().label("ready"),
 ).where(queues.c.queue == _queue())
 
 
