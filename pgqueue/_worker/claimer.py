@@ -50,10 +50,11 @@ Claim = Callable[[str, int], list[ClaimedJob] | None]
 ClaimQueues = Callable[[list[str], int], list[ClaimedJob] | None]
 #: The most queues one claim reads: a poll of 1,000 queues is 16 round trips, not 1,000.
 MAX_CLAIM_QUEUES = 64
-#: ``claim_limited(queue, limit, per_key, free_slots)``: the limited claim's jobs and what it left,
-#: or ``None`` (``free_slots``: the lane's idle handler slots, which a limit never keeps from a
-#: claim; beyond them it takes prefetch only into the lower half of a concurrency limit).
-LimitedClaim = Callable[[str, int, bool, int], tuple[list[ClaimedJob], ClaimState] | None]
+#: ``claim_limited(queue, limit, per_key, free_slots, lane_slots)``: the limited claim's jobs and
+#: what it left, or ``None`` (``free_slots``: the lane's idle handler slots, which a limit never
+#: keeps from a claim; ``lane_slots``: all its slots, the room prefetch leaves for another worker
+#: far from a concurrency limit: :func:`pgqueue._sql.limited_claim._prefetch_bound`).
+LimitedClaim = Callable[[str, int, bool, int, int], tuple[list[ClaimedJob], ClaimState] | None]
 #: ``read_settings(queues)``: the flow settings of the worker's queues, or ``None`` on a
 #: transient error (the last ones stay).
 ReadSettings = Callable[[list[str]], Mapping[str, QueueSettings] | None]
@@ -384,7 +385,7 @@ class Claimer:
                     continue  # the lane claims for itself
                 flow = self._flow.settings(queue)
                 group = [queue] if flow.limited else [queue, *self._companions(lane)]
-                free = rt.window.idle_slots(lane)
+                free, slots = rt.window.idle_slots(lane), rt.window.slots(lane)
                 # Room a claim riding on a completion (complete_and_claim) must leave alone.
                 rt.window.reserve(lane, limit)
                 # The jobs finished before the claim is sent: one that finishes while it is on
@@ -394,7 +395,9 @@ class Claimer:
             state: ClaimState | None = None
             try:
                 if flow.limited:
-                    answer = self._claim_limited(queue, limit, flow.per_key is not None, free)
+                    answer = self._claim_limited(
+                        queue, limit, flow.per_key is not None, free, slots
+                    )
                     claimed, state = (None, None) if answer is None else answer
                 elif len(group) > 1:
                     assert self._claim_queues is not None
@@ -498,9 +501,10 @@ class Claimer:
         """Write the plain completions among ``finished`` (this worker's finished jobs of
         ``queue``: :func:`pgqueue._worker.window.completes_plainly`) and claim for the slots they
         free, in one transaction and one round trip on ``replay`` (the completer's): a queue at
-        its limit learns of its freed slots from its own completions, without waiting for the
-        claiming loop or a poll. Returns the ids whose completion was written, or ``None`` when
-        ``queue`` is not waiting at its limit (or is paused, or the run stops), or the write
+        its limit (or at the prefetch bound) learns of its freed slots from its own completions,
+        without waiting for the claiming loop or a poll. Returns the ids whose completion was
+        written, or ``None`` when ``queue`` is not parked waiting for a finish
+        (:meth:`pgqueue._worker.flow.FlowGate.parked`; or is paused, or the run stops), or the write
         failed (nothing was: the caller writes them as usual, and the claiming loop visits the
         queue again). The completer reports the written ones right after: the queue's parking
         counts them as seen, since the claim did.
@@ -519,7 +523,7 @@ class Claimer:
             limit = self._intake.take(queue, lane)
             if not limit:
                 return None
-            free = rt.window.idle_slots(lane)
+            free, slots = rt.window.idle_slots(lane), rt.window.slots(lane)
             rt.window.reserve(lane, limit)  # the claiming loop's claims leave this room alone
         try:
             completed, claimed, state = limited_claim_replayed(
@@ -529,6 +533,7 @@ class Claimer:
                 lease=self._opts.lease,
                 per_key=flow.per_key is not None,
                 free_slots=free,
+                lane_slots=slots,
                 lock_timeout_ms=self._opts.lock_timeout_ms,
                 locked_by=self.name,
                 completing=completing,
@@ -548,7 +553,7 @@ class Claimer:
         return completed
 
     def _limited_replayed(
-        self, queue: str, limit: int, per_key: bool, free_slots: int
+        self, queue: str, limit: int, per_key: bool, free_slots: int, lane_slots: int
     ) -> tuple[list[ClaimedJob], ClaimState] | None:
         def claim() -> tuple[list[ClaimedJob], ClaimState]:
             _, claimed, state = limited_claim_replayed(
@@ -558,6 +563,7 @@ class Claimer:
                 lease=self._opts.lease,
                 per_key=per_key,
                 free_slots=free_slots,
+                lane_slots=lane_slots,
                 lock_timeout_ms=self._opts.lock_timeout_ms,
                 locked_by=self.name,
             )

@@ -10,9 +10,9 @@ this keeps is only when a claim is worth sending. A limited claim that came back
 (:class:`pgqueue._sql.limited_claim.ClaimState`) parks its queue until one of this worker's jobs
 finishes (a slot may be free), or :data:`LIMIT_POLL` seconds pass (another worker's may have), or a
 spent rate window ends: no claim is sent in a loop while a queue sits at its limit. A queue parked
-at the limit itself (:meth:`FlowGate.parked`) is claimed by the completer, with the completions
-of its finished jobs, in one transaction
-(:meth:`pgqueue._worker.claimer.Claimer.complete_and_claim`).
+at a ``concurrency`` or ``per_key`` limit, or at the prefetch bound of a ``concurrency`` limit
+(:meth:`FlowGate.parked`), is claimed by the completer, with the completions of its finished jobs,
+in one transaction (:meth:`pgqueue._worker.claimer.Claimer.complete_and_claim`).
 """
 
 from __future__ import annotations
@@ -36,8 +36,6 @@ class _Parked:
     finished: int  # the worker's finished-job count when it was parked
     #: A spent rate window: a finished job frees nothing, only the window's end does.
     by_rate: bool
-    #: At the limit itself (:attr:`pgqueue._sql.limited_claim.ClaimState.full`).
-    full: bool = False
 
 
 class FlowGate:
@@ -84,9 +82,7 @@ class FlowGate:
         if state.wait is not None:
             self._parked[queue] = _Parked(now + state.wait, finished, by_rate=True)
         else:
-            self._parked[queue] = _Parked(
-                now + LIMIT_POLL, finished, by_rate=False, full=state.full
-            )
+            self._parked[queue] = _Parked(now + LIMIT_POLL, finished, by_rate=False)
         return True
 
     def unpark(self, now: float, finished: int) -> Iterable[str]:
@@ -101,10 +97,13 @@ class FlowGate:
         return free
 
     def parked(self, queue: str) -> bool:
-        """``queue`` waits at its limit itself for one of this worker's jobs to finish (not for a
-        rate window to end, nor at the prefetch bound): a completion's flush claims for it."""
+        """``queue`` waits for one of this worker's jobs to finish (at a ``concurrency`` or
+        ``per_key`` limit, or at the prefetch bound; not for a rate window to end): a completion's
+        flush claims for it. At the bound too: the room a claim finds there is what the worker's
+        own unwritten completions hold (they count as ``running``), so a claim sent apart from
+        them takes only what the last flush freed, one claim round trip per flush."""
         parked = self._parked.get(queue)
-        return parked is not None and parked.full and not parked.by_rate
+        return parked is not None and not parked.by_rate
 
     def any_parked(self) -> bool:
         return bool(self._parked)

@@ -320,6 +320,7 @@ def limited_claim_replayed(
     lease: timedelta,
     per_key: bool,
     free_slots: int,
+    lane_slots: int,
     lock_timeout_ms: int,
     locked_by: str | None = None,
     completing: Sequence[tuple[int, int]] = (),
@@ -331,7 +332,15 @@ def limited_claim_replayed(
     claimed and the state. The claim runs after the completions in the same transaction, so
     it counts their slots as free: they were this worker's own ``running`` rows, and nothing
     else can claim in between (the lock)."""
-    claim = limited_claim(queue, limit, lease, locked_by, per_key=per_key, free_slots=free_slots)
+    claim = limited_claim(
+        queue,
+        limit,
+        lease,
+        locked_by,
+        per_key=per_key,
+        free_slots=free_slots,
+        lane_slots=lane_slots,
+    )
     calls: list[Call[Any]] = [lock_queue(queue, lock_timeout_ms)]
     if completing:
         calls.append(complete_many(completing, lock_timeout_ms))

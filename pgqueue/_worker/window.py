@@ -195,6 +195,10 @@ class ClaimWindow:
         window = self._window[lane] - self._reserved[lane]
         return min(window - self._busy[lane], window + self._backlog - self._count[lane])
 
+    def slots(self, lane: Lane) -> int:
+        """Handler slots of ``lane``, busy or not."""
+        return self._slots[lane]
+
     def idle_slots(self, lane: Lane) -> int:
         """Handler slots of ``lane`` with nothing to run, nor a claim on the wire for them: what
         a claim may take of a limited queue beyond any prefetch."""

@@ -118,6 +118,34 @@ def test_claims_riding_on_completions_hold_a_binding_limit_across_two_processes(
     assert scalar(flow, "SELECT count(DISTINCT pid) FROM flow_log") == 2
 
 
+def test_deep_prefetch_and_claims_riding_at_the_bound_hold_a_limit_across_two_processes(
+    flow: Engine, spawn: Callable[..., subprocess.Popen[str]]
+) -> None:
+    """Two workers of 4 threads on ``concurrency=20``, short jobs: far from the limit a claim
+    prefetches all but one worker's slots of the room (16 of 20 for the first), and a queue
+    parked short at that bound is claimed by the completer's flush (#32); the two workers'
+    claims meet at the queue's lock. Sampled from outside and by every handler, never more than
+    20 run, each job runs once, and both workers take part."""
+    _limits(flow, "flow", concurrency=20)
+    procs = [spawn(concurrency=4, poll=60) for _ in range(2)]
+    ids = _enqueue(flow, [{"sleep": 0.002}] * 600, "flow")
+    peak_in_table = 0
+    while _done(flow, "flow") < len(ids):
+        running = scalar(
+            flow, "SELECT count(*) FROM jobs WHERE queue = 'flow' AND status = 'running'"
+        )
+        peak_in_table = max(peak_in_table, running)
+        time.sleep(0.005)
+    _stop(*procs)
+    assert peak_in_table <= 20
+    assert scalar(flow, "SELECT max(running) FROM flow_log") <= 20
+    assert scalar(flow, "SELECT max(live) FROM flow_log") <= 8  # the two workers' threads
+    assert scalar(flow, "SELECT count(*) FROM flow_log") == len(ids)  # each job once
+    assert scalar(flow, "SELECT count(DISTINCT job_id) FROM flow_log") == len(ids)
+    assert scalar(flow, "SELECT max(attempts) FROM jobs WHERE queue = 'flow'") == 1
+    assert scalar(flow, "SELECT count(DISTINCT pid) FROM flow_log") == 2
+
+
 def test_a_key_with_a_backlog_does_not_hold_up_the_others(
     flow: Engine, spawn: Callable[..., subprocess.Popen[str]]
 ) -> None:

@@ -66,6 +66,7 @@ def test_a_per_key_claim_probes_each_key_and_takes_each_keys_share(backlog: Engi
         "lease": timedelta(seconds=30),
         "locked_by": "plan-test",
         "free_slots": 0,
+        "lane_slots": 4,
     }
     with statements_sent(backlog, "ready_keys") as seen, backlog.connect() as conn:
         conn.execute(limited_claim_statement(100, per_key=True), params)

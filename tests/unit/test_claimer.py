@@ -301,7 +301,7 @@ class LimitedClaims:
         self.free: list[int] = []
 
     def __call__(
-        self, queue: str, limit: int, per_key: bool, free_slots: int
+        self, queue: str, limit: int, per_key: bool, free_slots: int, lane_slots: int
     ) -> tuple[list[ClaimedJob], ClaimState]:
         self.limits.append(limit)
         self.free.append(free_slots)

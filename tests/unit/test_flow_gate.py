@@ -37,6 +37,20 @@ def test_a_queue_at_its_limit_waits_for_a_finished_job_or_the_short_poll() -> No
     assert list(gate.unpark(now=20.0 + LIMIT_POLL, finished=4)) == ["a"]
 
 
+def test_a_queue_at_its_limit_or_the_prefetch_bound_is_claimed_by_its_completions() -> None:
+    """Parked for a finish, at the limit (``running`` reached ``concurrency``) or short at the
+    prefetch bound: the completer's flush carries the claim. Not a spent rate window (a finish
+    frees nothing there), nor a queue not parked."""
+    gate = FlowGate()
+    gate.update({"a": LIMITED, "b": LIMITED})
+    assert not gate.parked("a")
+    gate.claimed("a", ClaimState(LIMITED, at_limit=True, ready=True), now=0.0, finished=0)
+    assert gate.parked("a")
+    rate = QueueSettings("b", concurrency=4, rate=Rate(10, timedelta(seconds=1)))
+    gate.claimed("b", ClaimState(rate, at_limit=True, wait=0.5), now=0.0, finished=0)
+    assert not gate.parked("b")
+
+
 def test_a_spent_rate_window_waits_for_its_end_whatever_finishes() -> None:
     gate = FlowGate()
     rate = QueueSettings("a", rate=Rate(10, timedelta(seconds=1)))
