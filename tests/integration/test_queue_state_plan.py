@@ -72,7 +72,8 @@ def test_ready_is_read_from_the_ready_index_not_past_the_finished_jobs(drained: 
     nodes = list(_nodes(plan))
     assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], nodes
     assert any(n.get("Index Name") == "jobs_ready_idx" for n in nodes), nodes
-    buffers = int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
-    # The first read walked the 16,000 finished jobs' index entries and marked them dead; the
-    # sequential scan read every page of the finished jobs (hundreds), each time.
-    assert buffers < 150, buffers
+    # No bound on the buffers read: the first read marks the 16,000 finished jobs' index entries
+    # dead (22 buffers after it, where the sequential scan read 201, on a quiet server), but only
+    # when no snapshot older than their update is held in the database; on the CI's PostgreSQL
+    # 18 (autovacuum on, tests in parallel) one sometimes was, and the walk visited their heap
+    # pages (218 buffers).
