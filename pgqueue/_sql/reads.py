@@ -319,13 +319,61 @@ def queue_counts_statement() -> Select[Any]:
     there are at least as many: the caller estimates then) by an index-only range of
     ``jobs_prune_idx`` (jobs finished since pgqueue_0009 have ``finished_at``).
     """
-    name = jobs.c.queue == bindparam("queue_name", type_=TextType)
+    columns, reads = _counts(bindparam("queue_name", type_=TextType), lateral=False)
+    first, *others = reads
+    joined = first
+    for read in others:
+        joined = joined.join(read, true())
+    return select(*columns).select_from(joined)
+
+
+def all_queue_counts_statement() -> Select[Any]:
+    """The statement :func:`pgqueue.admin.all_queue_counts` runs: ``queue`` and the counts of
+    :func:`queue_counts_statement` for every queue with a job, by name, in one statement.
+
+    The queues are found by loose index scans (one probe per queue) of ``jobs_ready_idx`` (the
+    queued jobs) and ``jobs_prune_idx`` (the finished ones), and among the running jobs; each
+    queue's counts are then read as :func:`queue_counts_statement` reads them, a ``LATERAL``
+    per queue: the dashboard's overview costs what its queues' live jobs and up to
+    :data:`DONE_COUNTED` done entries each cost, never a pass over the table's history.
+    """
+    queued = loose_index_scan(
+        jobs.c.queue, jobs.c.status == status_literal(JobStatus.QUEUED), name="queued_queues"
+    )
+    finished = loose_index_scan(
+        jobs.c.queue, jobs.c.finished_at.is_not(None), name="finished_queues"
+    )
+    running = select(jobs.c.queue.label("value")).where(
+        jobs.c.status == status_literal(JobStatus.RUNNING)
+    )
+    names = select(queued.c.value).union(select(finished.c.value), running).subquery("queue_names")
+    columns, reads = _counts(names.c.value, lateral=True)
+    joined: Any = names
+    for read in reads:
+        joined = joined.join(read, true())
+    return (
+        select(names.c.value.label("queue"), *columns)
+        .select_from(joined)
+        .where(names.c.value.is_not(None))
+        .order_by(names.c.value)
+    )
+
+
+def _counts(queue: Any, *, lateral: bool) -> tuple[list[Any], list[Any]]:
+    """The columns of :func:`queue_counts_statement` for the queue ``queue`` names (a parameter,
+    or the column of an enclosing query, then each read is a ``LATERAL``), and the reads they
+    come from (one row each: joined on ``true``)."""
+    name = jobs.c.queue == queue
+
+    def derived(stmt: Select[Any], label: str) -> Any:
+        # Only ``jobs`` is each read's own: the queue's column (two levels up, for the done
+        # rows) comes from the enclosing query.
+        stmt = stmt.correlate_except(jobs)
+        return stmt.lateral(label) if lateral else stmt.subquery(label)
 
     def of(status: JobStatus, *columns: Any) -> Any:
-        return (
-            select(*columns)
-            .where(name, jobs.c.status == status_literal(status))
-            .subquery(status.value)
+        return derived(
+            select(*columns).where(name, jobs.c.status == status_literal(status)), status.value
         )
 
     queued = in_state(JobState.QUEUED)
@@ -350,6 +398,8 @@ def queue_counts_statement() -> Select[Any]:
         _count(in_state(JobState.CANCELLED)).label("cancelled"),
         _count(in_state(JobState.EXPIRED)).label("expired"),
     )
+    # A plain subquery in the FROM of the done count: its reference to the queue's column of
+    # an enclosing query is an outer reference (two levels up for all queues), no LATERAL.
     done_rows = (
         select(literal(1))
         .where(
@@ -362,10 +412,11 @@ def queue_counts_statement() -> Select[Any]:
         # queue's rows.
         .order_by(jobs.c.finished_at)
         .limit(literal_column(str(DONE_COUNTED)))
+        .correlate_except(jobs)
         .subquery("done_rows")
     )
-    done = select(func.count().label("done")).select_from(done_rows).subquery("done")
-    return select(
+    done = derived(select(func.count().label("done")).select_from(done_rows), "done")
+    columns = [
         live.c.ready,
         live.c.scheduled,
         live.c.waiting,
@@ -378,7 +429,8 @@ def queue_counts_statement() -> Select[Any]:
         live.c.sleeping,
         live.c.awaiting_signal,
         func.extract("epoch", func.now() - live.c.oldest).cast(Float).label("oldest_ready_age_s"),
-    ).select_from(live.join(running, true()).join(failed, true()).join(done, true()))
+    ]
+    return columns, [live, running, failed, done]
 
 
 #: The planner's estimate of the done jobs of queue ``:queue_name`` (``EXPLAIN``'s row count

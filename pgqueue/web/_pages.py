@@ -98,13 +98,19 @@ async def read(request: Request, work: Callable[..., T], *args: object) -> T:
 
 async def overview(request: Request) -> Response:
     data = await in_thread(settings(request).overview.read)
-    return page(request, "overview.html", o=data, message=message(request))
+    return page(
+        request,
+        "overview.html",
+        o=data,
+        message=message(request),
+        done_counted=admin.DONE_COUNTED,
+    )
 
 
 async def overview_live(request: Request) -> Response:
     """The part of the overview that refreshes itself, alone."""
     data = await in_thread(settings(request).overview.read)
-    return page(request, "_live.html", o=data)
+    return page(request, "_live.html", o=data, done_counted=admin.DONE_COUNTED)
 
 
 def _int_param(request: Request, name: str, low: int, high: int) -> int | None:

@@ -71,7 +71,15 @@ def _with_settings(
     by_name = {s.queue: s for s in stored}
     rows = [{**q, "settings": by_name.pop(q["queue"], QueueSettings(q["queue"]))} for q in queues]
     for name, setting in by_name.items():
-        rows.append({"queue": name, **_NO_JOBS, "oldest_ready_age_s": None, "settings": setting})
+        rows.append(
+            {
+                "queue": name,
+                **_NO_JOBS,
+                "done_estimated": False,
+                "oldest_ready_age_s": None,
+                "settings": setting,
+            }
+        )
     return sorted(rows, key=lambda row: str(row["queue"]))
 
 
@@ -124,7 +132,7 @@ class OverviewSource:
     def read(self) -> Overview:
         """One read-only transaction (rolled back): counts, vacuum, chart, cached findings."""
         with self._engine.connect() as conn:
-            queues = _with_settings(admin.queue_stats(conn), repository.queue_settings(conn))
+            queues = _with_settings(admin.all_queue_counts(conn), repository.queue_settings(conn))
             kept = repository.retention(conn)
             for row in queues:
                 row["retention"] = retention_of(kept, row["queue"])

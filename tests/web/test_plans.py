@@ -7,15 +7,18 @@ runs, with their parameters bound as the driver binds them.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, Engine, Select, text
+from sqlalchemy import Connection, Engine, Select, event, text
 from sqlalchemy.dialects import postgresql
+from starlette.testclient import TestClient
 
 from pgqueue import admin
 from pgqueue.models import JobStatus
+from pgqueue.web import create_app
 
 DONE_JOBS = 1_000_000
 
@@ -296,3 +299,75 @@ def test_the_queue_page_counts_from_indexes_and_estimates_a_long_done_history(
     assert small["known"]
     assert not nothing["known"]
     assert nothing["done"] == 0
+
+
+def test_the_overview_counts_every_queue_from_indexes(history: Engine) -> None:
+    """The overview's counts (``admin.all_queue_counts``) over a million done jobs: the queues
+    found by probes of the indexes and each one's states read from them, no pass over the table
+    (the overview refreshes itself every few seconds while open); the same counts as the pass
+    (``queue_stats``), ``done`` past ``DONE_COUNTED`` an estimate, said so."""
+    with history.connect() as conn:
+        conn.execute(
+            text(
+                "INSERT INTO jobs (queue, payload, status, attempts, locked_until, run_at, "
+                "finished_at) SELECT q, '{}', s, 1, "
+                "CASE WHEN s = 'running' THEN now() + interval '1 minute' END, "
+                "now() + CASE WHEN i % 3 = 0 THEN interval '1 hour' ELSE interval '0' END, "
+                "CASE WHEN s IN ('done', 'failed') THEN now() END "
+                "FROM generate_series(1, 30) AS i, "
+                "(VALUES ('queued'), ('running'), ('failed'), ('done')) AS v(s), "
+                "(VALUES ('alpha'), ('beta')) AS w(q)"
+            )
+        )
+        conn.execute(text("INSERT INTO jobs (queue, payload) VALUES ('gamma', '{}')"))
+        conn.execute(
+            text(
+                "INSERT INTO jobs (queue, payload, status, attempts, locked_until) "
+                "VALUES ('delta', '{}', 'running', 1, now() + interval '1 minute')"
+            )
+        )
+        conn.execute(text("ANALYZE jobs"))
+        plan = _plan(conn, admin.all_queue_counts_statement())
+        counts = {row["queue"]: row for row in admin.all_queue_counts(conn)}
+        passed = {row["queue"]: row for row in admin.queue_stats(conn)}
+        conn.rollback()
+    sent: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement)
+
+    event.listen(history, "before_cursor_execute", record)
+    try:
+        with TestClient(create_app(history)) as client:
+            overview = client.get("/")
+    finally:
+        event.remove(history, "before_cursor_execute", record)
+    # The page read the counts by the indexes' statement, not by the pass over the table.
+    assert [q for q in sent if "queue_names" in q]
+    assert not [q for q in sent if "expired_leases" in q and "GROUP BY jobs.queue" in q]
+    assert overview.status_code == 200
+    shown = re.findall(r'data-count="done"( data-estimated="true")?[^>]*>([^<]*)<', overview.text)
+    assert len(shown) == 1  # bulk's: the rows added above were rolled back
+    assert shown[0][0] == ' data-estimated="true"'
+    assert shown[0][1].startswith("≈ ")
+    on_jobs = [n for n in _nodes(plan) if n.get("Relation Name") == "jobs"]
+    assert on_jobs
+    assert all(n["Node Type"] != "Seq Scan" for n in on_jobs), [n["Node Type"] for n in on_jobs]
+    assert any(n.get("Index Name") == "jobs_prune_idx" for n in _nodes(plan))
+    # The live and failed rows of five queues and DONE_COUNTED index entries of the long one:
+    # hundreds of buffers, where the pass reads the table's thousands of pages.
+    assert _buffers(plan) < 1_500, _buffers(plan)
+    assert list(counts) == sorted(passed) == ["alpha", "beta", "bulk", "delta", "gamma"]
+    exact = [k for k in passed["alpha"] if k not in ("queue", "done", "oldest_ready_age_s")]
+    for queue in passed:
+        assert {k: counts[queue][k] for k in exact} == {k: passed[queue][k] for k in exact}
+        assert counts[queue]["oldest_ready_age_s"] == pytest.approx(
+            passed[queue]["oldest_ready_age_s"], abs=5
+        )
+    assert (counts["alpha"]["ready"], counts["alpha"]["scheduled"]) == (20, 10)
+    assert (counts["delta"]["running"], counts["gamma"]["ready"]) == (1, 1)
+    assert [counts[q]["done"] for q in ("alpha", "beta", "gamma")] == [30, 30, 0]
+    assert not any(counts[q]["done_estimated"] for q in ("alpha", "beta", "delta", "gamma"))
+    assert counts["bulk"]["done_estimated"]
+    assert passed["bulk"]["done"] == DONE_JOBS
+    assert abs(counts["bulk"]["done"] - DONE_JOBS) < DONE_JOBS / 10
