@@ -9,6 +9,8 @@ of it or one worker's slots free, whichever is less.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 
 from sqlalchemy import Engine, text
@@ -122,38 +124,40 @@ def test_a_completion_whose_guard_fails_is_not_counted_as_written(engine: Engine
     assert done == {held[1].id}
 
 
+@contextmanager
+def _six_running(engine: Engine) -> Iterator[Replay]:
+    """Queue ``q`` at ``concurrency=6``, filled by a worker of 4 idle slots asking for 8 (4 +
+    4 prefetched): 4, then a second claim the 2 left; the claims' replay."""
+    _queue(engine, 200, concurrency=6)
+    replay = Replay(engine)
+    try:
+        assert len(_claim(replay, 8, free=4)[1]) == 4
+        assert len(_claim(replay, 8, free=4)[1]) == 2
+        yield replay
+    finally:
+        replay.release()
+
+
 def test_prefetch_near_the_limit_takes_at_most_half_the_room_beyond_the_idle_slots(
     engine: Engine,
 ) -> None:
     """``concurrency=6``, a worker of 4 idle slots asking for 8 (4 + 4 prefetched): 4, and a
     second worker's claim the 2 left; ``concurrency=12``, room 12 for a worker of 8 slots, 4
     idle: half of it."""
-    _queue(engine, 200, concurrency=6)
-    replay = Replay(engine)
-    try:
-        assert len(_claim(replay, 8, free=4)[1]) == 4
-        assert len(_claim(replay, 8, free=4)[1]) == 2
+    with _six_running(engine) as replay:
         with engine.begin() as conn:
             pgqueue.set_queue_limits(conn, "q", concurrency=18)
         assert len(_claim(replay, 16, free=4, slots=8)[1]) == 6
         assert len(_claim(replay, 16, free=2, slots=8)[1]) == 3  # half the 6 left
-    finally:
-        replay.release()
 
 
 def test_far_from_the_limit_prefetch_leaves_one_workers_slots(engine: Engine) -> None:
     """``concurrency=100`` with 6 running, a worker of 4 slots asking for 100: 90, leaving 4
     (where half the room, 47, made a lone worker's claims half as deep as on an unlimited
     queue); the idle slots are taken whatever is left, up to the limit."""
-    _queue(engine, 200, concurrency=6)
-    replay = Replay(engine)
-    try:
-        assert len(_claim(replay, 8, free=4)[1]) == 4
-        assert len(_claim(replay, 8, free=4)[1]) == 2
+    with _six_running(engine) as replay:
         with engine.begin() as conn:
             pgqueue.set_queue_limits(conn, "q", concurrency=100)
         assert len(_claim(replay, 100, free=4)[1]) == 90
         assert len(_claim(replay, 100, free=3)[1]) == 3  # 4 left: the idle slots only
         assert len(_claim(replay, 100, free=30)[1]) == 1  # the idle slots, up to the limit
-    finally:
-        replay.release()

@@ -86,10 +86,29 @@ def test_concurrency_holds_across_three_processes(
     assert scalar(flow, "SELECT max(running) FROM flow_log") <= 4  # every handler's snapshot
     assert scalar(flow, "SELECT max(live) FROM flow_log") <= 4  # handlers live at once
     assert scalar(flow, "SELECT max(live) FROM flow_log") >= 2  # side by side
-    assert scalar(flow, "SELECT count(*) FROM flow_log") == len(ids)  # each job once
-    assert scalar(flow, "SELECT count(DISTINCT job_id) FROM flow_log") == len(ids)
-    assert scalar(flow, "SELECT max(attempts) FROM jobs WHERE queue = 'flow'") == 1
+    _assert_each_ran_once(flow, len(ids))
     assert scalar(flow, "SELECT count(DISTINCT pid) FROM flow_log") >= 2
+
+
+def _peak_running_until_done(flow: Engine, procs: list[subprocess.Popen[str]], jobs: int) -> int:
+    """The most ``running`` rows of queue ``flow`` seen from outside until ``jobs`` are done,
+    sampled every 5 ms; the workers ``procs`` are stopped then."""
+    peak = 0
+    while _done(flow, "flow") < jobs:
+        running = scalar(
+            flow, "SELECT count(*) FROM jobs WHERE queue = 'flow' AND status = 'running'"
+        )
+        peak = max(peak, running)
+        time.sleep(0.005)
+    _stop(*procs)
+    return peak
+
+
+def _assert_each_ran_once(flow: Engine, jobs: int) -> None:
+    """Every one of the ``jobs`` of queue ``flow`` ran once, in one attempt."""
+    assert scalar(flow, "SELECT count(*) FROM flow_log") == jobs
+    assert scalar(flow, "SELECT count(DISTINCT job_id) FROM flow_log") == jobs
+    assert scalar(flow, "SELECT max(attempts) FROM jobs WHERE queue = 'flow'") == 1
 
 
 def test_claims_riding_on_completions_hold_a_binding_limit_across_two_processes(
@@ -101,20 +120,11 @@ def test_claims_riding_on_completions_hold_a_binding_limit_across_two_processes(
     _limits(flow, "flow", concurrency=6)
     procs = [spawn(concurrency=4, poll=60) for _ in range(2)]
     ids = _enqueue(flow, [{"sleep": 0.01}] * 400, "flow")
-    peak_in_table = 0
-    while _done(flow, "flow") < len(ids):
-        running = scalar(
-            flow, "SELECT count(*) FROM jobs WHERE queue = 'flow' AND status = 'running'"
-        )
-        peak_in_table = max(peak_in_table, running)
-        time.sleep(0.005)
-    _stop(*procs)
+    peak_in_table = _peak_running_until_done(flow, procs, len(ids))
     assert peak_in_table <= 6
     assert scalar(flow, "SELECT max(running) FROM flow_log") <= 6
     assert scalar(flow, "SELECT max(live) FROM flow_log") <= 6
-    assert scalar(flow, "SELECT count(*) FROM flow_log") == len(ids)  # each job once
-    assert scalar(flow, "SELECT count(DISTINCT job_id) FROM flow_log") == len(ids)
-    assert scalar(flow, "SELECT max(attempts) FROM jobs WHERE queue = 'flow'") == 1
+    _assert_each_ran_once(flow, len(ids))
     assert scalar(flow, "SELECT count(DISTINCT pid) FROM flow_log") == 2
 
 
@@ -129,20 +139,11 @@ def test_deep_prefetch_and_claims_riding_at_the_bound_hold_a_limit_across_two_pr
     _limits(flow, "flow", concurrency=20)
     procs = [spawn(concurrency=4, poll=60) for _ in range(2)]
     ids = _enqueue(flow, [{"sleep": 0.002}] * 600, "flow")
-    peak_in_table = 0
-    while _done(flow, "flow") < len(ids):
-        running = scalar(
-            flow, "SELECT count(*) FROM jobs WHERE queue = 'flow' AND status = 'running'"
-        )
-        peak_in_table = max(peak_in_table, running)
-        time.sleep(0.005)
-    _stop(*procs)
+    peak_in_table = _peak_running_until_done(flow, procs, len(ids))
     assert peak_in_table <= 20
     assert scalar(flow, "SELECT max(running) FROM flow_log") <= 20
     assert scalar(flow, "SELECT max(live) FROM flow_log") <= 8  # the two workers' threads
-    assert scalar(flow, "SELECT count(*) FROM flow_log") == len(ids)  # each job once
-    assert scalar(flow, "SELECT count(DISTINCT job_id) FROM flow_log") == len(ids)
-    assert scalar(flow, "SELECT max(attempts) FROM jobs WHERE queue = 'flow'") == 1
+    _assert_each_ran_once(flow, len(ids))
     assert scalar(flow, "SELECT count(DISTINCT pid) FROM flow_log") == 2
 
 

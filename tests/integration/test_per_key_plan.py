@@ -9,13 +9,12 @@ the queue (a window over 100,000 rows per claim).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
-from worker_helpers import statements_sent
+from worker_helpers import plan_nodes, statements_sent
 
 import pgqueue
 from pgqueue._sql.limited_claim import limited_claim_statement
@@ -50,12 +49,6 @@ def backlog(engine: Engine) -> Engine:
     return engine
 
 
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
 def _buffers(node: dict[str, Any]) -> int:
     return int(node.get("Shared Hit Blocks", 0)) + int(node.get("Shared Read Blocks", 0))
 
@@ -84,7 +77,7 @@ def test_a_per_key_claim_probes_each_key_and_takes_each_keys_share(backlog: Engi
         ).fetchall()
         conn.rollback()
     plan = (explained if isinstance(explained, list) else json.loads(explained))[0]["Plan"]
-    nodes = list(_nodes(plan))
+    nodes = list(plan_nodes(plan))
     on_jobs = [n for n in nodes if n.get("Relation Name") == "jobs" or n.get("Index Name")]
     assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], on_jobs
     assert any(n.get("Index Name") == "jobs_ready_key_idx" for n in nodes), on_jobs

@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
-from worker_helpers import captured_claim, running, scalar, statements_sent, until
+from worker_helpers import captured_claim, plan_nodes, running, scalar, statements_sent, until
 
 import pgqueue
 from pgqueue._base.urls import to_libpq_url
@@ -36,12 +35,6 @@ STEP_MS = 5
 LAST = 10
 
 
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
 def _scan_buffers(engine: Engine, sql: str, params: Any) -> int:
     """Shared buffers the claim's CTE (its scan of the ready index and its row locks) reads,
     explained as sent and rolled back: the UPDATE's own writes are left out."""
@@ -52,7 +45,7 @@ def _scan_buffers(engine: Engine, sql: str, params: Any) -> int:
         conn.rollback()
     assert row is not None
     explained = row[0] if isinstance(row[0], list) else json.loads(row[0])
-    (cte,) = [n for n in _nodes(explained[0]["Plan"]) if n.get("Subplan Name") == "CTE next"]
+    (cte,) = [n for n in plan_nodes(explained[0]["Plan"]) if n.get("Subplan Name") == "CTE next"]
     return int(cte.get("Shared Hit Blocks", 0)) + int(cte.get("Shared Read Blocks", 0))
 
 

@@ -11,12 +11,10 @@ of a drain, 1.0 ms at its end.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
-from worker_helpers import statements_sent
+from worker_helpers import plan_nodes, statements_sent
 
 import pgqueue
 from pgqueue._sql.limited_claim import QUEUE_STATE
@@ -47,12 +45,6 @@ def drained(engine: Engine) -> Engine:
     return engine
 
 
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
 def test_ready_is_read_from_the_ready_index_not_past_the_finished_jobs(drained: Engine) -> None:
     with statements_sent(drained, "window_left") as seen, drained.connect() as conn:
         state = conn.execute(QUEUE_STATE, {"queue_name": "q"}).one()
@@ -69,7 +61,7 @@ def test_ready_is_read_from_the_ready_index_not_past_the_finished_jobs(drained: 
         explained = row[0]
         conn.rollback()
     plan = (explained if isinstance(explained, list) else json.loads(explained))[0]["Plan"]
-    nodes = list(_nodes(plan))
+    nodes = list(plan_nodes(plan))
     assert not [n for n in nodes if n["Node Type"] == "Seq Scan"], nodes
     assert any(n.get("Index Name") == "jobs_ready_idx" for n in nodes), nodes
     # No bound on the buffers read: the first read marks the 16,000 finished jobs' index entries

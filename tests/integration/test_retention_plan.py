@@ -9,13 +9,12 @@ driver receives it.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
 
 import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.dialects import postgresql
+from worker_helpers import plan_nodes
 
 from pgqueue._sql.retention_statements import PRUNE_BATCH, prune_statement
 
@@ -49,12 +48,6 @@ def history(engine: Engine) -> Engine:
     return engine
 
 
-def _nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
-    yield plan
-    for child in plan.get("Plans", ()):
-        yield from _nodes(child)
-
-
 def test_the_prune_reads_its_queues_expired_rows_by_index_under_the_limit(history: Engine) -> None:
     compiled = prune_statement("done").compile(dialect=postgresql.dialect())  # type: ignore[no-untyped-call]
     params = {"queue_name": "pruned", "kept": timedelta(days=7)}
@@ -65,7 +58,7 @@ def test_the_prune_reads_its_queues_expired_rows_by_index_under_the_limit(histor
         ).scalar_one()
         conn.rollback()
     plan = (explained if isinstance(explained, list) else json.loads(explained))[0]["Plan"]
-    nodes = list(_nodes(plan))
+    nodes = list(plan_nodes(plan))
     scans = [n for n in nodes if n.get("Relation Name") == "jobs" and "Scan" in n["Node Type"]]
     assert any(n.get("Index Name") == "jobs_prune_idx" for n in scans), scans
     assert not [n for n in nodes if n["Node Type"] in ("Seq Scan", "Sort")]

@@ -237,3 +237,10 @@ def spawned(
             proc.wait(10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def plan_nodes(plan: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every node of an ``EXPLAIN (FORMAT JSON)`` plan, ``plan`` first, depth first."""
+    yield plan
+    for child in plan.get("Plans", ()):
+        yield from plan_nodes(child)
