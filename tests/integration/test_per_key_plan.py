@@ -58,6 +58,7 @@ def test_a_per_key_claim_probes_each_key_and_takes_each_keys_share(backlog: Engi
         "queue_name": "keyed",
         "lease": timedelta(seconds=30),
         "locked_by": "plan-test",
+        "asked": 100,
         "free_slots": 0,
         "lane_slots": 4,
     }
