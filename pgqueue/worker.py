@@ -425,6 +425,7 @@ class Worker:
             fatal=lambda loop, error: runtime.fail(loop, error),
             # A limited queue's completions carry the claim of the slots they free.
             refill=lambda replay, queue, held: claimer.complete_and_claim(replay, queue, held),
+            urgent=lambda done: claimer.waits_for_finish(done),
         )
         coroutines: AsyncLane | None = None
 

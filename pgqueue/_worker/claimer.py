@@ -495,6 +495,19 @@ class Claimer:
 
     # -- claims that ride on completions (called from the completer's thread) ---------------------
 
+    def waits_for_finish(self, done: list[Held]) -> bool:
+        """Whether one of ``done`` (finished jobs the completer is about to write) is of a queue
+        parked waiting for this worker's finishes: its write carries the queue's next claim
+        (:meth:`complete_and_claim`), so the completer sends it without its gathering wait.
+
+        Read without the worker's lock (the completer's own lock is held): a parked queue's entry
+        is read as a whole, and an answer a moment stale costs at most one gathering wait.
+        """
+        flow = self._flow
+        if not flow.any_parked():
+            return False
+        return any(flow.parked(q) for q in {h.job.queue for h in done})
+
     def complete_and_claim(
         self, replay: Replay, queue: str, finished: list[Held]
     ) -> set[int] | None:

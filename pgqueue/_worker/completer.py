@@ -55,6 +55,12 @@ Report = Callable[[list[tuple[Held, Outcome, str]]], None]
 #: :meth:`pgqueue._worker.claimer.Claimer.complete_and_claim`.
 Refill = Callable[[Replay, str, list[Held]], set[int] | None]
 
+#: ``urgent(done)``: whether a job of ``done`` frees a slot a claim waits for (its queue is parked
+#: at a flow limit): then the batch is written without the gathering wait, since the worker's
+#: next jobs of that queue come with its write
+#: (:meth:`pgqueue._worker.claimer.Claimer.waits_for_finish`).
+Urgent = Callable[[list[Held]], bool]
+
 
 @dataclass
 class Failure:
@@ -95,6 +101,7 @@ class Completer:
         write: Write | None = None,
         fatal: Fatal | None = None,
         refill: Refill | None = None,
+        urgent: Urgent | None = None,
     ) -> None:
         self._engine = engine
         self._report = report
@@ -104,6 +111,7 @@ class Completer:
         self._faults = Faults("completer", fatal=fatal, max_pause=5.0)
         self._write = write or self._flush
         self._refill = refill
+        self._urgent = urgent
         # The refills' connection, held between flushes (one thread: this one); given back
         # before any other write, so the completer holds one connection at a time.
         self._replay = Replay(engine)
@@ -208,7 +216,12 @@ class Completer:
             self.pulse.step()
             # Let a burst gather: one statement for many jobs.
             queued = len(self._done) + len(self._failed) + len(self._snoozed)
-            if queued < self._batch_size and not self._closing and not self._hurried:
+            if (
+                queued < self._batch_size
+                and not self._closing
+                and not self._hurried
+                and not (self._urgent is not None and self._urgent(self._done))
+            ):
                 self._cond.wait(self._flush_delay)
             self._hurried = False
             done, self._done = self._done[: self._batch_size], self._done[self._batch_size :]

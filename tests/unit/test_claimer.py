@@ -30,6 +30,7 @@ from tests.worker_parts import (
     FakeCompleter,
     claimed_jobs,
     finish_pending,
+    held_job,
     in_thread,
     make_runtime,
     offline_engine,
@@ -61,6 +62,7 @@ class Claims:
         self._answer = answer
         self._stop_after = stop_after
         self.runtime: Runtime | None = None
+        self.claimer: Claimer | None = None
         self.calls: list[tuple[str, int]] = []
         self.times: list[float] = []
         self._next_id = 1
@@ -327,6 +329,7 @@ def claiming_limited(
         claim_limited=limited,
         read_settings=lambda queues: {"q": QueueSettings("q", concurrency=10)},
     )
+    claims.claimer = claimer
     with in_thread(lambda: claimer.run(until_empty=False), lambda: stop(runtime)):
         yield runtime
 
@@ -366,6 +369,24 @@ def test_a_full_claim_at_the_limit_parks_its_queue_until_a_job_finishes(
         assert len(limited.limits) == 1  # parked: no empty claim behind the full one
         _reported(runtime)
         claims.wait_for(2)
+
+
+def test_a_finish_of_a_parked_queue_is_urgent_for_the_completer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The completer asks whether a batch holds a finish some claim waits for (its queue parked
+    at its limit: the claim rides on the write): after a claim left ``q`` at its limit a job of
+    ``q`` is, a job of another queue is not."""
+    monkeypatch.setattr(flow_gate, "LIMIT_POLL", 60.0)
+    claims = Claims(lambda q, n: claims.jobs(q, n))
+    limited = LimitedClaims(claims)
+    with claiming_limited(limited, claims, window_of({T: 20}, batch_size=10)):
+        claimer = claims.claimer
+        assert claimer is not None
+        claims.wait_for(1)
+        until(lambda: claimer.waits_for_finish([held_job(1, queue="q")]), "q parked")
+        assert not claimer.waits_for_finish([held_job(2, queue="other")])
+        assert not claimer.waits_for_finish([])
 
 
 def test_a_job_finished_while_the_limited_claim_was_on_the_wire_unparks_its_queue(

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from pgqueue._worker.completer import Completer, Failure, Refill
+from pgqueue._worker.completer import Completer, Failure, Refill, Urgent
 from pgqueue._worker.replay import Replay
 from pgqueue._worker.window import Held, completes_plainly
 from pgqueue.jobs import Outcome
@@ -96,6 +96,7 @@ def completing(
     batch_size: int = 500,
     flush_delay: float = 0.5,
     refill: Refill | None = None,
+    urgent: Urgent | None = None,
 ) -> Iterator[tuple[Completer, Reports]]:
     """A started completer; closed on the way out (if the test did not close it)."""
     reports = Reports()
@@ -107,6 +108,7 @@ def completing(
         flush_delay=flush_delay,
         write=writes,
         refill=refill,
+        urgent=urgent,
     )
     completer.start()
     try:
@@ -236,6 +238,26 @@ def test_a_hurried_outcome_is_written_without_the_linger() -> None:
         completer.complete(held_job(2))
         time.sleep(0.3)
         assert writes.batches == [([1], [], [])]  # the second lingers (a minute here)
+
+
+def test_an_outcome_a_parked_queue_waits_for_is_written_without_the_linger() -> None:
+    """``urgent`` (the claimer: a job of a queue parked at its flow limit, whose next claim rides
+    on this write) ends the linger for the batch it is asked about; a batch it does not call
+    urgent lingers as before."""
+    writes = Writes()
+    asked: list[list[int]] = []
+
+    def urgent(done: list[Held]) -> bool:
+        asked.append(ids(done))
+        return any(h.job.queue == "limited" for h in done)
+
+    with completing(writes, flush_delay=60.0, urgent=urgent) as (completer, reports):
+        completer.complete(held_job(1, queue="limited"))
+        until(lambda: len(reports.batches) == 1, "the urgent outcome written")
+        completer.complete(held_job(2, queue="plain"))
+        time.sleep(0.3)
+        assert writes.batches == [([1], [], [])]  # the plain one lingers (a minute here)
+    assert asked[:2] == [[1], [2]]
 
 
 class Refills:
