@@ -181,3 +181,39 @@ def test_claims_of_every_size_up_to_a_power_of_two_share_one_compiled_statement(
     finally:
         replay.release()
     assert scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'running'") == 9 + 13 + 16 + 3
+
+
+def test_a_per_key_claim_takes_each_keys_first_ready_job_past_a_future_one(
+    engine: Engine,
+) -> None:
+    """``per_key=1``: a key whose first job in claim order is ready gives that job (the loose
+    scan found it, no probe of its own); a key whose first job is not due yet (a higher
+    priority, an hour ahead) gives its first ready job instead, and a key with a job running
+    gives none."""
+    with engine.begin() as conn:
+        pgqueue.set_queue_limits(conn, "q", per_key=1)
+        ready_a = pgqueue.enqueue(conn, {"a": 1}, queue="q", concurrency_key="a")
+        pgqueue.enqueue(conn, {"a": 2}, queue="q", concurrency_key="a")
+        pgqueue.enqueue(conn, {"b": 0}, queue="q", concurrency_key="b", priority=9, delay=3600)
+        ready_b = pgqueue.enqueue(conn, {"b": 1}, queue="q", concurrency_key="b")
+        pgqueue.enqueue(conn, {"c": 1}, queue="q", concurrency_key="c")
+        pgqueue.enqueue(conn, {"c": 2}, queue="q", concurrency_key="c")
+        conn.execute(
+            text("UPDATE jobs SET status = 'running', attempts = 1 WHERE payload = '{\"c\": 1}'")
+        )
+    replay = Replay(engine)
+    try:
+        _, claimed, _ = limited_claim_replayed(
+            replay,
+            queue="q",
+            limit=10,
+            lease=LEASE,
+            per_key=True,
+            free_slots=4,
+            lane_slots=4,
+            lock_timeout_ms=2000,
+            locked_by="w",
+        )
+    finally:
+        replay.release()
+    assert sorted(job.id for job in claimed) == sorted([ready_a, ready_b])

@@ -89,7 +89,8 @@ def test_the_limited_claim_counts_and_claims_in_one_statement() -> None:
         assert "UPDATE jobs SET status=CASE WHEN" in sql  # running, or failed when expired
         assert "THEN 'failed' ELSE 'running' END" in sql
         assert "UPDATE jobs_queues SET window_start" in sql  # the rate window, same statement
-        # per_key: the keys by a loose scan, then each key's first ready jobs; no ranking of
+        # per_key: the keys and their first jobs by a loose scan, then each key's first ready
+        # jobs where it has room for more (or its first is not due); no ranking of
         # the whole backlog.
-        assert ("ready_keys(value) AS" in sql) is per_key
+        assert ("ready_keys(value, id, priority, run_at) AS" in sql) is per_key
         assert "row_number()" not in sql
