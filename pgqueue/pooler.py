@@ -67,8 +67,9 @@ def check_listen(
     Listens on a private channel, sends one notification from another connection and waits up to
     ``timeout`` seconds. ``False`` means ``listen_url`` swallows notifications (a
     transaction-mode pooler); ``None`` means the check could not run (connection refused, or
-    ``stop`` was set while waiting). The listening connection is named ``application_name``
-    unless ``listen_url`` sets one. ``engine`` may also be the URL the application's engine uses:
+    ``stop`` was set: once it is, nothing is sent through ``engine``, whose owner may be done
+    with it). The listening connection is named ``application_name`` unless ``listen_url`` sets
+    one. ``engine`` may also be the URL the application's engine uses:
     the notification is then sent on a connection of its own to that URL (what
     :func:`pgqueue.wait_for` does, whose caller owns its engine and may dispose of it, or whose
     ``AsyncEngine`` a thread cannot use).
@@ -82,6 +83,8 @@ def check_listen(
             **name_kwargs(listen_url, application_name),
         ) as conn:
             conn.execute(psycopg.sql.SQL("LISTEN {}").format(psycopg.sql.Identifier(channel)))
+            if stop is not None and stop.is_set():
+                return None  # the caller is done with ``engine`` (maybe disposed of): not sent
             _notify(engine, channel, application_name)
             deadline = time.monotonic() + timeout
             while (left := deadline - time.monotonic()) > 0:

@@ -489,6 +489,7 @@ class Worker:
             else None
         )
         listener: Listener | None = None
+        listen_check: threading.Thread | None = None
         log.info(
             "worker started: queues=%s mode=%s concurrency=%s async_concurrency=%s lease=%s url=%s",
             ",".join(self._lanes),
@@ -544,7 +545,9 @@ class Worker:
                 self._listener = listener
                 listener.start()
                 # LISTEN through a transaction-mode pooler hears nothing: warn, never block.
-                pooler.start_listen_check(
+                # The check sends its notification through the engine: joined below, so that
+                # it never takes a connection of the engine after run() returned.
+                listen_check = pooler.start_listen_check(
                     self.listen_url, self.engine, runtime.stop, application_name=name
                 )
             claimer.run(until_empty)
@@ -555,6 +558,8 @@ class Worker:
             watchdog.close()
             if listener is not None:
                 listener.stop()
+            if listen_check is not None:
+                listen_check.join(5.0)  # connected, it ends within a quarter second of the stop
             heartbeat.join(5.0)
             if scheduler is not None:
                 scheduler.join(5.0)

@@ -16,12 +16,14 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import URL
 from worker_helpers import scalar, until
 
 import pgqueue
 import pgqueue.health
 import pgqueue.listener
+import pgqueue.pooler
 import pgqueue.worker
 
 SHUTDOWN_TIMEOUT = 1.0
@@ -147,3 +149,60 @@ def test_a_stop_at_any_point_of_start_up_ends_the_run_and_is_reset(
     worker.run(until_empty=True)
     assert done.is_set()
     assert scalar(engine, "SELECT status FROM jobs WHERE id = :id", id=job_id) == "done"
+
+
+def test_the_listen_check_takes_no_connection_of_the_engine_once_the_run_stopped(
+    db_url: URL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The LISTEN check (a daemon thread the run starts, never waited for at start-up) sends its
+    notification through the worker's engine. It used to get there whenever its thread did: on a
+    loaded machine after ``run()`` had returned and the caller had disposed of the engine, so
+    the connection it took went back to a pool nobody disposed of again and was
+    garbage-collected open (``ResourceWarning: connection ... was deleted while still open``, in
+    whichever test the collector ran: one full suite run in six). Here the check is held until
+    the worker was stopped: it sends nothing through the engine then, and ``run()`` returns only
+    once its thread ended."""
+    engine = create_engine(db_url)
+    gate = Gate()
+    check_threads: list[threading.Thread] = []
+    real_check = pgqueue.pooler.check_listen
+
+    def held_check(*args: Any, **kwargs: Any) -> bool | None:
+        check_threads.append(threading.current_thread())
+        gate.hold()  # the check's thread is late: the run is stopped meanwhile
+        return real_check(*args, **kwargs)
+
+    monkeypatch.setattr(pgqueue.pooler, "check_listen", held_check)
+    taken_by_check: list[str] = []
+
+    def on_checkout(*_: Any) -> None:
+        if threading.current_thread() in check_threads:
+            taken_by_check.append(threading.current_thread().name)
+
+    event.listen(engine, "checkout", on_checkout)  # kept by the pool dispose() makes
+    worker = pgqueue.Worker(
+        engine,
+        {"q": lambda job: None},
+        shutdown_timeout=SHUTDOWN_TIMEOUT,
+        poll_interval=60,
+        install_signal_handlers=False,
+    )
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        assert gate.reached.wait(20), "the worker never started its LISTEN check"
+        worker.stop()
+        gate.go.set()
+        thread.join(SHUTDOWN_TIMEOUT + RETURN_SLACK + 10.0)
+        assert not thread.is_alive(), "run() did not return after its stop"
+        assert not check_threads[0].is_alive(), "run() returned with its LISTEN check running"
+        engine.dispose()  # the caller is done with the engine
+        check_threads[0].join(10.0)  # (without the join in run(): let a late check finish)
+        assert taken_by_check == []
+        assert engine.pool.checkedin() == 0  # nothing came back to the pool after dispose()
+    finally:
+        gate.go.set()
+        if thread.is_alive():
+            worker.stop()
+            thread.join(30)
+        engine.dispose()
