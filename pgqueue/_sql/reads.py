@@ -319,12 +319,8 @@ def queue_counts_statement() -> Select[Any]:
     there are at least as many: the caller estimates then) by an index-only range of
     ``jobs_prune_idx`` (jobs finished since pgqueue_0009 have ``finished_at``).
     """
-    columns, reads = _counts(bindparam("queue_name", type_=TextType), lateral=False)
-    first, *others = reads
-    joined = first
-    for read in others:
-        joined = joined.join(read, true())
-    return select(*columns).select_from(joined)
+    columns, (first, *others) = _counts(bindparam("queue_name", type_=TextType), lateral=False)
+    return select(*columns).select_from(_joined(first, others))
 
 
 def all_queue_counts_statement() -> Select[Any]:
@@ -348,15 +344,19 @@ def all_queue_counts_statement() -> Select[Any]:
     )
     names = select(queued.c.value).union(select(finished.c.value), running).subquery("queue_names")
     columns, reads = _counts(names.c.value, lateral=True)
-    joined: Any = names
-    for read in reads:
-        joined = joined.join(read, true())
     return (
         select(names.c.value.label("queue"), *columns)
-        .select_from(joined)
+        .select_from(_joined(names, reads))
         .where(names.c.value.is_not(None))
         .order_by(names.c.value)
     )
+
+
+def _joined(first: Any, reads: list[Any]) -> Any:
+    """``first`` joined on ``true`` with each of ``reads`` (one row each)."""
+    for read in reads:
+        first = first.join(read, true())
+    return first
 
 
 def _counts(queue: Any, *, lateral: bool) -> tuple[list[Any], list[Any]]:

@@ -37,13 +37,14 @@ def _claim(
     completing: list[ClaimedJob] | None = None,
     *,
     slots: int = 4,
+    per_key: bool = False,
 ) -> tuple[set[int], list[ClaimedJob], bool]:
     done, claimed, state = limited_claim_replayed(
         replay,
         queue="q",
         limit=limit,
         lease=LEASE,
-        per_key=False,
+        per_key=per_key,
         free_slots=free,
         lane_slots=slots,
         lock_timeout_ms=2000,
@@ -203,17 +204,7 @@ def test_a_per_key_claim_takes_each_keys_first_ready_job_past_a_future_one(
         )
     replay = Replay(engine)
     try:
-        _, claimed, _ = limited_claim_replayed(
-            replay,
-            queue="q",
-            limit=10,
-            lease=LEASE,
-            per_key=True,
-            free_slots=4,
-            lane_slots=4,
-            lock_timeout_ms=2000,
-            locked_by="w",
-        )
+        _, claimed, _ = _claim(replay, 10, free=4, per_key=True)
     finally:
         replay.release()
     assert sorted(job.id for job in claimed) == sorted([ready_a, ready_b])
