@@ -424,8 +424,12 @@ class Worker:
             lock_timeout_ms=lock_timeout_ms,
             fatal=lambda loop, error: runtime.fail(loop, error),
             # A limited queue's completions carry the claim of the slots they free.
-            refill=lambda replay, queue, held: claimer.complete_and_claim(replay, queue, held),
+            refill=lambda replay, queue, held, beside: claimer.complete_and_claim(
+                replay, queue, held, beside
+            ),
             urgent=lambda done: claimer.waits_for_finish(done),
+            # Two rides on the wire at once: the next one's completions run beside the claim.
+            overlap=True,
         )
         coroutines: AsyncLane | None = None
 

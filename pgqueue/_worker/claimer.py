@@ -509,7 +509,7 @@ class Claimer:
         return any(flow.parked(q) for q in {h.job.queue for h in done})
 
     def complete_and_claim(
-        self, replay: Replay, queue: str, finished: list[Held]
+        self, replay: Replay, queue: str, finished: list[Held], beside: bool = False
     ) -> set[int] | None:
         """Write the plain completions among ``finished`` (this worker's finished jobs of
         ``queue``: :func:`pgqueue._worker.window.completes_plainly`) and claim for the slots they
@@ -520,7 +520,9 @@ class Claimer:
         (:meth:`pgqueue._worker.flow.FlowGate.parked`; or is paused, or the run stops), or the write
         failed (nothing was: the caller writes them as usual, and the claiming loop visits the
         queue again). The completer reports the written ones right after: the queue's parking
-        counts them as seen, since the claim did.
+        counts them as seen, since the claim did. ``beside``: another ride may hold the queue's
+        lock (the completer's second rider): the completions are written before the lock is
+        asked for, so they run beside that ride's claim.
         """
         rt = self._rt
         with rt.lock:
@@ -550,6 +552,7 @@ class Claimer:
                 lock_timeout_ms=self._opts.lock_timeout_ms,
                 locked_by=self.name,
                 completing=completing,
+                completions_first=beside,
             )
         except Exception as exc:
             log.debug("completing and claiming on queue %s failed: %s", queue, error_line(exc))

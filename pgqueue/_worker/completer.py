@@ -10,6 +10,14 @@ deadlock or a lock timeout retries the flush from the first statement that did n
 finished job is not run again for want of its write. A statement the database refuses for one
 row's value is written again in halves (:mod:`pgqueue._worker.culprits`): the other outcomes
 land, and the job whose write was refused fails for good, saying what was refused and why.
+
+A queue parked at its flow limit has its completions written together with its next claim (the
+``refill`` seam: :meth:`pgqueue._worker.claimer.Claimer.complete_and_claim`). With ``overlap``,
+a second thread (the *second rider*) writes the next such batch while the completer's own is on
+the wire, on a connection of its own: the server completes its rows while the first claim holds
+the queue's lock, and its claim follows once the first commits. Rides are then two at a time
+instead of one after the other, so a limit that binds only through the worker's own prefetch
+(``concurrency=100`` on four threads) stops halving the drain's use of the server's cores.
 """
 
 from __future__ import annotations
@@ -48,12 +56,18 @@ FLUSH_SIZE = 500
 #: ``(held job, outcome, detail)`` as the completer reports them.
 Report = Callable[[list[tuple[Held, Outcome, str]]], None]
 
-#: ``refill(replay, queue, finished)``: the plain completions among ``finished`` (jobs of ``queue``:
-#: :func:`pgqueue._worker.window.completes_plainly`) written together with a claim for the slots
-#: they free (a queue at its flow limit), in one transaction on ``replay``; returns the ids
-#: written, or ``None`` when not done that way (then they are written as usual).
+#: ``refill(replay, queue, finished, beside)``: the plain completions among ``finished`` (jobs of
+#: ``queue``: :func:`pgqueue._worker.window.completes_plainly`) written together with a claim for
+#: the slots they free (a queue at its flow limit), in one transaction on ``replay``; returns the
+#: ids written, or ``None`` when not done that way (then they are written as usual). ``beside``:
+#: the second rider's ride, sent while another may hold the queue's lock.
 #: :meth:`pgqueue._worker.claimer.Claimer.complete_and_claim`.
-Refill = Callable[[Replay, str, list[Held]], set[int] | None]
+Refill = Callable[[Replay, str, list[Held], bool], set[int] | None]
+
+#: Fewest finished jobs the second rider takes while the completer's own ride is on the wire: a
+#: ride of a few jobs costs its transaction for little (a binding limit of a few slots, where
+#: nothing else finishes meanwhile, never sends one).
+SECOND_RIDE_MIN = 8
 
 #: ``urgent(done)``: whether a job of ``done`` frees a slot a claim waits for (its queue is parked
 #: at a flow limit): then the batch is written without the gathering wait, since the worker's
@@ -102,6 +116,7 @@ class Completer:
         fatal: Fatal | None = None,
         refill: Refill | None = None,
         urgent: Urgent | None = None,
+        overlap: bool = False,
     ) -> None:
         self._engine = engine
         self._report = report
@@ -119,7 +134,13 @@ class Completer:
         self._lock_timeout_ms = lock_timeout_ms
         self._flush_delay = flush_delay
         self._hurried = False  # under _cond: skip the next gathering wait
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)
+        #: Wakes the second rider (same lock as ``_cond``): jobs of a parked queue gathered while
+        #: the completer's own ride is on the wire.
+        self._second_cond = threading.Condition(lock)
+        #: Under the lock: the jobs of the completer's own ride on the wire (0: none).
+        self._riding = 0
         self._done: list[Held] = []
         self._failed: list[Failure] = []
         self._snoozed: list[Held] = []
@@ -127,9 +148,18 @@ class Completer:
         self._give_up_at: float | None = None
         self.pulse = Pulse("completer")
         self._thread = threading.Thread(target=self._run, name="pgqueue-completer", daemon=True)
+        self._second: threading.Thread | None = None
+        if overlap and refill is not None and urgent is not None:
+            self._second = threading.Thread(
+                target=self._run_second, name="pgqueue-completer-ride", daemon=True
+            )
+        self._second_replay = Replay(engine)
+        self._second_faults = Faults("completer", fatal=fatal, max_pause=5.0)
 
     def start(self) -> None:
         self._thread.start()
+        if self._second is not None:
+            self._second.start()
 
     def complete(self, held: Held) -> None:
         with self._cond:
@@ -166,6 +196,13 @@ class Completer:
         queued = len(self._done) + len(self._failed) + len(self._snoozed)
         if queued == 1 or queued >= self._batch_size:
             self._cond.notify()  # the first wakes the thread, a full batch ends its wait
+        if self._riding and len(self._done) == self._second_at():
+            self._second_cond.notify()
+
+    def _second_at(self) -> int:
+        """Finished jobs that make a second ride worth sending while the first is on the wire:
+        half the first one's, at least :data:`SECOND_RIDE_MIN`. Lock held."""
+        return max(SECOND_RIDE_MIN, self._riding // 2)
 
     def close(self, deadline: float) -> None:
         """Flush what is buffered, retrying until ``deadline`` (a ``time.monotonic()`` value)."""
@@ -173,6 +210,7 @@ class Completer:
             self._closing = True
             self._give_up_at = deadline
             self._cond.notify_all()
+            self._second_cond.notify_all()
         self._thread.join(max(0.0, deadline - time.monotonic()) + 1.0)
 
     def _keep_trying(self) -> bool:
@@ -187,6 +225,9 @@ class Completer:
                 batch = self._next_batch()
                 if batch is None:
                     ended = True
+                    if self._second is not None:
+                        # Its ride reports before the completer ends, like the completer's own.
+                        self._second.join()
                     self._replay.release()
                     self.pulse.finish()
                     return
@@ -203,6 +244,42 @@ class Completer:
         finally:
             if not ended and self._fatal is not None:  # what no step catches ended the thread
                 self._fatal("completer", RuntimeError("the completer's thread ended"))
+
+    def _run_second(self) -> None:
+        """The second rider: while the completer's own ride is on the wire, the next batch of a
+        parked queue's finished jobs rides on a connection of its own (see the module's text)."""
+        try:
+            while True:
+                done = self._second_batch()
+                if done is None:
+                    return
+                try:
+                    self._report(self._written(done, [], [], self._second_replay))
+                except Exception as exc:
+                    pause = self._second_faults.failed(exc)
+                    with self._cond:
+                        if not self._closing:
+                            self._second_cond.wait(pause)
+                else:
+                    self._second_faults.succeeded()
+        finally:
+            self._second_replay.release()
+
+    def _second_batch(self) -> list[Held] | None:
+        """The finished jobs for a second ride, once the completer rides and enough gathered;
+        ``None`` once closing (what is left is the completer's to write)."""
+        urgent = self._urgent
+        assert urgent is not None
+        with self._cond:
+            while not self._closing:
+                if self._riding and len(self._done) >= self._second_at() and urgent(self._done):
+                    done, self._done = (
+                        self._done[: self._batch_size],
+                        self._done[self._batch_size :],
+                    )
+                    return done
+                self._second_cond.wait()
+            return None
 
     def _next_batch(self) -> tuple[list[Held], list[Failure], list[Held]] | None:
         """The next batch once one is buffered (after a short gathering wait), ``None`` once
@@ -232,15 +309,35 @@ class Completer:
         return done, failed, snoozed
 
     def _written(
-        self, done: list[Held], failed: list[Failure], snoozed: list[Held]
+        self,
+        done: list[Held],
+        failed: list[Failure],
+        snoozed: list[Held],
+        replay: Replay | None = None,
     ) -> list[tuple[Held, Outcome, str]]:
-        """One batch written: its outcomes (lost when the write could not be made)."""
+        """One batch written: its outcomes (lost when the write could not be made). ``replay``:
+        the rides' connection (the completer's own unless the second rider's)."""
+        replay = self._replay if replay is None else replay
         refilled: list[tuple[Held, Outcome, str]] = []
         if self._refill is not None and done:
-            done, refilled = self._refilled(self._refill, done)
+            own = (
+                replay is self._replay
+                and self._second is not None
+                and self._urgent is not None
+                and self._urgent(done)
+            )
+            if own:
+                with self._cond:
+                    self._riding = len(done)
+            try:
+                done, refilled = self._refilled(self._refill, done, replay)
+            finally:
+                if own:
+                    with self._cond:
+                        self._riding = 0
             if not (done or failed or snoozed):
                 return refilled
-            self._replay.release()
+            replay.release()
         try:
             outcomes = self._write(done, failed, snoozed, self._keep_trying)
         except Exception:
@@ -253,7 +350,7 @@ class Completer:
         return refilled + outcomes
 
     def _refilled(
-        self, refill: Refill, done: list[Held]
+        self, refill: Refill, done: list[Held], replay: Replay
     ) -> tuple[list[Held], list[tuple[Held, Outcome, str]]]:
         """The plain completions of ``done`` written with a claim of their queue's freed slots
         where ``refill`` takes them (it looks at a queue's jobs only when the queue waits at its
@@ -265,7 +362,7 @@ class Completer:
         written: list[tuple[Held, Outcome, str]] = []
         taken: set[int] = set()
         for queue, jobs in by_queue.items():
-            completed = refill(self._replay, queue, jobs)
+            completed = refill(replay, queue, jobs, replay is not self._replay)
             if completed is None:
                 continue
             for h in jobs:

@@ -163,7 +163,7 @@ class Replay:
     def run_locked(self, calls: Sequence[Call[Any]]) -> list[Any]:
         """``calls`` in one transaction, in one round trip once replayed: each one's answer.
 
-        The limited claim (:mod:`pgqueue._sql.limited_claim`): the first call takes the queue's
+        The limited claim (:mod:`pgqueue._sql.limited_claim`): one call takes the queue's
         row lock, the ones after it run once it is granted (each statement's snapshot taken when
         it starts), e.g. the completions of the queue's finished jobs, the claim, and the read of
         what the claim left. Replayed as a psycopg pipeline (``BEGIN``, the calls, ``COMMIT``
@@ -324,14 +324,21 @@ def limited_claim_replayed(
     lock_timeout_ms: int,
     locked_by: str | None = None,
     completing: Sequence[tuple[int, int]] = (),
+    completions_first: bool = False,
 ) -> tuple[set[int], list[ClaimedJob], ClaimState]:
     """The claim of a queue with flow limits: lock its settings row, write the completions of
     ``completing`` (``(id, attempts)`` of this worker's finished jobs of the queue), claim
     within the limits, read what is left (:mod:`pgqueue._sql.limited_claim`): one transaction,
     one round trip once replayed. Returns the ids completed (their guard matched), the jobs
     claimed and the state. The claim runs after the completions in the same transaction, so
-    it counts their slots as free: they were this worker's own ``running`` rows, and nothing
-    else can claim in between (the lock)."""
+    it counts their slots as free: they were this worker's own ``running`` rows; its snapshot,
+    taken once the lock is granted, sees every claim committed before.
+
+    ``completions_first``: the completions are written before the lock is asked for (the
+    completer's second rider, whose ride goes out while the first one's holds the lock: its
+    completions then run beside that claim instead of after it). No deadlock comes of it: the
+    lock's holder waits for none of those rows (its claim skips locked ones). Not the default:
+    alone on the wire, completing first measured ~15% slower at ``concurrency=4``."""
     claim = limited_claim(
         queue,
         limit,
@@ -341,12 +348,11 @@ def limited_claim_replayed(
         free_slots=free_slots,
         lane_slots=lane_slots,
     )
-    calls: list[Call[Any]] = [lock_queue(queue, lock_timeout_ms)]
-    if completing:
-        calls.append(complete_many(completing, lock_timeout_ms))
-    calls += [claim, queue_state(queue)]
-    answers = replay.run_locked(calls)
-    completed: set[int] = answers[1] if completing else set()
+    lock = lock_queue(queue, lock_timeout_ms)
+    completions = [complete_many(completing, lock_timeout_ms)] if completing else []
+    first: list[Call[Any]] = [*completions, lock] if completions_first else [lock, *completions]
+    answers = replay.run_locked([*first, claim, queue_state(queue)])
+    completed: set[int] = answers[first.index(completions[0])] if completions else set()
     return completed, answers[-2], answers[-1]
 
 

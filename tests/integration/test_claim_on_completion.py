@@ -9,15 +9,19 @@ of it or one worker's slots free, whichever is less.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import Engine, text
 from worker_helpers import scalar
 
 import pgqueue
 from pgqueue._sql.calls import Call
+from pgqueue._worker.claimer import Claimer
 from pgqueue._worker.replay import Replay, limited_claim_replayed
 from pgqueue.results import ClaimedJob
 
@@ -38,6 +42,7 @@ def _claim(
     *,
     slots: int = 4,
     per_key: bool = False,
+    completions_first: bool = False,
 ) -> tuple[set[int], list[ClaimedJob], bool]:
     done, claimed, state = limited_claim_replayed(
         replay,
@@ -50,6 +55,7 @@ def _claim(
         lock_timeout_ms=2000,
         locked_by="w",
         completing=[(j.id, j.attempts) for j in completing or []],
+        completions_first=completions_first,
     )
     return done, claimed, state.at_limit
 
@@ -208,3 +214,103 @@ def test_a_per_key_claim_takes_each_keys_first_ready_job_past_a_future_one(
     finally:
         replay.release()
     assert sorted(job.id for job in claimed) == sorted([ready_a, ready_b])
+
+
+def test_a_second_ride_completes_its_jobs_while_another_holds_the_queues_lock(
+    engine: Engine,
+) -> None:
+    """``completions_first`` (the completer's second rider): the ride's completions are written
+    while another transaction holds the queue's lock, then the ride waits for it; once that one
+    commits, the claim counts the freed slots and takes jobs for them."""
+    _queue(engine, 20, concurrency=4)
+    replay = Replay(engine)
+    try:
+        _, held, _ = _claim(replay, 4, free=4)
+        assert len(held) == 4
+        answer: list[Any] = []
+        with engine.connect() as holder:
+            tx = holder.begin()
+            holder.execute(text("SELECT 1 FROM jobs_queues WHERE queue = 'q' FOR UPDATE"))
+            ride = threading.Thread(
+                target=lambda: answer.append(
+                    _claim(replay, 4, free=4, completing=held, completions_first=True)
+                )
+            )
+            ride.start()
+            # The ride's backend waits for the lock with the completions already written:
+            # it holds the row locks of its four jobs (their UPDATE ran) and no claim yet.
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:
+                waiting = scalar(
+                    engine,
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                    " AND query LIKE '%jobs_queues%'",
+                )
+                if waiting:
+                    break
+                time.sleep(0.01)
+            assert waiting == 1
+            locked = scalar(
+                engine,
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+                " WHERE a.wait_event_type = 'Lock' AND l.locktype = 'transactionid'"
+                " AND l.granted AND l.mode = 'ExclusiveLock'",
+            )
+            assert locked == 1  # it has written (a transaction id), before the lock
+            assert ride.is_alive()
+            tx.commit()
+        ride.join(10)
+        assert not ride.is_alive()
+    finally:
+        replay.release()
+    done, claimed, _ = answer[0]
+    assert done == {j.id for j in held}
+    assert len(claimed) == 4  # the four slots its own completions freed
+    assert scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'done'") == 4
+    assert scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'running'") == 4
+
+
+def test_a_worker_rides_two_at_a_time_within_its_limit(engine: Engine) -> None:
+    """A worker of 4 threads on ``concurrency=100``, no-op jobs: rides go two at a time (the
+    completer's second rider sends some), and from outside the queue never has more than 100
+    ``running``; every job runs once."""
+    jobs = 5000
+    with engine.begin() as conn:
+        pgqueue.enqueue_many(conn, [{"i": i} for i in range(jobs)], queue="q")
+        pgqueue.set_queue_limits(conn, "q", concurrency=100)
+    ran: list[int] = []
+    worker = pgqueue.Worker(
+        engine,
+        {"q": lambda job: ran.append(job.id)},
+        concurrency=4,
+        listen=False,
+        install_signal_handlers=False,
+    )
+    beside: list[bool] = []
+    real = Claimer.complete_and_claim
+
+    def spy(self: Claimer, replay: Replay, queue: str, finished: Any, beside_: bool = False) -> Any:
+        beside.append(beside_)
+        return real(self, replay, queue, finished, beside_)
+
+    peak = 0
+    runner = threading.Thread(target=worker.run, kwargs={"until_empty": True})
+    Claimer.complete_and_claim = spy  # type: ignore[method-assign,assignment]
+    try:
+        runner.start()
+        while runner.is_alive():
+            running = scalar(
+                engine, "SELECT count(*) FROM jobs WHERE queue = 'q' AND status = 'running'"
+            )
+            peak = max(peak, running)
+            time.sleep(0.002)
+        runner.join()
+    finally:
+        Claimer.complete_and_claim = real  # type: ignore[method-assign]
+    assert peak <= 100
+    assert len(ran) == jobs
+    assert len(set(ran)) == jobs
+    done_once = "SELECT count(*) FROM jobs WHERE status = 'done' AND attempts = 1"
+    assert scalar(engine, done_once) == jobs
+    assert True in beside  # the second rider rode
+    assert False in beside

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from pgqueue._worker.completer import Completer, Failure, Refill, Urgent
+from pgqueue._worker.completer import SECOND_RIDE_MIN, Completer, Failure, Refill, Urgent
 from pgqueue._worker.replay import Replay
 from pgqueue._worker.window import Held, completes_plainly
 from pgqueue.jobs import Outcome
@@ -97,6 +97,7 @@ def completing(
     flush_delay: float = 0.5,
     refill: Refill | None = None,
     urgent: Urgent | None = None,
+    overlap: bool = False,
 ) -> Iterator[tuple[Completer, Reports]]:
     """A started completer; closed on the way out (if the test did not close it)."""
     reports = Reports()
@@ -109,6 +110,7 @@ def completing(
         write=writes,
         refill=refill,
         urgent=urgent,
+        overlap=overlap,
     )
     completer.start()
     try:
@@ -266,11 +268,16 @@ class Refills:
 
     def __init__(self, limited: set[str], lost: frozenset[int] = frozenset()) -> None:
         self.calls: list[tuple[str, list[int]]] = []
+        #: ``beside`` of each call, in order: True for the second rider's rides.
+        self.beside: list[bool] = []
         self._limited = limited
         self._lost = lost
 
-    def __call__(self, replay: Replay, queue: str, held: list[Held]) -> set[int] | None:
+    def __call__(
+        self, replay: Replay, queue: str, held: list[Held], beside: bool
+    ) -> set[int] | None:
         self.calls.append((queue, ids(held)))
+        self.beside.append(beside)
         if queue not in self._limited:
             return None
         return {h.job.id for h in held if completes_plainly(h) and h.job.id not in self._lost}
@@ -312,3 +319,72 @@ def test_a_batch_written_whole_by_refill_needs_no_other_write() -> None:
         until(lambda: len(reports.batches) == 1, "the batch reported")
     assert writes.batches == []
     assert set(reports.batches[0]) == {1, 2}
+
+
+class HeldRides(Refills):
+    """Refills whose first ride waits on ``release`` (a ride on the wire), the later ones not."""
+
+    def __init__(self, limited: set[str]) -> None:
+        super().__init__(limited)
+        self.release = threading.Event()
+        self.first_on_wire = threading.Event()
+        self._lock = threading.Lock()
+        self.replays: list[Replay] = []
+
+    def __call__(
+        self, replay: Replay, queue: str, held: list[Held], beside: bool
+    ) -> set[int] | None:
+        with self._lock:
+            first = not self.calls
+            written = super().__call__(replay, queue, held, beside)
+            self.replays.append(replay)
+        if first:
+            self.first_on_wire.set()
+            assert self.release.wait(10.0)
+        return written
+
+
+def test_a_second_ride_goes_out_while_the_first_is_on_the_wire() -> None:
+    """With ``overlap``, finished jobs of a parked queue that gather while the completer's own
+    ride is on the wire (at least SECOND_RIDE_MIN) ride at once on another connection, marked
+    ``beside`` (its completions go before the lock); both are reported; fewer wait for the
+    completer."""
+    writes = Writes()
+    rides = HeldRides({"limited"})
+    with completing(
+        writes, flush_delay=0.001, refill=rides, urgent=lambda done: True, overlap=True
+    ) as (completer, reports):
+        completer.complete(held_job(1, queue="limited"))
+        assert rides.first_on_wire.wait(5.0)
+        for i in range(2, 2 + SECOND_RIDE_MIN):
+            completer.complete(held_job(i, queue="limited"))
+        until(lambda: len(rides.calls) == 2, "the second ride sent while the first waits")
+        assert rides.calls[1] == ("limited", list(range(2, 2 + SECOND_RIDE_MIN)))
+        assert rides.beside == [False, True]
+        assert rides.replays[0] is not rides.replays[1]
+        rides.release.set()
+        until(lambda: len(reports.batches) == 2, "both rides reported")
+    assert writes.batches == []
+    assert sorted(i for batch in reports.batches for i in batch) == list(
+        range(1, 2 + SECOND_RIDE_MIN)
+    )
+
+
+def test_too_few_finished_jobs_wait_for_the_completers_own_ride() -> None:
+    """Under SECOND_RIDE_MIN jobs gathered during a ride go with the completer's next one (a
+    binding limit of a few slots keeps one ride at a time)."""
+    writes = Writes()
+    rides = HeldRides({"limited"})
+    with completing(
+        writes, flush_delay=0.001, refill=rides, urgent=lambda done: True, overlap=True
+    ) as (completer, reports):
+        completer.complete(held_job(1, queue="limited"))
+        assert rides.first_on_wire.wait(5.0)
+        for i in range(2, 1 + SECOND_RIDE_MIN):
+            completer.complete(held_job(i, queue="limited"))
+        time.sleep(0.2)
+        assert len(rides.calls) == 1
+        rides.release.set()
+        until(lambda: len(reports.batches) == 2, "the rest ride next, reported")
+    assert rides.beside == [False, False]
+    assert rides.calls[1] == ("limited", list(range(2, 1 + SECOND_RIDE_MIN)))
