@@ -314,3 +314,49 @@ def test_a_worker_rides_two_at_a_time_within_its_limit(engine: Engine) -> None:
     assert scalar(engine, done_once) == jobs
     assert True in beside  # the second rider rode
     assert False in beside
+
+
+def test_rides_cut_by_terminated_backends_lose_and_repeat_nothing(engine: Engine) -> None:
+    """Real faults in the rides: while a worker of 4 threads drains ``concurrency=100``, the
+    backends waiting for the queue's lock (a second ride, or a claim, behind the ride that holds
+    it) are terminated, ten times. A cut ride wrote nothing; its completions are written the
+    usual way and its slots claimed again: every job ends done in its one attempt, and the queue
+    never has more than 100 ``running``."""
+    jobs = 4000
+    with engine.begin() as conn:
+        pgqueue.enqueue_many(conn, [{"i": i} for i in range(jobs)], queue="q")
+        pgqueue.set_queue_limits(conn, "q", concurrency=100)
+    ran: list[int] = []
+    worker = pgqueue.Worker(
+        engine,
+        {"q": lambda job: ran.append(job.id)},
+        concurrency=4,
+        listen=False,
+        install_signal_handlers=False,
+    )
+    kills = 0
+    peak = 0
+    runner = threading.Thread(target=worker.run, kwargs={"until_empty": True})
+    runner.start()
+    deadline = time.monotonic() + 120
+    while runner.is_alive() and time.monotonic() < deadline:
+        peak = max(
+            peak,
+            scalar(engine, "SELECT count(*) FROM jobs WHERE queue = 'q' AND status = 'running'"),
+        )
+        if kills < 10:
+            kills += scalar(
+                engine,
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+                " AND query LIKE '%jobs_queues%' AND pid <> pg_backend_pid()",
+            )
+        time.sleep(0.001)
+    runner.join(30)
+    assert not runner.is_alive()
+    assert kills > 0
+    assert peak <= 100
+    assert len(ran) == jobs
+    assert len(set(ran)) == jobs
+    done_once = "SELECT count(*) FROM jobs WHERE status = 'done' AND attempts = 1"
+    assert scalar(engine, done_once) == jobs
