@@ -469,6 +469,8 @@ class Worker:
             on_stuck=registration.set_stuck,
         )
         self._pulses = [claimer.pulse, completer.pulse, heartbeat.pulse]
+        if completer.ride_pulse is not None:
+            self._pulses.append(completer.ride_pulse)
         scheduler = (
             Scheduler(
                 self.engine,

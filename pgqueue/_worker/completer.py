@@ -155,6 +155,8 @@ class Completer:
             )
         self._second_replay = Replay(engine)
         self._second_faults = Faults("completer", fatal=fatal, max_pause=5.0)
+        #: The second rider's liveness (``/livez``), when there is one.
+        self.ride_pulse = Pulse("completer-ride") if self._second is not None else None
 
     def start(self) -> None:
         self._thread.start()
@@ -248,11 +250,17 @@ class Completer:
     def _run_second(self) -> None:
         """The second rider: while the completer's own ride is on the wire, the next batch of a
         parked queue's finished jobs rides on a connection of its own (see the module's text)."""
+        pulse = self.ride_pulse
+        assert pulse is not None
+        pulse.attach()
         try:
             while True:
+                pulse.waiting()
                 done = self._second_batch()
                 if done is None:
+                    pulse.finish()
                     return
+                pulse.step()
                 try:
                     self._report(self._written(done, [], [], self._second_replay))
                 except Exception as exc:

@@ -54,7 +54,15 @@ def test_probes_follow_the_worker_from_start_to_stop(engine: Engine) -> None:
         }
         assert probe(port, "/livez") == (
             200,
-            {"status": "ok", "checks": {"claimer": "ok", "completer": "ok", "heartbeat": "ok"}},
+            {
+                "status": "ok",
+                "checks": {
+                    "claimer": "ok",
+                    "completer": "ok",
+                    "completer-ride": "ok",
+                    "heartbeat": "ok",
+                },
+            },
         )
         assert probe(port, "/metrics")[0] == 404
     assert not worker.readiness().ok
