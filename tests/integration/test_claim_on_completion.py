@@ -270,11 +270,9 @@ def test_a_second_ride_completes_its_jobs_while_another_holds_the_queues_lock(
     assert scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'running'") == 4
 
 
-def test_a_worker_rides_two_at_a_time_within_its_limit(engine: Engine) -> None:
-    """A worker of 4 threads on ``concurrency=100``, no-op jobs: rides go two at a time (the
-    completer's second rider sends some), and from outside the queue never has more than 100
-    ``running``; every job runs once."""
-    jobs = 5000
+def _worker_on_concurrency_100(engine: Engine, jobs: int) -> tuple[pgqueue.Worker, list[int]]:
+    """``jobs`` no-op jobs of queue ``q`` at ``concurrency=100``, and a worker of 4 threads for
+    them (listen off), with the list its handler appends each job's id to."""
     with engine.begin() as conn:
         pgqueue.enqueue_many(conn, [{"i": i} for i in range(jobs)], queue="q")
         pgqueue.set_queue_limits(conn, "q", concurrency=100)
@@ -286,6 +284,15 @@ def test_a_worker_rides_two_at_a_time_within_its_limit(engine: Engine) -> None:
         listen=False,
         install_signal_handlers=False,
     )
+    return worker, ran
+
+
+def test_a_worker_rides_two_at_a_time_within_its_limit(engine: Engine) -> None:
+    """A worker of 4 threads on ``concurrency=100``, no-op jobs: rides go two at a time (the
+    completer's second rider sends some), and from outside the queue never has more than 100
+    ``running``; every job runs once."""
+    jobs = 5000
+    worker, ran = _worker_on_concurrency_100(engine, jobs)
     beside: list[bool] = []
     real = Claimer.complete_and_claim
 
@@ -323,17 +330,7 @@ def test_rides_cut_by_terminated_backends_lose_and_repeat_nothing(engine: Engine
     usual way and its slots claimed again: every job ends done in its one attempt, and the queue
     never has more than 100 ``running``."""
     jobs = 4000
-    with engine.begin() as conn:
-        pgqueue.enqueue_many(conn, [{"i": i} for i in range(jobs)], queue="q")
-        pgqueue.set_queue_limits(conn, "q", concurrency=100)
-    ran: list[int] = []
-    worker = pgqueue.Worker(
-        engine,
-        {"q": lambda job: ran.append(job.id)},
-        concurrency=4,
-        listen=False,
-        install_signal_handlers=False,
-    )
+    worker, ran = _worker_on_concurrency_100(engine, jobs)
     kills = 0
     peak = 0
     runner = threading.Thread(target=worker.run, kwargs={"until_empty": True})

@@ -344,6 +344,22 @@ class HeldRides(Refills):
         return written
 
 
+@contextmanager
+def first_ride_on_wire(
+    writes: Writes, rides: HeldRides, *, then_finished: int
+) -> Iterator[Reports]:
+    """A completer with a second rider, whose own ride of job 1 (queue ``limited``) is on the
+    wire (held by ``rides``) when jobs 2 to ``1 + then_finished`` finish."""
+    with completing(
+        writes, flush_delay=0.001, refill=rides, urgent=lambda done: True, overlap=True
+    ) as (completer, reports):
+        completer.complete(held_job(1, queue="limited"))
+        assert rides.first_on_wire.wait(5.0)
+        for i in range(2, 2 + then_finished):
+            completer.complete(held_job(i, queue="limited"))
+        yield reports
+
+
 def test_a_second_ride_goes_out_while_the_first_is_on_the_wire() -> None:
     """With ``overlap``, finished jobs of a parked queue that gather while the completer's own
     ride is on the wire (at least SECOND_RIDE_MIN) ride at once on another connection, marked
@@ -351,13 +367,7 @@ def test_a_second_ride_goes_out_while_the_first_is_on_the_wire() -> None:
     completer."""
     writes = Writes()
     rides = HeldRides({"limited"})
-    with completing(
-        writes, flush_delay=0.001, refill=rides, urgent=lambda done: True, overlap=True
-    ) as (completer, reports):
-        completer.complete(held_job(1, queue="limited"))
-        assert rides.first_on_wire.wait(5.0)
-        for i in range(2, 2 + SECOND_RIDE_MIN):
-            completer.complete(held_job(i, queue="limited"))
+    with first_ride_on_wire(writes, rides, then_finished=SECOND_RIDE_MIN) as reports:
         until(lambda: len(rides.calls) == 2, "the second ride sent while the first waits")
         assert rides.calls[1] == ("limited", list(range(2, 2 + SECOND_RIDE_MIN)))
         assert rides.beside == [False, True]
@@ -375,13 +385,7 @@ def test_too_few_finished_jobs_wait_for_the_completers_own_ride() -> None:
     binding limit of a few slots keeps one ride at a time)."""
     writes = Writes()
     rides = HeldRides({"limited"})
-    with completing(
-        writes, flush_delay=0.001, refill=rides, urgent=lambda done: True, overlap=True
-    ) as (completer, reports):
-        completer.complete(held_job(1, queue="limited"))
-        assert rides.first_on_wire.wait(5.0)
-        for i in range(2, 1 + SECOND_RIDE_MIN):
-            completer.complete(held_job(i, queue="limited"))
+    with first_ride_on_wire(writes, rides, then_finished=SECOND_RIDE_MIN - 1) as reports:
         time.sleep(0.2)
         assert len(rides.calls) == 1
         rides.release.set()
