@@ -270,16 +270,25 @@ def test_a_second_ride_completes_its_jobs_while_another_holds_the_queues_lock(
     assert scalar(engine, "SELECT count(*) FROM jobs WHERE status = 'running'") == 4
 
 
-def _worker_on_concurrency_100(engine: Engine, jobs: int) -> tuple[pgqueue.Worker, list[int]]:
-    """``jobs`` no-op jobs of queue ``q`` at ``concurrency=100``, and a worker of 4 threads for
-    them (listen off), with the list its handler appends each job's id to."""
+def _worker_on_concurrency_100(
+    engine: Engine, jobs: int, seconds: float = 0.0
+) -> tuple[pgqueue.Worker, list[int]]:
+    """``jobs`` jobs of queue ``q`` at ``concurrency=100``, and a worker of 4 threads for them
+    (listen off), with the list its handler appends each job's id to; the handler sleeps
+    ``seconds`` (0: returns at once)."""
     with engine.begin() as conn:
         pgqueue.enqueue_many(conn, [{"i": i} for i in range(jobs)], queue="q")
         pgqueue.set_queue_limits(conn, "q", concurrency=100)
     ran: list[int] = []
+
+    def handler(job: pgqueue.JobContext) -> None:
+        if seconds:
+            time.sleep(seconds)
+        ran.append(job.id)
+
     worker = pgqueue.Worker(
         engine,
-        {"q": lambda job: ran.append(job.id)},
+        {"q": handler},
         concurrency=4,
         listen=False,
         install_signal_handlers=False,
@@ -288,11 +297,13 @@ def _worker_on_concurrency_100(engine: Engine, jobs: int) -> tuple[pgqueue.Worke
 
 
 def test_a_worker_rides_two_at_a_time_within_its_limit(engine: Engine) -> None:
-    """A worker of 4 threads on ``concurrency=100``, no-op jobs: rides go two at a time (the
-    completer's second rider sends some), and from outside the queue never has more than 100
-    ``running``; every job runs once."""
-    jobs = 5000
-    worker, ran = _worker_on_concurrency_100(engine, jobs)
+    """A worker of 4 threads on ``concurrency=100``, jobs of 1 ms: rides go two at a time (the
+    handlers keep finishing jobs while a ride is on the wire, so the completer's second rider
+    sends some), and from outside the queue never has more than 100 ``running``; every job
+    runs once. (No-op jobs can settle into one ride at a time, each carrying the whole window
+    while no handler runs: docs/benchmarks.md, "Two rides at a time".)"""
+    jobs = 2000
+    worker, ran = _worker_on_concurrency_100(engine, jobs, seconds=0.001)
     beside: list[bool] = []
     real = Claimer.complete_and_claim
 
