@@ -233,16 +233,9 @@ class Completer:
                     self._replay.release()
                     self.pulse.finish()
                     return
-                try:
-                    self._report(self._written(*batch))
-                except Exception as exc:
-                    pause = self._faults.failed(exc)
-                    with self._cond:
-                        self.pulse.waiting()
-                        if not self._closing:
-                            self._cond.wait(pause)
-                else:
-                    self._faults.succeeded()
+                self._write_and_report(
+                    partial(self._written, *batch), self._faults, self.pulse, self._cond
+                )
         finally:
             if not ended and self._fatal is not None:  # what no step catches ended the thread
                 self._fatal("completer", RuntimeError("the completer's thread ended"))
@@ -261,17 +254,35 @@ class Completer:
                     pulse.finish()
                     return
                 pulse.step()
-                try:
-                    self._report(self._written(done, [], [], self._second_replay))
-                except Exception as exc:
-                    pause = self._second_faults.failed(exc)
-                    with self._cond:
-                        if not self._closing:
-                            self._second_cond.wait(pause)
-                else:
-                    self._second_faults.succeeded()
+                self._write_and_report(
+                    partial(self._written, done, [], [], self._second_replay),
+                    self._second_faults,
+                    pulse,
+                    self._second_cond,
+                )
         finally:
             self._second_replay.release()
+
+    def _write_and_report(
+        self,
+        write: Callable[[], list[tuple[Held, Outcome, str]]],
+        faults: Faults,
+        pulse: Pulse,
+        wake: threading.Condition,
+    ) -> None:
+        """One batch written and its outcomes reported (the completer's or the second rider's).
+        A report that raised is counted by ``faults``, which stops the worker when reports keep
+        failing, and the thread pauses as they say (on ``wake``, unless closing)."""
+        try:
+            self._report(write())
+        except Exception as exc:
+            pause = faults.failed(exc)
+            with self._cond:
+                pulse.waiting()
+                if not self._closing:
+                    wake.wait(pause)
+        else:
+            faults.succeeded()
 
     def _second_batch(self) -> list[Held] | None:
         """The finished jobs for a second ride, once the completer rides and enough gathered;
@@ -281,13 +292,14 @@ class Completer:
         with self._cond:
             while not self._closing:
                 if self._riding and len(self._done) >= self._second_at() and urgent(self._done):
-                    done, self._done = (
-                        self._done[: self._batch_size],
-                        self._done[self._batch_size :],
-                    )
-                    return done
+                    return self._take_done()
                 self._second_cond.wait()
             return None
+
+    def _take_done(self) -> list[Held]:
+        """The oldest finished jobs, up to a batch, out of the buffer. Lock held."""
+        done, self._done = self._done[: self._batch_size], self._done[self._batch_size :]
+        return done
 
     def _next_batch(self) -> tuple[list[Held], list[Failure], list[Held]] | None:
         """The next batch once one is buffered (after a short gathering wait), ``None`` once
@@ -309,7 +321,7 @@ class Completer:
             ):
                 self._cond.wait(self._flush_delay)
             self._hurried = False
-            done, self._done = self._done[: self._batch_size], self._done[self._batch_size :]
+            done = self._take_done()
             failed = self._failed[: self._batch_size]
             self._failed = self._failed[self._batch_size :]
             snoozed = self._snoozed[: self._batch_size]
