@@ -563,8 +563,11 @@ class Claimer:
             return None
         with rt.lock:
             rt.window.unreserve(lane, limit)
-            # The completions written now are reported next: the claim saw their slots free.
-            self._took(queue, lane, limit, claimed, state, rt.finished + len(completed))
+            # The completions written now are reported next, as ridden (``Held.rode``): they do
+            # not move ``rt.finished``, since this claim saw their slots free. Counted, their
+            # report would unpark the queue for a claim of the loop's own, which finds the room
+            # this one left and, sent beside the next ride, contends for the queue's lock.
+            self._took(queue, lane, limit, claimed, state, rt.finished)
             rt.claimer_wakeup.notify()
         return completed
 

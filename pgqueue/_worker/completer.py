@@ -388,6 +388,7 @@ class Completer:
             for h in jobs:
                 if h.job.id in completed:  # one whose guard matched nothing is written as usual
                     taken.add(id(h))
+                    h.rode = True
                     written.append((h, *after_complete(True)))
         if not taken:
             return done, written

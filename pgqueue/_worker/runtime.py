@@ -106,8 +106,10 @@ class Runtime:
         #: Whether held jobs' ``logging`` records are their lines (``Worker(capture_logs)``).
         self.capture_logs = capture_logs
         self.last_work = time.monotonic()
-        #: Jobs whose end was recorded: a queue parked at a flow limit is claimed again once this
-        #: moves (one of this worker's jobs left ``running``, so a slot may be free).
+        #: Jobs whose end was recorded, but for those whose completion carried their queue's next
+        #: claim (``Held.rode``: that claim saw their slots): a queue parked at a flow limit is
+        #: claimed again once this moves (one of this worker's jobs left ``running``, so a slot
+        #: may be free that no claim saw).
         self.finished = 0
         #: ``(loop, last error)`` of the loop that could not go on, once one could not: the run
         #: stops and ``Worker.run()`` raises :class:`pgqueue.WorkerFailedError`.
@@ -347,7 +349,8 @@ class Runtime:
 
     def record(self, held: Held, outcome: Outcome, detail: str) -> None:
         """Count, log and tell hooks of one job's end. Lock held."""
-        self.finished += 1
+        if not held.rode:
+            self.finished += 1
         if held.timed_out and outcome in (Outcome.RETRY, Outcome.FAILED):
             self.stats.timed_out += 1
         traceback = held.traceback if self.log_tracebacks else None

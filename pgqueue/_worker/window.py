@@ -87,6 +87,10 @@ class Held:
     #: Its timeout passed while the handler ran: the attempt fails with ``HandlerTimeoutError``
     #: whatever the handler does next.
     timed_out: bool = field(default=False, repr=False)
+    #: Its completion was written with its queue's next claim, which saw its slot free
+    #: (:meth:`pgqueue._worker.claimer.Claimer.complete_and_claim`): its end frees nothing a
+    #: parked queue waits for.
+    rode: bool = field(default=False, repr=False)
     #: Its failure was written without waiting for its handler (timeout + grace): the handler
     #: still holds its slot, and whatever it returns is dropped.
     abandoned: bool = field(default=False, repr=False)

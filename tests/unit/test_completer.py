@@ -290,16 +290,17 @@ def test_plain_completions_of_a_limited_queue_ride_on_its_claim() -> None:
     writes = Writes()
     refills = Refills({"limited"}, lost=frozenset({3}))
     with completing(writes, refill=refills) as (completer, reports):
-        for i in (1, 2, 3):
-            completer.complete(held_job(i, queue="limited"))
-        with_result = held_job(4, queue="limited")
-        with_result.result = "42"
-        completer.complete(with_result)
-        completer.complete(held_job(5, queue="plain"))
+        completed = [held_job(i, queue="limited") for i in (1, 2, 3, 4)]
+        completed[3].result = "42"
+        completed.append(held_job(5, queue="plain"))
+        for held in completed:
+            completer.complete(held)
         completer.fail(held_job(6, queue="limited"), "ValueError: x", retry=True, policy=POLICY)
         until(lambda: len(reports.batches) == 1, "the batch reported")
     assert sorted(refills.calls) == [("limited", [1, 2, 3, 4]), ("plain", [5])]
     assert writes.batches == [([3, 4, 5], [6], [])]
+    # Those the ride wrote are marked as ridden (their report frees nothing a claim waits for).
+    assert {h.job.id for h in completed if h.rode} == {1, 2}
     assert reports.batches[0] == {
         1: (Outcome.DONE, ""),
         2: (Outcome.DONE, ""),

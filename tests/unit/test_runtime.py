@@ -189,6 +189,25 @@ def test_report_counts_logs_and_tells_hooks_once_per_job(
         assert runtime.window.capacity(T) == 5 + 1  # slots + prefetch, all free again
 
 
+def test_a_ridden_completion_is_reported_but_frees_nothing_a_parked_queue_waits_for() -> None:
+    """A completion written with its queue's next claim (``rode``) is counted, logged and told
+    like any other, but does not move ``finished``: that claim saw its slot free, so the report
+    must not unpark the queue for a claim of the loop's own. The job beside it that did not ride
+    moves it."""
+    runtime, _, hooks, _ = setup(slots=2)
+    ridden, plain = started(runtime, 1, 2)
+    for h in (ridden, plain):
+        runtime.finish(h, None)
+    ridden.rode = True
+    runtime.report([(ridden, Outcome.DONE, "")])
+    assert runtime.finished == 0
+    assert counts(runtime) == {"claimed": 2, "done": 1}
+    assert ("on_succeeded", 1) in [(event, i) for event, i, _ in hooks.calls]
+    runtime.report([(plain, Outcome.DONE, "")])
+    assert runtime.finished == 1
+    assert counts(runtime) == {"claimed": 2, "done": 2}
+
+
 # -- what the heartbeat learnt ---------------------------------------------------------------------
 
 
