@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                         extra["share_at_6"] = round(at_six, 3)
                     else:
                         done, rate, ran_out = _drain(engine, args.seconds if backlog else None)
-                        if ran_out and backlog:
+                        if ran_out:
                             extra["ran_out"] = True
                     engine.dispose()
                 rates[name].append(rate)

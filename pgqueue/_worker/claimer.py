@@ -540,6 +540,10 @@ class Claimer:
                 return None
             free, slots = rt.window.idle_slots(lane), rt.window.slots(lane)
             rt.window.reserve(lane, limit)  # the claiming loop's claims leave this room alone
+            # As the loop's claim does: a finish reported while this is on the wire may free a
+            # slot the claim did not see. This ride's own completions are reported as ridden
+            # (``Held.rode``) and do not move the count: the claim saw their slots free.
+            finished_before = rt.finished
         try:
             completed, claimed, state = limited_claim_replayed(
                 replay,
@@ -563,11 +567,10 @@ class Claimer:
             return None
         with rt.lock:
             rt.window.unreserve(lane, limit)
-            # The completions written now are reported next, as ridden (``Held.rode``): they do
-            # not move ``rt.finished``, since this claim saw their slots free. Counted, their
-            # report would unpark the queue for a claim of the loop's own, which finds the room
-            # this one left and, sent beside the next ride, contends for the queue's lock.
-            self._took(queue, lane, limit, claimed, state, rt.finished)
+            # Counted, the ride's own completions would unpark the queue for a claim of the
+            # loop's own, which finds the room this one left and, sent beside the next ride,
+            # contends for the queue's lock.
+            self._took(queue, lane, limit, claimed, state, finished_before)
             rt.claimer_wakeup.notify()
         return completed
 

@@ -352,7 +352,7 @@ def limited_claim_replayed(
     completions = [complete_many(completing, lock_timeout_ms)] if completing else []
     first: list[Call[Any]] = [*completions, lock] if completions_first else [lock, *completions]
     answers = replay.run_locked([*first, claim, queue_state(queue)])
-    completed: set[int] = answers[first.index(completions[0])] if completions else set()
+    completed: set[int] = answers[0 if completions_first else 1] if completions else set()
     return completed, answers[-2], answers[-1]
 
 
