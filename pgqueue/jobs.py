@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from types import MappingProxyType
-from typing import Any, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from sqlalchemy import Connection, Engine
 
@@ -111,6 +112,35 @@ class JobMarks:
 
 #: Guards the first line of a job: its handler's thread and a task it started may both log.
 _LOGS_MADE = threading.Lock()
+
+#: Guards the first read of a payload still encoded: two threads reading it at once get the one
+#: value the job keeps.
+_PAYLOAD_DECODED = threading.Lock()
+#: Where a job keeps its payload's value, and its JSON text until then (``None`` once decoded).
+_VALUE, _TEXT = "_payload_value", "_payload_text"
+
+
+class _Payload:
+    """:attr:`JobContext.payload`: the value given, or the JSON text the worker's claim fetched
+    (:mod:`pgqueue._sql.deferred_json`), decoded at the first read and kept, so the handler's
+    changes to it stay. Set on the class after ``@dataclass`` made ``payload`` a field without a
+    default: the generated ``__init__`` assigns through it. Plain attributes, not the instance's
+    ``__dict__`` (reading that makes a dict of every job)."""
+
+    def __get__(self, job: JobContext | None, owner: type | None = None) -> Any:
+        if job is None:
+            raise AttributeError("payload")
+        if getattr(job, _TEXT) is not None:
+            with _PAYLOAD_DECODED:
+                text = getattr(job, _TEXT)
+                if text is not None:
+                    setattr(job, _VALUE, json.loads(text))
+                    setattr(job, _TEXT, None)
+        return getattr(job, _VALUE)
+
+    def __set__(self, job: JobContext, value: Any) -> None:
+        setattr(job, _VALUE, value)
+        setattr(job, _TEXT, None)
 
 
 @dataclass(eq=False)
@@ -400,23 +430,40 @@ class JobContext:
     ) -> JobContext:
         """The handler's view of a job just claimed (``connection``: transaction mode's;
         ``engine``: what :meth:`dependency_results` reads through otherwise)."""
-        return cls(
+        # A replayed claim's jsonb may be its text (pgqueue._sql.deferred_json).
+        payload, headers = claimed.payload, cast(Any, claimed.headers)
+        text = payload if type(payload) is bytes else None  # JSON decodes to no bytes
+        job = cls(
             claimed.id,
             claimed.queue,
-            claimed.payload,
+            None if text is not None else payload,
             claimed.attempts,
             connection=connection,
-            headers=claimed.headers,
+            headers=json.loads(headers) if type(headers) is bytes else headers,
             priority=claimed.priority,
             task=claimed.task,
             engine=engine,
             timeout=claimed.timeout,
         )
+        if text is not None:
+            setattr(job, _TEXT, text)
+        return job
+
+
+#: Decoded at the first read when the worker's claim left it as text (see _Payload).
+JobContext.payload = _Payload()
 
 
 def marks_of(job: JobContext) -> JobMarks:
     """The worker's bookkeeping of ``job``: for the worker's components, never for handlers."""
     return job._marks
+
+
+def fresh_payload(job: JobContext) -> Any:
+    """``job``'s payload for one use (a task's call): decoded anew when the job holds its text,
+    not kept, so the arguments live as long as the call (:mod:`pgqueue._sql.deferred_json`)."""
+    text = getattr(job, _TEXT)
+    return getattr(job, _VALUE) if text is None else json.loads(text)
 
 
 def end_transaction(job: JobContext) -> None:

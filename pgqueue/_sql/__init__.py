@@ -19,7 +19,9 @@ calls take the options whole, as one checked :class:`pgqueue.EnqueueOptions`.
 :mod:`pgqueue.aio` (the users'), tasks, chains and groups, and :mod:`pgqueue._worker.store` (the
 worker's); the worker's claim replay runs the same calls on the driver. ``driver_errors`` says
 what a driver's exception means (retry it, a unique key's conflict, a missing schema ...), once
-for the worker, the repository and the command line. ``reads`` holds the read queries of the
+for the worker, the repository and the command line.
+``deferred_json`` makes the worker's claim cursors return ``jsonb`` as text (a payload is
+decoded when a handler reads it). ``reads`` holds the read queries of the
 operator side (admin, doctor, testing, hence the dashboard), executed where they are used. Rules
 the database enforces are written once: what "live" means is
 :data:`pgqueue.models.LIVE_STATUSES`; the text a failed dependency leaves its dependents is the

@@ -140,7 +140,8 @@ class Claimer:
         self._lane_kinds = set(self._lanes.values())
         self._opts = options
         self._intake = intake
-        self._replay = Replay(engine)  # the claim's connection, held between claims
+        # The claim's connection, held between claims; payloads decoded by the handlers.
+        self._replay = Replay(engine, defer_json=True)
         self._claim = claim or self._claim_replayed
         if claim_queues is None and claim is None:
             claim_queues = self._claim_queues_replayed

@@ -129,7 +129,7 @@ class Completer:
         self._urgent = urgent
         # The refills' connection, held between flushes (one thread: this one); given back
         # before any other write, so the completer holds one connection at a time.
-        self._replay = Replay(engine)
+        self._replay = Replay(engine, defer_json=True)  # rides claim: payloads as the claimer's
         self._batch_size = batch_size
         self._lock_timeout_ms = lock_timeout_ms
         self._flush_delay = flush_delay
@@ -153,7 +153,7 @@ class Completer:
             self._second = threading.Thread(
                 target=self._run_second, name="pgqueue-completer-ride", daemon=True
             )
-        self._second_replay = Replay(engine)
+        self._second_replay = Replay(engine, defer_json=True)
         self._second_faults = Faults("completer", fatal=fatal, max_pause=5.0)
         #: The second rider's liveness (``/livez``), when there is one.
         self.ride_pulse = Pulse("completer-ride") if self._second is not None else None

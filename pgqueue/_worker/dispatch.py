@@ -28,7 +28,7 @@ from typing import Any
 from pgqueue._worker.executors import DEFAULT_MAX_RESULT_BYTES, Target
 from pgqueue._worker.window import Lane
 from pgqueue.errors import NoHandlerError, UnknownTaskError
-from pgqueue.jobs import Handler, JobContext, Registry, is_async_handler
+from pgqueue.jobs import Handler, JobContext, Registry, fresh_payload, is_async_handler
 from pgqueue.tasks import Task, decode_call
 
 
@@ -37,18 +37,19 @@ def _lane(target: Target) -> Lane:
 
 
 def _task_call(task: Task[..., Any]) -> Callable[[JobContext], object]:
-    """The task's function behind the decoding of its job's payload into arguments."""
+    """The task's function behind the decoding of its job's payload into arguments (from the
+    claim's JSON text when the job holds it: the arguments live as long as the call)."""
     func = task.func
     if task.is_async:
 
         async def run_async(job: JobContext) -> object:
-            args, kwargs = decode_call(job.payload)
+            args, kwargs = decode_call(fresh_payload(job))
             return await func(*args, **kwargs)
 
         return run_async
 
     def run(job: JobContext) -> object:
-        args, kwargs = decode_call(job.payload)
+        args, kwargs = decode_call(fresh_payload(job))
         return func(*args, **kwargs)
 
     return run

@@ -255,9 +255,14 @@ def run_in_savepoint(
 
 def _started(held: Held, target: Target, hooks: HookDispatcher | None) -> None:
     job = held.job
-    log.debug(
-        "job %d queue=%s attempt=%d: start payload=%r", job.id, job.queue, job.attempts, job.payload
-    )
+    if log.isEnabledFor(logging.DEBUG):  # the payload is decoded for the line only when it is
+        log.debug(
+            "job %d queue=%s attempt=%d: start payload=%r",
+            job.id,
+            job.queue,
+            job.attempts,
+            job.payload,
+        )
     held.retry = target.retry
     marks_of(job).max_step_bytes = target.max_result_bytes
     held.started_at = time.monotonic()

@@ -35,6 +35,7 @@ from sqlalchemy import Connection, Engine
 
 from pgqueue._base.urls import error_line
 from pgqueue._sql.calls import Call, claim, claim_queues, complete_many
+from pgqueue._sql.deferred_json import defer_jsonb
 from pgqueue._sql.limited_claim import (
     ClaimState,
     limited_claim,
@@ -102,11 +103,18 @@ def _sent(call: Call[Any], sql: str, params: Any) -> tuple[Hashable | None, _Sen
 
 
 class Replay:
-    """One held autocommit connection and the statements SQLAlchemy compiled on it."""
+    """One held autocommit connection and the statements SQLAlchemy compiled on it.
 
-    def __init__(self, engine: Engine, *, max_hold: float = 60.0) -> None:
+    ``defer_json``: the replayed statements' ``jsonb`` values come back as their JSON text
+    (``bytes``, :mod:`pgqueue._sql.deferred_json`), for the worker's claims, whose payloads the
+    handlers decode when they read them (:meth:`pgqueue.JobContext.of`); a call's first run,
+    through SQLAlchemy, decodes them.
+    """
+
+    def __init__(self, engine: Engine, *, max_hold: float = 60.0, defer_json: bool = False) -> None:
         self._engine = engine
         self._max_hold = max_hold
+        self._defer_json = defer_json
         self._driver_ok = engine.dialect.driver == "psycopg"
         self._conn: Connection | None = None
         self._cursor: psycopg.Cursor[Any] | None = None
@@ -235,8 +243,14 @@ class Replay:
         if cursors is None or cursors[0].connection is not driver:
             cursors = self._locked_cursors = []
         while len(cursors) < count:
-            cursors.append(driver.cursor(row_factory=namedtuple_row))
+            cursors.append(self._new_cursor(driver))
         return cursors[:count]
+
+    def _new_cursor(self, driver: psycopg.Connection[Any]) -> psycopg.Cursor[Any]:
+        cursor = driver.cursor(row_factory=namedtuple_row)
+        if self._defer_json:
+            defer_jsonb(cursor)
+        return cursor
 
     def release(self, *, invalidate: bool = False) -> None:
         """Give the held connection back to the pool (``invalidate``: close it for good)."""
@@ -270,7 +284,7 @@ class Replay:
             driver = conn.connection.driver_connection
             if self._driver_ok and isinstance(driver, psycopg.Connection) and driver.autocommit:
                 # One cursor for the hold: a new one per claim cost ~25 µs here.
-                self._cursor = driver.cursor(row_factory=namedtuple_row)
+                self._cursor = self._new_cursor(driver)
         return self._conn
 
     def _watched(self, conn: Connection) -> bool:
