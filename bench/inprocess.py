@@ -7,7 +7,11 @@ beforehand (through the public producers, then ``VACUUM ANALYZE``) in a fresh da
 the rate is the steady one, from the first handler call to the last (start-up and the last empty
 claim are left out). Variants, in turns, the order reversed every round:
 
-- ``handler``: one queue, a queue handler (the base of the ratios).
+- ``handler``: one queue, a queue handler (the base of the ratios); it never reads its payload,
+  which the worker then never decodes (docs/worker.md, "Payloads are decoded when a handler
+  reads them").
+- ``handler_reads``: the same handler reading its argument (``job.payload["i"]``), as a task
+  receives its own: the like-for-like base of ``task``.
 - ``task``: the same jobs as a typed task's (``Task.enqueue_many``), a worker of its registry.
 - ``queues1000``: the jobs spread over 1,000 queues (20 each at the default size), one worker
   serving all of them with one handler each.
@@ -33,7 +37,7 @@ import pgqueue
 from bench import _db
 from bench._measure import Calls
 
-VARIANTS = ("handler", "task", "queues1000")
+VARIANTS = ("handler", "handler_reads", "task", "queues1000")
 #: The queues of ``queues1000``.
 MANY = 1_000
 
@@ -42,6 +46,10 @@ def _setup(variant: str, engine: Engine, jobs: int, calls: Calls) -> Callable[[]
     """Enqueue the variant's jobs; return how to make its worker."""
 
     def handler(job: pgqueue.JobContext) -> None:
+        calls.record()
+
+    def handler_reads(job: pgqueue.JobContext) -> None:
+        job.payload["i"]  # the read is the point: it decodes the payload
         calls.record()
 
     if variant == "task":
@@ -66,7 +74,7 @@ def _setup(variant: str, engine: Engine, jobs: int, calls: Calls) -> Callable[[]
                 by_queue.setdefault(queues[i % len(queues)], []).append({"i": i})
             for queue, payloads in by_queue.items():
                 pgqueue.enqueue_many(conn, payloads, queue=queue)
-    handlers = {queue: handler for queue in queues}
+    handlers = {queue: handler_reads if variant == "handler_reads" else handler for queue in queues}
     return lambda: pgqueue.Worker(
         engine, handlers, concurrency=4, listen=False, install_signal_handlers=False
     )

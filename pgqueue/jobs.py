@@ -116,31 +116,29 @@ _LOGS_MADE = threading.Lock()
 #: Guards the first read of a payload still encoded: two threads reading it at once get the one
 #: value the job keeps.
 _PAYLOAD_DECODED = threading.Lock()
-#: Where a job keeps its payload's value, and its JSON text until then (``None`` once decoded).
-_VALUE, _TEXT = "_payload_value", "_payload_text"
+#: Where a job the worker claimed keeps its payload's JSON text until the first read.
+_TEXT = "_payload_text"
 
 
 class _Payload:
-    """:attr:`JobContext.payload`: the value given, or the JSON text the worker's claim fetched
-    (:mod:`pgqueue._sql.deferred_json`), decoded at the first read and kept, so the handler's
-    changes to it stay. Set on the class after ``@dataclass`` made ``payload`` a field without a
-    default: the generated ``__init__`` assigns through it. Plain attributes, not the instance's
-    ``__dict__`` (reading that makes a dict of every job)."""
+    """:attr:`JobContext.payload` of a job that holds its JSON text instead (the worker's claim
+    fetched it so, :mod:`pgqueue._sql.deferred_json`): decoded at the first read and kept as the
+    instance's own attribute, which every later read finds first (this is a non-data
+    descriptor), so the handler's changes stay and a read costs what an attribute's does. A job
+    given its payload (``__init__``, an assignment) holds it as a plain attribute from the start.
+    Set on the class after ``@dataclass`` made ``payload`` a field without a default."""
 
     def __get__(self, job: JobContext | None, owner: type | None = None) -> Any:
         if job is None:
             raise AttributeError("payload")
-        if getattr(job, _TEXT) is not None:
-            with _PAYLOAD_DECODED:
-                text = getattr(job, _TEXT)
-                if text is not None:
-                    setattr(job, _VALUE, json.loads(text))
-                    setattr(job, _TEXT, None)
-        return getattr(job, _VALUE)
-
-    def __set__(self, job: JobContext, value: Any) -> None:
-        setattr(job, _VALUE, value)
-        setattr(job, _TEXT, None)
+        with _PAYLOAD_DECODED:
+            text = getattr(job, _TEXT, None)
+            if text is None:  # another thread decoded it meanwhile
+                return job.payload
+            value = json.loads(text)
+            job.payload = value
+            setattr(job, _TEXT, None)
+            return value
 
 
 @dataclass(eq=False)
@@ -445,7 +443,8 @@ class JobContext:
             engine=engine,
             timeout=claimed.timeout,
         )
-        if text is not None:
+        if text is not None:  # read through the class's _Payload until its first read
+            del job.payload
             setattr(job, _TEXT, text)
         return job
 
@@ -462,8 +461,8 @@ def marks_of(job: JobContext) -> JobMarks:
 def fresh_payload(job: JobContext) -> Any:
     """``job``'s payload for one use (a task's call): decoded anew when the job holds its text,
     not kept, so the arguments live as long as the call (:mod:`pgqueue._sql.deferred_json`)."""
-    text = getattr(job, _TEXT)
-    return getattr(job, _VALUE) if text is None else json.loads(text)
+    text = getattr(job, _TEXT, None)
+    return job.payload if text is None else json.loads(text)
 
 
 def end_transaction(job: JobContext) -> None:

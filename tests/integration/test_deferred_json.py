@@ -126,7 +126,7 @@ def test_a_worker_holds_claimed_payloads_as_text_until_its_handlers_and_tasks_re
 
     class Spy(pgqueue.WorkerHooks):
         def claimed(self, job: pgqueue.JobContext) -> None:
-            held_as_text.append(getattr(job, _TEXT) is not None)
+            held_as_text.append(getattr(job, _TEXT, None) is not None)
 
     @registry.handler("deferred-handlers")
     def handler(job: pgqueue.JobContext) -> None:
