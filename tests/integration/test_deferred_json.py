@@ -5,6 +5,7 @@ and the text kept until then."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from datetime import timedelta
 from decimal import Decimal
@@ -12,11 +13,12 @@ from functools import partial
 from typing import Any
 
 import psycopg
+import pytest
 from psycopg.types.json import set_json_loads
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL
 from test_replay import PAYLOADS
-from worker_helpers import running, until
+from worker_helpers import replayed_claims, running, until
 
 import pgqueue
 from pgqueue._base.urls import to_libpq_url
@@ -66,7 +68,9 @@ def test_replayed_claims_keep_the_text_and_the_jobs_read_the_values_enqueued(
         assert job.headers == row.headers
 
 
-def test_a_cursor_given_another_loads_decodes_as_it_did(db_url: URL) -> None:
+def test_a_cursor_given_another_loads_decodes_as_it_did(
+    db_url: URL, caplog: pytest.LogCaptureFixture
+) -> None:
     """``set_json_loads`` on the connection (here: floats as ``Decimal``): no deferral, and the
     worker's jobs see the values that ``loads`` makes, on the replayed claims as on the first."""
     decimal_loads = partial(json.loads, parse_float=Decimal)
@@ -94,15 +98,13 @@ def test_a_cursor_given_another_loads_decodes_as_it_did(db_url: URL) -> None:
             with lock:
                 seen.append(job.payload["x"])
 
-        worker = pgqueue.Worker(
-            engine,
-            {"decimals": handler},
-            concurrency=2,
-            batch_size=3,
-            listen=False,
-            install_signal_handlers=False,
-        )
-        worker.run(until_empty=True)
+        quiet: dict[str, Any] = {"listen": False, "install_signal_handlers": False}
+        # Claims of 3: the first runs through SQLAlchemy, the next ones are replayed.
+        with caplog.at_level(logging.DEBUG, logger="pgqueue.worker"):
+            pgqueue.Worker(engine, {"decimals": handler}, concurrency=2, batch_size=3, **quiet).run(
+                until_empty=True
+            )
+        assert replayed_claims(caplog.records) > 0, "no claim was replayed"
         assert len(seen) == 40
         assert all(type(x) is Decimal and x == Decimal("0.5") for x in seen)
     finally:
