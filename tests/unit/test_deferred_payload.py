@@ -73,6 +73,9 @@ def test_a_job_built_by_hand_is_a_dataclass_as_before() -> None:
         JobContext(1, "q")  # type: ignore[call-arg]
     replaced = dataclasses.replace(JobContext.of(_claimed(_as_text(NESTED))), attempts=5)
     assert replaced.payload == NESTED
+    del job.payload  # as any attribute: gone, and said so (no recursion through the class)
+    with pytest.raises(AttributeError, match="payload"):
+        _ = job.payload
 
 
 def test_threads_reading_a_payload_at_once_get_the_one_value_the_job_keeps() -> None:
