@@ -161,3 +161,30 @@ def test_a_worker_holds_claimed_payloads_as_text_until_its_handlers_and_tasks_re
     )
     # Every claim after each queue's first was replayed, and its jobs held their text.
     assert held_as_text.count(True) >= len(held_as_text) - 2 * 4
+
+
+def test_async_handlers_and_tasks_read_the_values_enqueued(engine: Engine) -> None:
+    """The event loop's lane reads the same deferred payloads: an ``async def`` handler through
+    ``job.payload``, an ``async def`` task through its arguments."""
+    registry = pgqueue.Registry()
+    got: list[Any] = []
+
+    @registry.task(queue="deferred-async-tasks")
+    async def echo(value: Any) -> None:
+        got.append(("task", value))
+
+    @registry.handler("deferred-async")
+    async def handler(job: pgqueue.JobContext) -> None:
+        got.append(("handler", job.payload))
+
+    _fill(engine, "deferred-async", PAYLOADS * 3)
+    with engine.begin() as conn:
+        echo.enqueue_many(conn, [echo.s(p) for p in PAYLOADS * 3])
+    quiet: dict[str, Any] = {"listen": False, "install_signal_handlers": False}
+    pgqueue.Worker(engine, registry, async_concurrency=4, batch_size=4, **quiet).run(
+        until_empty=True
+    )
+    canonical = partial(json.dumps, sort_keys=True)
+    for kind in ("handler", "task"):
+        values = sorted(canonical(v) for k, v in got if k == kind)
+        assert values == sorted(map(canonical, PAYLOADS * 3)), kind
