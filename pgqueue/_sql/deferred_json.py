@@ -1,11 +1,11 @@
 """A psycopg cursor whose ``jsonb`` columns come back as their JSON text, decoded later.
 
 Why: the worker claims a batch and holds its jobs until they finish. A payload decoded at the
-claim is a tree of dicts and lists that lives that long, and each container the decoder cannot
-take from CPython's free lists counts towards the garbage collector's next young collection: a
-typed task's ``{"args": [...], "kwargs": {}}`` adds about three per job, and a drain of 20,000
-task jobs ran 90-129 young collections (and with them one more collection of the whole process,
-50-85 ms) where the same jobs with a flat payload ran 11-24 (docs/benchmarks.md). Kept as
+claim is a tree of containers that lives that long, and the garbage collector counts the
+containers allocated towards its next young collection: a typed task's
+``{"args": [...], "kwargs": {}}`` is three per job, and a drain of 20,000 task jobs ran 90-129
+young collections (and with them, in some drains, a collection of the whole process, 50-85 ms)
+where the same drain with the payload ``{"i": i}`` ran 3-29 (docs/benchmarks.md). Kept as
 ``bytes`` (no references, never tracked), a payload costs the collector nothing until a handler
 reads it (:attr:`pgqueue.JobContext.payload` decodes it then), and a task's arguments are decoded
 for its call alone (:func:`pgqueue.jobs.fresh_payload`).
