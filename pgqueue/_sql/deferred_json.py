@@ -25,8 +25,8 @@ import psycopg
 from psycopg.adapt import Buffer, Loader
 from psycopg.pq import Format
 
-#: ``jsonb``'s type oid (a built-in type: the same on every server).
-JSONB_OID = 3802
+#: ``jsonb``'s type oid, from psycopg's registry of the built-in types.
+JSONB_OID = psycopg.postgres.types["jsonb"].oid
 
 
 class _JsonText(Loader):
