@@ -8,7 +8,8 @@ claim replayed on the driver by ``replay``, its queues' pauses and limits follow
 ``dispatch``), the completer (``completer``, which
 ``culprits`` helps when one row breaks a batch), the heartbeat (``heartbeat``), the reaper
 (``reaper``), the periodic scheduler (``scheduler``), the pruner of finished jobs past their
-retention (``pruner``), the handler timeouts (``deadlines``, enforced by the ``watchdog``),
+retention (``pruner``), the handler timeouts (``deadlines``, enforced by the ``watchdog``;
+in transaction mode a stuck handler's session ended by ``abandon``),
 the retried short transaction
 (``transient``), what a loop does with an unexpected error (``faults``), the liveness pulses
 (``pulse``), the stop signals (``signals``), the worker's row (``registration``), the jobs' log

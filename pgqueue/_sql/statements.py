@@ -26,6 +26,7 @@ from sqlalchemy import (
     SmallInteger,
     Text,
     Update,
+    any_,
     bindparam,
     case,
     cast,
@@ -1188,6 +1189,13 @@ BACKEND_PID: Select[Any] = select(func.pg_backend_pid())
 #: Ends a session from another one: the server rolls back its open transaction and frees its row
 #: locks. Transaction mode, for a handler still running at timeout + grace.
 TERMINATE_BACKEND: Select[Any] = select(func.pg_terminate_backend(bindparam("pid", type_=Integer)))
+
+#: Whether session ``:waiter`` waits for a lock that session ``:holder`` holds: the failure of a
+#: terminated session's attempt is queued on the row before that session is ended.
+WAITS_FOR: Select[Any] = select(
+    bindparam("holder", type_=Integer)
+    == any_(func.pg_blocking_pids(bindparam("waiter", type_=Integer), type_=ARRAY(Integer)))
+)
 
 #: Transaction mode, after :data:`TERMINATE_BACKEND` rolled a handler's transaction back: the
 #: claim that went with it, taken again (``attempts`` back to the claimed value, leased to the

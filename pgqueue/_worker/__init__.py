@@ -5,8 +5,9 @@ public. ``window`` is the claim window (pure bookkeeping); ``runtime`` is what t
 components share (one lock, the window, how a job ends); ``claimer`` is the main loop (its claim
 replayed on the driver by ``replay``, its queues' pauses and limits followed by ``flow``, where
 each queue's claim starts kept by ``low_water``);
-``threads`` (one lane per mode: lease, and transaction with its tickets) and ``event_loop`` are
-the handler lanes, running handlers through ``executors``, which ``dispatch`` tells which code
+``threads`` (one lane per mode: lease, and transaction with its tickets, whose handler stuck
+past timeout + grace has its session ended by ``abandon``) and ``event_loop`` are the handler
+lanes, running handlers through ``executors``, which ``dispatch`` tells which code
 runs a job; ``completer`` batches outcomes (a batch one row breaks is split by ``culprits``);
 ``heartbeat`` keeps the leases; ``reaper`` requeues expired jobs; ``scheduler`` fires periodic
 ticks; ``pruner`` deletes finished jobs past their retention; ``deadlines`` is the bookkeeping of

@@ -16,19 +16,21 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from datetime import timedelta
 from functools import partial
-from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from pgqueue import repository
 from pgqueue._base.urls import error_line
 from pgqueue._sql.calls import rows_taken
 from pgqueue._sql.driver_errors import is_transient
-from pgqueue._sql.statements import BACKEND_PID, CANCEL_BACKEND, TERMINATE_BACKEND
-from pgqueue._worker import store
+from pgqueue._worker.abandon import (
+    Interrupter,
+    RolledBackFailure,
+    SessionNotEndedError,
+    end_and_fail,
+)
 from pgqueue._worker.dispatch import Dispatch, as_dispatch
 from pgqueue._worker.executors import call_sync, retryable, run_in_savepoint
-from pgqueue._worker.outcomes import after_fail
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.window import Held, Lane
 from pgqueue.errors import HandlerTimeoutError
@@ -37,8 +39,6 @@ from pgqueue.jobs import Handler, Outcome, end_transaction
 from pgqueue.retry_policy import RetryPolicy, describe_error
 
 log = logging.getLogger("pgqueue.worker")
-
-T = TypeVar("T")
 
 
 class _HandlerThreads:
@@ -192,7 +192,7 @@ class TransactionLane(_HandlerThreads):
                 job = held.job
                 held.thread_id = threading.get_ident()
                 interrupter = (
-                    _Interrupter.of(engine, conn)
+                    Interrupter.of(engine, conn)
                     if rt.deadlines.timeout_of(held) is not None
                     else None
                 )
@@ -233,106 +233,36 @@ class TransactionLane(_HandlerThreads):
                     return
                 rt.record(held, outcome, detail)
 
-    def _abandon(self, held: Held, interrupter: _Interrupter, policy: RetryPolicy) -> None:
-        """At timeout + grace, a handler still running inside its transaction: end the session
-        from outside (the server rolls the transaction back, the row is as before the claim and
-        its lock is freed), then fail the attempt as its own transaction would have. Its thread
-        stays taken until the handler returns. Unlocked (I/O)."""
+    def _abandon(self, held: Held, interrupter: Interrupter, policy: RetryPolicy) -> None:
+        """At timeout + grace, a handler still running inside its transaction: end its session
+        and fail the attempt as its own transaction would have (:mod:`pgqueue._worker.abandon`).
+        Its thread stays taken until the handler returns. Unlocked (I/O)."""
         rt, job = self._rt, held.job
 
         def mark() -> None:
             with rt.lock:
                 held.abandoned = True
 
+        error = HandlerTimeoutError(held.timeout or 0.0)
+        failure = RolledBackFailure(
+            job.id,
+            job.attempts,
+            describe_error(error),
+            retry=retryable(policy, error),
+            policy=policy,
+            lease=self._lease,
+            locked_by=self._locked_by,
+        )
         try:
-            if not interrupter.terminate(mark):
-                return  # the handler returned meanwhile: its own transaction writes the outcome
-        except Exception as exc:  # not ended: the handler's own transaction writes its outcome
+            decision = end_and_fail(self._engine, interrupter, failure, mark)
+        except SessionNotEndedError as exc:  # its own transaction writes its outcome
             with rt.lock:
                 held.abandoned = False
             log.warning(
-                "job %d: could not end its handler's session at timeout + grace (%s)",
-                job.id,
-                error_line(exc),
+                "job %d: could not end its handler's session at timeout + grace (%s)", job.id, exc
             )
             return
-        error = HandlerTimeoutError(held.timeout or 0.0)
-        detail = describe_error(error)
-        try:
-            with self._engine.begin() as conn:
-                row = store.fail_rolled_back(
-                    conn,
-                    job.id,
-                    job.attempts,
-                    detail,
-                    retry=retryable(policy, error),
-                    policy=policy,
-                    lease=self._lease,
-                    locked_by=self._locked_by,
-                    lock_timeout_ms=_RETAKE_LOCK_TIMEOUT_MS,
-                )
-            outcome, detail = after_fail(row, detail)
-        except Exception as exc:  # the row is queued again: the job runs again, not charged
-            outcome = Outcome.LOST
-            detail = f"transaction rolled back; its failure not written: {error_line(exc)}"
+        if decision is None:
+            return  # the handler returned meanwhile: its own transaction writes the outcome
         with rt.lock:
-            rt.record(held, outcome, detail)
-
-
-#: How long the failure of a terminated session's attempt waits for the row, which the session
-#: holds until the server has rolled it back (milliseconds).
-_RETAKE_LOCK_TIMEOUT_MS = 5_000
-
-
-class _Interrupter:
-    """Cancels the statement a transaction-mode handler's session runs (``pg_cancel_backend``
-    from another connection), so that a query still running at the timeout fails and the
-    handler's savepoint rolls back. Only while the handler runs: its own lock orders the cancel
-    before the handler's return, so the completion written after it is never the one cancelled
-    (a cancel that reaches an idle session is dropped by the server)."""
-
-    def __init__(self, engine: Engine, pid: int) -> None:
-        self._engine = engine
-        self._pid = pid
-        self._lock = threading.Lock()
-        self._armed = True
-
-    @classmethod
-    def of(cls, engine: Engine, conn: Connection) -> _Interrupter:
-        """For the session of ``conn``'s transaction, asked of the server (one round trip, for
-        a job with a timeout only): behind a pooler the driver's own idea of the pid is the
-        pooler's, not the server process that runs the transaction."""
-        return cls(engine, int(conn.execute(BACKEND_PID).scalar_one()))
-
-    def around(self, run: Callable[[], T]) -> Callable[[], T]:
-        def disarmed_after() -> T:
-            try:
-                return run()
-            finally:
-                with self._lock:
-                    self._armed = False
-
-        return disarmed_after
-
-    def __call__(self) -> None:
-        with self._lock:
-            if not self._armed:
-                return
-            self._send(CANCEL_BACKEND)
-
-    def terminate(self, before: Callable[[], None]) -> bool:
-        """End the handler's session if the handler still runs: ``before()`` first, under the
-        lock that orders this before the handler's return. False when it had returned (nothing
-        done). Disarms: the handler's outcome can no longer be written by its transaction."""
-        with self._lock:
-            if not self._armed:
-                return False
-            self._armed = False
-            before()
-            self._send(TERMINATE_BACKEND)
-            return True
-
-    def _send(self, statement: Any) -> None:
-        with self._engine.connect() as other:
-            other.execute(statement, {"pid": self._pid})
-            other.commit()
+            rt.record(held, *decision)

@@ -18,7 +18,13 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import create_async_engine
-from worker_helpers import running, scalar, until
+from worker_helpers import (
+    blocks_first_attempt,
+    lock_waiters_at_session_ends,
+    running,
+    scalar,
+    until,
+)
 
 import pgqueue
 import pgqueue.aio
@@ -284,6 +290,30 @@ def test_transaction_mode_ends_the_session_of_a_handler_stuck_in_python_and_retr
     assert _row(engine, job_id).attempts == 2  # the late return wrote nothing
     assert worker.stats.retried == 1
     assert worker.stats.done == 1
+
+
+def test_transaction_mode_queues_the_failure_on_the_row_before_it_ends_the_session(
+    engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When the stuck handler's session is ended, the attempt's failure is already waiting for
+    its row (seen from the server: one session blocked by the handler's). The server then wakes
+    that failure as the row is freed; a failure sent after the end raced every claim, and a claim
+    that won ran the attempt again without charging it (this file's test above failed so in CI:
+    the other thread took the row, ran attempt 1 again and got stuck in turn)."""
+    waiting_at_end = lock_waiters_at_session_ends(engine, monkeypatch)
+    release = threading.Event()
+    job_id = _enqueue(engine, queue="txq", timeout=0.5, max_attempts=3)
+    worker = _worker(
+        engine, {"txq": blocks_first_attempt(release)}, mode="transaction", concurrency=1
+    )
+    with running(worker):
+        until(lambda: len(_row(engine, job_id).errors or []) == 1, 15, "the failure written")
+        assert waiting_at_end == [1]
+        row = _row(engine, job_id)
+        assert (row.status, row.attempts) == ("queued", 1)  # charged; its one thread is stuck
+        release.set()
+        until(lambda: _row(engine, job_id).status == "done", 15, "the retry ran to the end")
+    assert _row(engine, job_id).attempts == 2
 
 
 def conn_rows(engine: Engine, sql: str) -> list[tuple[Any, ...]]:

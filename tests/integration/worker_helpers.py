@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import pytest
 from sqlalchemy import Engine, event, text
 from sqlalchemy.engine import URL
 
 import pgqueue
 from pgqueue._base.urls import to_libpq_url
+from pgqueue._worker import abandon
 
 
 def until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
@@ -36,6 +38,32 @@ def until(predicate: Callable[[], bool], timeout: float, what: str) -> None:
 def scalar(engine: Engine, sql: str, **params: Any) -> Any:
     with engine.connect() as conn:
         return conn.execute(text(sql), params).scalar_one()
+
+
+def lock_waiters_at_session_ends(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Each time a worker ends a stuck transaction-mode handler's session, the number of sessions
+    then waiting for a lock that session holds, seen from the server just before the end."""
+    waiting: list[int] = []
+    terminate = abandon.Interrupter.terminate
+    query = "SELECT count(*) FROM pg_stat_activity WHERE :pid = ANY(pg_blocking_pids(pid))"
+
+    def probed(self: abandon.Interrupter, before: Callable[[], None]) -> bool:
+        waiting.append(scalar(engine, query, pid=self.pid))
+        return terminate(self, before)
+
+    monkeypatch.setattr(abandon.Interrupter, "terminate", probed)
+    return waiting
+
+
+def blocks_first_attempt(release: threading.Event) -> Callable[[pgqueue.JobContext], None]:
+    """A handler whose first attempt blocks in Python until ``release`` (deaf to
+    ``job.stopping``, and not in the database); later attempts return at once."""
+
+    def handler(job: pgqueue.JobContext) -> None:
+        if job.attempts == 1:
+            release.wait(20)
+
+    return handler
 
 
 @contextmanager

@@ -19,7 +19,14 @@ import pgqueue
 from pgqueue._base.urls import to_libpq_url
 from pgqueue.pooler import check_listen
 from tests.cli.conftest import plain, run_pgqueue
-from tests.integration.worker_helpers import replayed_claims, scalar, two_workers_drain, until
+from tests.integration.worker_helpers import (
+    blocks_first_attempt,
+    lock_waiters_at_session_ends,
+    replayed_claims,
+    scalar,
+    two_workers_drain,
+    until,
+)
 
 JOBS = 5_000
 CONCURRENCY = 8
@@ -279,4 +286,46 @@ def test_wait_for_through_the_pooler(pooled_engine: Engine, db_url: URL, listen:
         got = pgqueue.wait_for(pooled_engine, job_id, timeout=120, poll_interval=0.2, listen=False)
     thread.join()
     assert (got.status, got.value) == ("done", "ok")
+    assert [s for s in seen if _SESSION_STATE.search(s)] == []
+
+
+def test_a_stuck_transaction_mode_handler_behind_the_pooler_has_its_attempt_charged(
+    pooled_engine: Engine, db_url: URL, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Transaction mode through the pooler: the pids the worker asks the server for (the
+    handler's session, and the session of the failure that waits for its row) are the server's,
+    so at timeout + grace the failure is seen waiting, the handler's session is ended, and the
+    attempt is charged; the retry runs once the thread is back. No session state either."""
+    seen = _record_statements(pooled_engine)
+    waiting_at_end = lock_waiters_at_session_ends(pooled_engine, monkeypatch)
+    release = threading.Event()
+
+    def column(name: str) -> Any:
+        return scalar(pooled_engine, f"SELECT {name} FROM jobs WHERE id = :id", id=job_id)
+
+    with pooled_engine.begin() as conn:
+        job_id = pgqueue.enqueue(conn, {}, queue="stuck_tx", timeout=0.5, max_attempts=3)
+    worker = pgqueue.Worker(
+        pooled_engine,
+        {"stuck_tx": blocks_first_attempt(release)},
+        mode="transaction",
+        concurrency=1,
+        listen_url=db_url,
+        poll_interval=0.2,
+        timeout_grace=0.3,
+        install_signal_handlers=False,
+        retry=pgqueue.RetryPolicy(base=timedelta(milliseconds=1), cap=timedelta(milliseconds=1)),
+    )
+    thread = _run_worker(worker)
+    try:
+        until(lambda: column("jsonb_array_length(errors)") == 1, 30, "the failure written")
+        assert waiting_at_end == [1]
+        assert (column("status"), column("attempts")) == ("queued", 1)
+        release.set()
+        until(lambda: column("status") == "done", 30, "the retry ran to the end")
+    finally:
+        release.set()
+        worker.stop()
+        thread.join(30)
+    assert column("attempts") == 2
     assert [s for s in seen if _SESSION_STATE.search(s)] == []
