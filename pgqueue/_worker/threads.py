@@ -122,6 +122,9 @@ class TransactionLane(_HandlerThreads):
         self._on_job = on_job
         self._tickets: deque[str] = deque()  # queues to claim from, one job each
         self._running = 0  # tickets taken by a thread whose transaction is open
+        # Sessions being ended at timeout + grace: no thread claims meanwhile, so none of this
+        # worker's takes the row freed by the end before its failure is written.
+        self._ending = 0
 
     # -- the claimer's intake (lock held) ---------------------------------------------------------
 
@@ -156,7 +159,7 @@ class TransactionLane(_HandlerThreads):
         rt = self._rt
         while True:
             with rt.lock:
-                while not (rt.stop.is_set() or self._tickets):
+                while not (rt.stop.is_set() or (self._tickets and not self._ending)):
                     rt.work_ready.wait()
                 if rt.stop.is_set():
                     self._tickets.clear()  # never taken: nothing was claimed for them
@@ -253,6 +256,8 @@ class TransactionLane(_HandlerThreads):
             lease=self._lease,
             locked_by=self._locked_by,
         )
+        with rt.lock:
+            self._ending += 1
         try:
             decision = end_and_fail(self._engine, interrupter, failure, mark)
         except SessionNotEndedError as exc:  # its own transaction writes its outcome
@@ -262,6 +267,10 @@ class TransactionLane(_HandlerThreads):
                 "job %d: could not end its handler's session at timeout + grace (%s)", job.id, exc
             )
             return
+        finally:
+            with rt.lock:
+                self._ending -= 1
+                rt.work_ready.notify_all()
         if decision is None:
             return  # the handler returned meanwhile: its own transaction writes the outcome
         with rt.lock:
