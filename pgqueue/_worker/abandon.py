@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import suppress
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -118,15 +119,19 @@ def end_and_fail(
     """End the handler's session (``before()`` first, as :meth:`Interrupter.terminate`) and
     write ``failure`` in a transaction of its own, queued on the row before the end. ``None``:
     the handler had returned, and its own transaction writes its outcome. Raises
-    :class:`SessionNotEndedError` when the session could not be ended."""
-    with (
-        engine.connect() as conn,
-        ThreadPoolExecutor(1, thread_name_prefix="pgqueue-retake") as waiting,
-    ):
-        waiter = int(conn.execute(BACKEND_PID).scalar_one())
-        retake = waiting.submit(_retake_and_fail, conn, failure)
-        _until_queued(engine, waiter, interrupter.pid, retake)
+    :class:`SessionNotEndedError` when the session could not be ended (nor the failure sent)."""
+    try:
+        conn = engine.connect()
+    except Exception as exc:
+        raise SessionNotEndedError(error_line(exc)) from exc
+    with conn, ThreadPoolExecutor(1, thread_name_prefix="pgqueue-retake") as waiting:
         try:
+            waiter = int(conn.execute(BACKEND_PID).scalar_one())
+        except Exception as exc:
+            raise SessionNotEndedError(error_line(exc)) from exc
+        retake = waiting.submit(_retake_and_fail, conn, failure)
+        try:
+            _until_queued(engine, waiter, interrupter.pid, retake)
             ended = interrupter.terminate(before)
         except Exception as exc:
             _drop(conn, retake)
@@ -138,7 +143,7 @@ def end_and_fail(
             row = retake.result()
             conn.commit()
         except Exception as exc:  # the row is queued again: the job runs again, not charged
-            conn.rollback()
+            _roll_back(conn)
             return (
                 Outcome.LOST,
                 f"transaction rolled back; its failure not written: {error_line(exc)}",
@@ -175,4 +180,11 @@ def _drop(conn: Connection, retake: Future[Any]) -> None:
     """The session was not ended: the queued failure ends with the handler's transaction (or
     its lock timeout), and is rolled back whatever it matched."""
     retake.exception()
-    conn.rollback()
+    _roll_back(conn)
+
+
+def _roll_back(conn: Connection) -> None:
+    """Roll back, on a connection that may be broken: closing it right after (which gives it
+    back to the pool, or drops it) rolls back anyway, so there is nothing to say on failure."""
+    with suppress(Exception):
+        conn.rollback()

@@ -16,10 +16,11 @@ from datetime import timedelta
 
 from sqlalchemy import Engine, create_engine
 
+from pgqueue._worker.abandon import Interrupter
 from pgqueue._worker.completer import Completer
 from pgqueue._worker.runtime import Runtime
 from pgqueue._worker.threads import TransactionLane
-from pgqueue._worker.window import ClaimWindow, Lane
+from pgqueue._worker.window import ClaimWindow, Held, Lane
 from pgqueue.flow import QueueSettings, Rate
 from pgqueue.jobs import JobContext, WorkerStats
 from pgqueue.retry_policy import RetryPolicy
@@ -155,3 +156,33 @@ def test_the_intake_says_which_queues_its_claims_can_hold_limits_of() -> None:
     assert lane.admits(QueueSettings("q"))
     assert lane.admits(QueueSettings("q", paused=True))  # a pause is not a limit
     assert not any(lane.admits(s) for s in limited)
+
+
+def test_no_thread_takes_a_ticket_while_a_stuck_handlers_session_is_being_ended() -> None:
+    """Ending a stuck handler's session frees its row: a thread of the same lane that claimed
+    meanwhile could run the attempt again before its failure is written. So tickets wait until
+    the ending is over (here it hangs on its connection, then fails: the session is not ended,
+    and the handler's own transaction keeps the job)."""
+    with silent_server() as (engine, accepted):
+        lane, runtime = make_lane(slots=1, engine=engine)
+        lane.start()
+        held = Held(JobContext(7, "emails", {}, 1), T, time.monotonic())
+        held.timeout = 0.5
+        interrupter = Interrupter(engine, pid=4242)
+        ending = threading.Thread(target=lane._abandon, args=(held, interrupter, RetryPolicy()))
+        ending.start()
+        until(lambda: len(accepted) == 1, "the ending's connection")
+        with runtime.lock:
+            lane.take("emails", T)
+        time.sleep(0.3)  # a thread free to claim would have connected by now
+        assert len(accepted) == 1
+        with runtime.lock:
+            assert lane.in_flight() == 1  # the ticket waits, untaken
+        accepted[0].close()  # the ending fails to connect: nothing is ended, the pause is over
+        ending.join(10)
+        assert not held.abandoned
+        until(lambda: len(accepted) == 2, "the ticket's claim")
+        runtime.stop.set()
+        for conn in accepted:
+            conn.close()
+        lane.join(time.monotonic() + 10)
