@@ -116,9 +116,8 @@ _LOGS_MADE = threading.Lock()
 #: Guards the first read of a payload still encoded: two threads reading it at once get the one
 #: value the job keeps.
 _PAYLOAD_DECODED = threading.Lock()
-#: Where a job the worker claimed keeps its payload's JSON text until the first read, and the
-#: value that read decoded (for a thread that waited for it).
-_TEXT, _DECODED = "_payload_text", "_payload_decoded"
+#: Where a job the worker claimed keeps its payload's JSON text until the first read.
+_TEXT = "_payload_text"
 _ABSENT = object()
 
 
@@ -135,14 +134,13 @@ class _Payload:
             raise AttributeError("payload")
         with _PAYLOAD_DECODED:
             text = getattr(job, _TEXT, None)
-            if text is None:  # another thread decoded it meanwhile (or it was deleted)
-                value = getattr(job, _DECODED, _ABSENT)
+            if text is None:  # another thread decoded it meanwhile (or it was deleted since)
+                value = vars(job).get("payload", _ABSENT)  # not getattr: it would come back here
                 if value is _ABSENT:
                     raise AttributeError("payload")
                 return value
             value = json.loads(text)
             job.payload = value
-            setattr(job, _DECODED, value)
             setattr(job, _TEXT, None)
             return value
 
